@@ -1,0 +1,118 @@
+"""Console entry point: ``disque-trio [CONFIG_FILE] [--directive value ...]``.
+
+Like ``disque-server``: an optional config file first, then any directive as a
+``--flag``. Exit status 0 after a clean shutdown (SIGINT, SIGTERM, SHUTDOWN),
+1 with a one-line reason on a bad configuration or a port in use.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from .config import Config, ConfigError, parse_argv
+from .env import real_env
+from .server.runtime import PACKAGE_VERSION, VERSION, NodeServer, set_log_level
+
+USAGE = """\
+Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
+       disque-trio --version
+       disque-trio --help
+
+Examples:
+       disque-trio                                  (defaults: 127.0.0.1:7711, in memory)
+       disque-trio /etc/disque/disque.conf
+       disque-trio --port 7777 --bind 127.0.0.1 --dir ./data --loglevel notice
+       disque-trio /etc/disque.conf --loglevel verbose
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
+    if args and args[0] in ("-v", "--version"):
+        print(f"disque-trio v={PACKAGE_VERSION} (Disque {VERSION} compatible)")
+        return 0
+    try:
+        path, overrides = parse_argv(args)
+        config = Config.load(path, overrides)
+        _enter_dir(config)
+    except ConfigError as e:
+        print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
+        return 1
+    _setup_logging(config)
+    for name in config.ignored_settings():
+        logging.getLogger("disque_trio").warning("directive '%s' is accepted but has no effect", name)
+    try:
+        trio.run(_serve, config)
+    except OSError as e:
+        logging.getLogger("disque_trio").error("Could not start: %s", _describe_os_error(e, config))
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _enter_dir(config: Config) -> None:
+    # Like the original: relative paths (logfile, AOF, nodes.conf) are
+    # relative to `dir`, which becomes the working directory.
+    try:
+        os.makedirs(config.dir, exist_ok=True)
+        os.chdir(config.dir)
+    except OSError as e:
+        raise ConfigError(f"Can't chdir to '{config.dir}': {e.strerror}") from None
+
+
+def _setup_logging(config: Config) -> None:
+    handler: logging.Handler
+    if config.logfile:
+        handler = logging.FileHandler(config.logfile)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    pid = os.getpid()
+    handler.setFormatter(
+        logging.Formatter(f"{pid}:M %(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%d %b %H:%M:%S")
+    )
+    root = logging.getLogger("disque_trio")
+    root.handlers[:] = [handler]
+    root.propagate = False
+    set_log_level(config.loglevel)
+
+
+def _describe_os_error(e: OSError, config: Config) -> str:
+    if e.errno == errno.EADDRINUSE:
+        return f"port {config.port} is already in use (bind {' '.join(config.bind)})"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return f"cannot bind {' '.join(config.bind)}: address not available"
+    return str(e)
+
+
+async def _serve(config: Config) -> None:
+    server = NodeServer(config, real_env())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals, server)
+        await nursery.start(server.run)
+        await server.finished.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _watch_signals(server: NodeServer) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logging.getLogger("disque_trio").warning(
+                "Received %s scheduling shutdown...", signal.Signals(signum).name
+            )
+            server.shutdown()
+            return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""The awake index: every job timer in one structure ordered by due time.
+
+Timers are data, never a task per job. Each job records in ``job.awake`` the
+one time the node must look at it next (the earliest of: delay elapsed,
+WILLQUEUE advance, re-queue, expiry, next collection attempt). The index is a
+binary heap of ``(due_ms, job_id)`` entries with lazy deletion: moving a job's
+timer pushes a new entry and leaves the old one behind; an entry whose time no
+longer matches ``job.awake`` (or whose job is gone) is skipped when popped.
+That keeps every update O(log n) with no search, and an entry costs one small
+tuple (the job ID string is shared with the job). When stale entries outnumber
+live ones the heap is rebuilt, so memory stays proportional to the jobs held.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from .job import Job
+
+
+class AwakeIndex:
+    __slots__ = ("_heap", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, str]] = []
+        # Jobs currently indexed (job.awake != 0): lets us know when to compact.
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def schedule(self, job: Job, due_ms: int) -> None:
+        """Set the job's single timer to ``due_ms`` (replacing any earlier one)."""
+        if job.awake == due_ms:
+            return
+        if job.awake == 0:
+            self._live += 1
+        job.awake = due_ms
+        heapq.heappush(self._heap, (due_ms, job.id))
+
+    def unschedule(self, job: Job) -> None:
+        """Forget the job's timer (the job is being deleted)."""
+        if job.awake:
+            job.awake = 0
+            self._live -= 1
+
+    def next_due(self, lookup: Callable[[str], Job | None]) -> int | None:
+        """The earliest live due time, dropping stale heads on the way."""
+        heap = self._heap
+        while heap:
+            due, job_id = heap[0]
+            job = lookup(job_id)
+            if job is not None and job.awake == due:
+                return due
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now_ms: int, lookup: Callable[[str], Job | None]) -> Iterator[Job]:
+        """Yield (and unindex) jobs whose timer is due, earliest first.
+
+        A job the caller re-schedules while iterating is pushed back into the
+        heap and comes out again only if its new time is also due.
+        """
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            due, job_id = heapq.heappop(heap)
+            job = lookup(job_id)
+            if job is None or job.awake != due:
+                continue
+            job.awake = 0
+            self._live -= 1
+            yield job
+        self._maybe_compact(lookup)
+
+    def _maybe_compact(self, lookup: Callable[[str], Job | None]) -> None:
+        if len(self._heap) <= 2 * self._live + 1024:
+            return
+        live = []
+        for due, job_id in self._heap:
+            job = lookup(job_id)
+            if job is not None and job.awake == due:
+                live.append((due, job_id))
+        heapq.heapify(live)
+        self._heap = live
+
+    def compact(self, lookup: Callable[[str], Job | None]) -> None:
+        """Drop stale entries now if they dominate (called on deletes too)."""
+        self._maybe_compact(lookup)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live = 0

@@ -1,0 +1,371 @@
+"""Job commands: ADDJOB, ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB,
+WORKING, SHOW, JSCAN.
+
+Each handler takes the node and the argument vector (command name included)
+and returns a reply, or a :class:`Waiter` when the client must wait. Argument
+errors are raised as :class:`ReplyError` and become the reply.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+
+from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
+from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
+from .ids import is_at_most_once_id, ttl_minutes_from_id
+from .job import FLAG_BCAST_WILLQUEUE, STATE_BY_LABEL, Job, JobState
+from .node import Node
+from .queue import Pause
+from .waiters import Waiter
+
+DEFAULT_TTL = 24 * 3600
+DEFAULT_RETRY_MAX = 300
+SCAN_DEFAULT_COUNT = 100
+
+
+class AddJobArgs:
+    """ADDJOB options after validation (defaults filled in)."""
+
+    __slots__ = ("async_", "body", "delay", "maxlen", "queue", "replicate", "retry", "timeout", "ttl")
+
+    def __init__(self, node: Node, argv: list[bytes]) -> None:
+        self.queue = text(argv[1])
+        self.body = argv[2]
+        self.replicate = min(3, node.cluster_size)
+        self.ttl = DEFAULT_TTL
+        self.retry = -1
+        self.delay = 0
+        self.maxlen = 0
+        self.async_ = False
+        self._parse_options(argv)
+        self.timeout = parse_timeout_ms(argv[3])
+        self._check_and_default()
+
+    def _parse_options(self, argv: list[bytes]) -> None:
+        i, n = 4, len(argv)
+        while i < n:
+            opt = option(argv[i])
+            has_value = i + 1 < n
+            if opt == b"async":
+                self.async_ = True
+                i += 1
+                continue
+            if not has_value or opt not in _ADDJOB_NUMERIC:
+                raise SYNTAX_ERROR
+            attr, check, message = _ADDJOB_NUMERIC[opt]
+            value = parse_int(argv[i + 1], message) if _is_int(argv[i + 1]) else None
+            if value is None or not check(value):
+                raise err(message)
+            setattr(self, attr, value)
+            i += 2
+
+    def _check_and_default(self) -> None:
+        if self.replicate > 1 and self.retry == 0:
+            raise err(
+                "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+            )
+        if self.delay >= self.ttl:
+            raise err(
+                "The specified DELAY is greater than TTL. Job refused since would never be delivered"
+            )
+        if self.retry == -1:
+            self.retry = max(1, min(self.ttl // 10, DEFAULT_RETRY_MAX))
+
+
+def _is_int(arg: bytes) -> bool:
+    try:
+        parse_int(arg)
+    except ReplyError:
+        return False
+    return True
+
+
+_ADDJOB_NUMERIC = {
+    b"replicate": ("replicate", lambda v: 0 < v <= 65535, "REPLICATE must be between 1 and 65535"),
+    b"ttl": ("ttl", lambda v: v > 0, "TTL must be a number > 0"),
+    b"retry": ("retry", lambda v: v >= 0, "RETRY time must be a non negative number"),
+    b"delay": ("delay", lambda v: v >= 0, "DELAY time must be a non negative number"),
+    b"maxlen": ("maxlen", lambda v: v > 0, "MAXLEN must be a positive number"),
+}
+
+
+def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
+    """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s]
+    [MAXLEN n] [ASYNC]"""
+    args = AddJobArgs(node, argv)
+    additional = args.replicate - 1
+    if additional > node.reachable_peers:
+        raise ReplyError(
+            "NOREPL", "Not enough reachable nodes for the requested replication level"
+        )
+    q = node.queues.get(args.queue)
+    if args.maxlen and q is not None and len(q.jobs) >= args.maxlen:
+        raise ReplyError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
+    if q is not None and q.pause & Pause.IN:
+        raise ReplyError("PAUSED", "Queue paused in input, try later")
+    job = create_job(node, args)
+    node.stats.added_jobs += 1
+    if job.delay == 0:
+        node.enqueue(job)
+    else:
+        job.state = JobState.ACTIVE
+        node.update_awake(job)
+    return Status(job.id)
+
+
+def create_job(node: Node, args: AddJobArgs) -> Job:
+    now = node.now_ms()
+    job = Job(
+        node.idgen.next_id(args.ttl, args.retry),
+        args.queue,
+        args.body,
+        JobState.ACTIVE,
+        repl=args.replicate,
+        ctime=node.new_ctime(now),
+        etime=now // 1000 + args.ttl,
+        delay=args.delay,
+        retry=args.retry,
+    )
+    job.nodes_delivered = node.myself_only
+    # The first queue time: after DELAY, else (overwritten by enqueue) RETRY.
+    job.qtime = now + (args.delay or args.retry) * 1000
+    node.register(job)
+    return job
+
+
+def ackjob(node: Node, argv: list[bytes]) -> Reply:
+    """ACKJOB id...: acknowledge; unknown at-least-once IDs get a dummy ack."""
+    known = 0
+    for job_id in job_ids(argv[1:]):
+        job = node.lookup(job_id)
+        if job is None:
+            job = _dummy_ack(node, job_id)
+        elif job.state != JobState.ACKED:
+            node.acknowledge(job)
+            node.stats.acked_jobs += 1
+            known += 1
+        if job is not None:
+            node.try_gc(job)
+    return known
+
+
+def _dummy_ack(node: Node, job_id: str) -> Job | None:
+    """Remember an ack for a job this node never held, so it can be spread.
+
+    Only worth it when other nodes exist, we are not leaving, and the job
+    could be re-queued somewhere (an odd TTL in the ID means RETRY > 0).
+    """
+    if node.cluster_size <= 1 or node.leaving or is_at_most_once_id(job_id):
+        return None
+    job = Job(job_id, "", None, JobState.ACKED)
+    job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
+    node.register(job)
+    return job
+
+
+def fastack(node: Node, argv: list[bytes]) -> Reply:
+    """FASTACK id...: delete at once, best-effort DELJOB to the holders."""
+    known = 0
+    for job_id in job_ids(argv[1:]):
+        job = node.lookup(job_id)
+        node.broadcast_deljob(job_id, job)
+        if job is not None:
+            node.unregister(job)
+            known += 1
+    return known
+
+
+def enqueue(node: Node, argv: list[bytes]) -> Reply:
+    """ENQUEUE id...: queue active jobs (even RETRY 0 ones: caller's choice)."""
+    return _enqueue_generic(node, argv, nack=False)
+
+
+def nack(node: Node, argv: list[bytes]) -> Reply:
+    """NACK id...: like ENQUEUE, and count a negative acknowledgement."""
+    return _enqueue_generic(node, argv, nack=True)
+
+
+def _enqueue_generic(node: Node, argv: list[bytes], nack: bool) -> Reply:
+    count = 0
+    for job_id in job_ids(argv[1:]):
+        job = node.lookup(job_id)
+        if job is not None and job.state == JobState.ACTIVE and node.enqueue(job, nack):
+            count += 1
+    return count
+
+
+def dequeue(node: Node, argv: list[bytes]) -> Reply:
+    """DEQUEUE id...: take queued jobs out of their queue (back to active)."""
+    count = 0
+    for job_id in job_ids(argv[1:]):
+        job = node.lookup(job_id)
+        if job is not None and node.dequeue(job):
+            node.update_awake(job)
+            count += 1
+    return count
+
+
+def deljob(node: Node, argv: list[bytes]) -> Reply:
+    """DELJOB id...: forget jobs locally, whatever their state."""
+    count = 0
+    for job_id in job_ids(argv[1:]):
+        job = node.lookup(job_id)
+        if job is not None:
+            node.unregister(job)
+            count += 1
+    return count
+
+
+def working(node: Node, argv: list[bytes]) -> Reply:
+    """WORKING id: postpone the next re-queue by RETRY seconds."""
+    (job_id,) = job_ids(argv[1:2])
+    job = node.lookup(job_id)
+    if job is None:
+        raise ReplyError("NOJOB", "Job not known in the context of this node.")
+    if job.state == JobState.ACKED:
+        raise ReplyError("NOJOB", "Job already acknowledged.")
+    now = node.now_ms()
+    created_ms = job.ctime // 1_000_000
+    ttl = job.etime * 1000 - created_ms
+    if ttl > 0 and now - created_ms > ttl // 2:
+        raise ReplyError(
+            "TOOLATE",
+            "Half of job TTL already elapsed, you are no longer allowed to "
+            "postpone the next delivery.",
+        )
+    if job.state == JobState.QUEUED:
+        node.dequeue(job)
+    job.flags |= FLAG_BCAST_WILLQUEUE
+    node.set_requeue_time(job, now + job.retry * 1000 + node.time_error())
+    node.update_awake(job)
+    node.broadcast_working(job)
+    return job.retry
+
+
+def show(node: Node, argv: list[bytes]) -> Reply:
+    """SHOW id: everything about a job, or nil."""
+    (job_id,) = job_ids(argv[1:2])
+    job = node.lookup(job_id)
+    return None if job is None else job_info(node, job)
+
+
+def job_info(node: Node, job: Job) -> dict[str | bytes, Reply]:
+    now = node.now_ms()
+    return {
+        "id": job.id,
+        "queue": job.queue if job.body is not None else None,
+        "state": job.state.label,
+        "repl": job.repl,
+        "ttl": max(0, job.etime - now // 1000),
+        "ctime": job.ctime,
+        "delay": job.delay,
+        "retry": job.retry,
+        "nacks": job.nacks,
+        "additional-deliveries": job.deliveries,
+        "nodes-delivered": list(job.nodes_delivered),
+        "nodes-confirmed": list(job.nodes_confirmed or ()),
+        "next-requeue-within": max(0, job.qtime - now) if job.qtime else None,
+        "next-awake-within": max(0, job.awake - now) if job.awake else None,
+        "body": job.body,
+    }
+
+
+def jscan(node: Node, argv: list[bytes]) -> Reply:
+    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]"""
+    scan = ScanArgs()
+    queue: str | None = None
+    states: set[JobState] = set()
+    reply_all = False
+    i = 1
+    while i < len(argv):
+        opt, has_value = option(argv[i]), i + 1 < len(argv)
+        if scan.take(opt, argv, i):
+            i += 2 if opt == b"count" else 1
+            continue
+        if opt == b"queue" and has_value:
+            queue = text(argv[i + 1])
+        elif opt == b"state" and has_value:
+            state = STATE_BY_LABEL.get(text(argv[i + 1]).lower())
+            if state is None:
+                raise err("Invalid job state name")
+            states.add(state)
+        elif opt == b"reply" and has_value:
+            kind = option(argv[i + 1])
+            if kind not in (b"id", b"all"):
+                raise err("Invalid REPLY type, try ID or ALL")
+            reply_all = kind == b"all"
+        else:
+            scan.set_cursor(argv[i])
+            i += 1
+            continue
+        i += 2
+
+    def match(job_id: str) -> bool:
+        job = node.jobs[job_id]
+        if job.is_dummy_ack:
+            return False
+        if queue is not None and job.queue != queue:
+            return False
+        return not states or job.state in states
+
+    cursor, found = scan.run(node.jobs, match)
+    items: list[Reply] = [
+        job_info(node, node.jobs[k]) if reply_all else Status(k) for k in found
+    ]
+    return [str(cursor), items]
+
+
+class ScanArgs:
+    """The cursor, COUNT and BUSYLOOP options shared by QSCAN and JSCAN.
+
+    Iteration order is by CRC32 of the key, and the cursor is the next hash
+    value to look at (plus one; 0 = start/finished). Elements present for the
+    whole scan are returned at least once whatever is added or removed in
+    between, because the order does not depend on what else is present.
+    """
+
+    def __init__(self) -> None:
+        self.cursor = 0
+        self.cursor_set = False
+        self.count = SCAN_DEFAULT_COUNT
+        self.busyloop = False
+
+    def take(self, opt: bytes, argv: list[bytes], i: int) -> bool:
+        if opt == b"count" and i + 1 < len(argv):
+            self.count = parse_int(argv[i + 1])
+            if self.count < 1:
+                raise SYNTAX_ERROR
+            return True
+        if opt == b"busyloop":
+            self.busyloop = True
+            return True
+        return False
+
+    def set_cursor(self, arg: bytes) -> None:
+        if self.cursor_set:
+            raise SYNTAX_ERROR
+        self.cursor = parse_cursor(arg)
+        self.cursor_set = True
+
+    def run(self, keys: Iterable[str], match: Callable[[str], bool]) -> tuple[int, list[str]]:
+        start = self.cursor - 1 if self.cursor else 0
+        hashed = [
+            (h, k)
+            for k in keys
+            if (h := zlib.crc32(k.encode("utf-8", "surrogateescape"))) >= start
+        ]
+        hashed.sort()
+        found: list[str] = []
+        limit = len(hashed) if self.busyloop else self.count
+        i = 0
+        while i < len(hashed) and len(found) < limit:
+            h = hashed[i][0]
+            # Never split a run of equal hashes across two calls.
+            while i < len(hashed) and hashed[i][0] == h:
+                if match(hashed[i][1]):
+                    found.append(hashed[i][1])
+                i += 1
+        cursor = hashed[i][0] + 1 if i < len(hashed) else 0
+        return cursor, found
+

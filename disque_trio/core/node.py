@@ -1,0 +1,452 @@
+"""The node: a synchronous state machine holding every job and queue.
+
+Theory of operation
+-------------------
+The node never awaits, never reads a real clock and never touches a socket or
+a file. The shell (``disque_trio.server``) feeds it client commands
+(:meth:`Node.execute`), and calls :meth:`Node.tick` when
+:meth:`Node.next_deadline` is reached. Time comes from the injected
+:class:`Clock`, randomness from the injected ``random.Random``. What the node
+wants done outside (wake a blocked client, and in later layers send a bus
+message or append an AOF record) it either does through a callback the shell
+installed (``Waiter.notify``) or appends to :attr:`Node.effects` for the shell
+to drain after the call. Because each call is synchronous and Trio runs one
+task at a time, every command is atomic without locks.
+
+Rules kept here (SPEC section 2):
+
+* A job is in exactly one of the states of :class:`JobState`; it is in its
+  queue's sorted list if and only if its state is ``QUEUED``.
+* Every registered job has exactly one timer in the awake index, at the
+  earliest of: expiry, next (re)queue (minus the WILLQUEUE advance), next
+  collection attempt for acked jobs.
+* RETRY 0 jobs are queued at most once: ``qtime`` becomes 0 on first enqueue.
+* ``ACKED`` is absorbing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from ..protocol.replies import Reply
+from .awake import AwakeIndex
+from .ids import JobIdGenerator
+from .job import (
+    FLAG_BCAST_QUEUED,
+    FLAG_BCAST_WILLQUEUE,
+    FLAG_DELIVERED,
+    Job,
+    JobState,
+)
+from .queue import QUEUE_MAX_IDLE_SECONDS, Pause, Queue
+from .stats import NodeStats
+from .waiters import Waiter
+
+WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
+TIME_ERROR_MS = 500  # re-queue times are spread by +/- half of this
+GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
+GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
+GC_RETRY_COUNT_MAX = 10
+QUEUE_GC_PERIOD_MS = 1000  # how often idle queues are looked for
+# Memory accounting for maxmemory and INFO: a per-object estimate (measured
+# with bench/ on CPython 3.11: a queued job costs about this much besides
+# its body), deterministic so that simulated nodes agree with real ones.
+JOB_OVERHEAD_BYTES = 600
+QUEUE_OVERHEAD_BYTES = 1200
+BASE_MEMORY_BYTES = 1 << 20
+
+
+class Clock(Protocol):
+    """What the core needs of time: wall-clock milliseconds since the epoch."""
+
+    def wall_ms(self) -> int: ...
+
+
+class Node:
+    """One Disque node's jobs, queues and timers."""
+
+    def __init__(self, node_id: str, clock: Clock, rng: random.Random) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self.rng = rng
+        self.jobs: dict[str, Job] = {}
+        self.queues: dict[str, Queue] = {}
+        self.awake = AwakeIndex()
+        self.idgen = JobIdGenerator(node_id, rng)
+        self.stats = NodeStats()
+        # The node list every local-only job shares (copy on write, see job.py).
+        self.myself_only: tuple[str, ...] = (node_id,)
+        # Cluster view. A single node is a cluster of one; the cluster layer
+        # replaces these with live values.
+        self.cluster_size = 1
+        self.reachable_peers = 0
+        self.leaving = False
+        # Side effects for the shell to carry out after each call.
+        self.effects: list[Any] = []
+        # Called with (event, job) on job lifecycle events; the simulator's
+        # white-box checkers and the WebSocket job streams hook in here.
+        self.observers: list[Callable[[str, Job], None]] = []
+        self.body_bytes = 0  # sum of the bodies held, for memory_estimate()
+        self._last_ctime = 0
+        self._next_queue_gc_ms = 0
+
+    # ------------------------------------------------------------------ time
+
+    def now_ms(self) -> int:
+        return self.clock.wall_ms()
+
+    def time_error(self, span_ms: int = TIME_ERROR_MS) -> int:
+        """A random offset in [-span/2, span/2) to desynchronise nodes."""
+        return self.rng.randrange(span_ms) - span_ms // 2
+
+    def new_ctime(self, now_ms: int) -> int:
+        """Creation time: ms * 1e6, strictly increasing on this node."""
+        ctime = now_ms * 1_000_000
+        if ctime <= self._last_ctime:
+            ctime = self._last_ctime + 1
+        self._last_ctime = ctime
+        return ctime
+
+    # ------------------------------------------------------------ registry
+
+    def lookup(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def register(self, job: Job) -> bool:
+        if job.id in self.jobs:
+            return False
+        self.jobs[job.id] = job
+        if job.body is not None:
+            self.body_bytes += len(job.body)
+        self.update_awake(job)
+        self._notify("registered", job)
+        return True
+
+    def unregister(self, job: Job) -> None:
+        """Forget a job whatever its state (expiry, collection, DELJOB)."""
+        if self.jobs.get(job.id) is not job:
+            return
+        if job.state == JobState.QUEUED:
+            self.dequeue(job)
+        if job.state == JobState.WAIT_REPL:
+            self.replication_aborted(job)
+        self.awake.unschedule(job)
+        del self.jobs[job.id]
+        if job.body is not None:
+            self.body_bytes -= len(job.body)
+        self._notify("deleted", job)
+
+    def replication_aborted(self, job: Job) -> None:
+        """A job waiting for replication went away: hook for the cluster layer."""
+
+    def _notify(self, event: str, job: Job) -> None:
+        for observer in self.observers:
+            observer(event, job)
+
+    # -------------------------------------------------------------- queues
+
+    def queue(self, name: str) -> Queue:
+        """The queue of that name, created on demand."""
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = Queue(name, self.now_ms())
+        return q
+
+    def queue_length(self, name: str) -> int:
+        q = self.queues.get(name)
+        return len(q.jobs) if q is not None else 0
+
+    def enqueue(self, job: Job, nack: bool = False) -> bool:
+        """Put a held job in its queue; False if it must not be queued."""
+        if job.state == JobState.QUEUED or job.qtime == 0:
+            return False
+        if job.retry == 0 and job.flags & FLAG_DELIVERED:
+            return False
+        now = self.now_ms()
+        job.state = JobState.QUEUED
+        if job.retry:
+            job.flags |= FLAG_BCAST_WILLQUEUE
+            job.qtime = now + job.retry * 1000 + self.time_error()
+        else:
+            job.qtime = 0  # at most once: never queued again
+        if job.flags & FLAG_BCAST_QUEUED or nack:
+            # A re-queue (not the first queueing): tell the other holders so
+            # that they push their own timers, and count the delivery.
+            self.broadcast_queued(job, nack)
+            if nack:
+                job.nacks += 1
+            else:
+                job.deliveries += 1
+        else:
+            job.flags |= FLAG_BCAST_QUEUED
+        self.update_awake(job)
+        q = self.queue(job.queue)
+        q.push(job)
+        q.atime = now // 1000
+        q.jobs_in += 1
+        self._notify("queued", job)
+        if q.waiters and not q.pause & Pause.OUT:
+            self.serve_waiters(q)
+        return True
+
+    def dequeue(self, job: Job) -> bool:
+        """Take a queued job out of its queue, back to ``ACTIVE``."""
+        if job.state != JobState.QUEUED:
+            return False
+        q = self.queues.get(job.queue)
+        if q is not None:
+            q.remove(job)
+        job.state = JobState.ACTIVE
+        return True
+
+    def fetch(self, q: Queue) -> Job | None:
+        """Deliver the oldest job of a queue: it becomes ``ACTIVE``."""
+        job_id = q.pop_oldest()
+        if job_id is None:
+            return None
+        job = self.jobs[job_id]
+        job.state = JobState.ACTIVE
+        job.flags |= FLAG_DELIVERED
+        q.atime = self.now_ms() // 1000
+        q.jobs_out += 1
+        self._notify("delivered", job)
+        if not q.jobs:
+            self.queue_drained(q)
+        return job
+
+    def queue_drained(self, q: Queue) -> None:
+        """A queue just became empty: hook for federation (cluster layer)."""
+
+    def need_jobs(self, name: str) -> None:
+        """Clients wait on an empty queue: hook for federation (cluster layer)."""
+
+    def set_pause(self, name: str, pause: Pause) -> Pause:
+        q = self.queues.get(name)
+        if q is None:
+            if pause == Pause.NONE:
+                return Pause.NONE
+            q = self.queue(name)
+        q.pause = pause
+        if not pause & Pause.OUT and q.waiters and q.jobs:
+            self.serve_waiters(q)
+        return q.pause
+
+    # ------------------------------------------------------------- waiters
+
+    def block(self, waiter: Waiter) -> None:
+        """Register a GETJOB client on every queue it named."""
+        for name in waiter.queues:
+            self.queue(name).waiters[waiter] = None
+        self.stats.blocked_clients += 1
+
+    def cancel_wait(self, waiter: Waiter) -> None:
+        """The shell gave up on a waiter (timeout, disconnect, shutdown)."""
+        if waiter.done:
+            return
+        waiter.done = True
+        self._unblock(waiter)
+
+    def _unblock(self, waiter: Waiter) -> None:
+        if not waiter.queues:
+            return
+        self.stats.blocked_clients -= 1
+        for name in waiter.queues:
+            q = self.queues.get(name)
+            if q is not None:
+                q.waiters.pop(waiter, None)
+
+    def serve_waiters(self, q: Queue) -> None:
+        """Hand jobs of a queue to its blocked clients, oldest client first."""
+        while q.waiters and q.jobs:
+            waiter = next(iter(q.waiters))
+            jobs = []
+            while len(jobs) < waiter.count:
+                job = self.fetch(q)
+                if job is None:
+                    break
+                jobs.append(job_reply(job, waiter.withcounters))
+            self._unblock(waiter)
+            waiter.finish(jobs)
+
+    def unblock_all(self, reply: Reply) -> None:
+        """Answer every blocked GETJOB client (CLUSTER LEAVING, shutdown)."""
+        waiters: dict[Waiter, None] = {}
+        for q in self.queues.values():
+            waiters.update(q.waiters)
+        for waiter in waiters:
+            self._unblock(waiter)
+            waiter.finish(reply)
+
+    # ---------------------------------------------------------------- acks
+
+    def acknowledge(self, job: Job) -> None:
+        if job.state == JobState.ACKED:
+            return
+        self.dequeue(job)
+        job.state = JobState.ACKED
+        job.nodes_confirmed = None
+        self.update_awake(job)
+        self._notify("acked", job)
+
+    def try_gc(self, job: Job) -> None:
+        """Try to collect an acked job: delete it once every holder confirmed."""
+        if job.state != JobState.ACKED:
+            return
+        if job.gc_retry != GC_RETRY_COUNT_MAX:
+            job.gc_retry += 1
+        if job.nodes_confirmed is None:
+            job.nodes_confirmed = self.myself_only
+        dummy = job.is_dummy_ack
+        everyone = not dummy and set(job.nodes_delivered) <= set(job.nodes_confirmed)
+        if everyone or (dummy and self.cluster_size == 1):
+            self.unregister(job)
+            return
+        self.send_setack(job)
+
+    def next_gc_time(self, job: Job, now: int) -> int:
+        period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
+        return now + period + self.time_error()
+
+    # ------------------------------------------------- cluster hooks (no-ops)
+
+    def broadcast_queued(self, job: Job, nack: bool) -> None:
+        """Tell other holders a job was (re)queued here (cluster layer)."""
+
+    def send_willqueue(self, job: Job) -> None:
+        """Tell other holders a re-queue is coming (cluster layer)."""
+
+    def send_setack(self, job: Job) -> None:
+        """Ask holders to confirm an ack (cluster layer)."""
+
+    def broadcast_deljob(self, job_id: str, job: Job | None) -> None:
+        """FASTACK: best-effort delete on the holders, or everyone (cluster layer)."""
+
+    def broadcast_working(self, job: Job) -> None:
+        """WORKING: tell holders to push their re-queue timers (cluster layer)."""
+
+    def broadcast_pause(self, name: str, pause: Pause) -> None:
+        """PAUSE ... BCAST: send the queue's pause state to every node."""
+
+    # -------------------------------------------------------------- timers
+
+    def update_awake(self, job: Job, at: int = 0) -> None:
+        """(Re)compute the job's single timer; see the module rules."""
+        if at == 0:
+            at = job.etime * 1000 + 1000
+            if job.state == JobState.ACKED:
+                at = min(at, self.next_gc_time(job, self.now_ms()))
+            elif job.state in (JobState.ACTIVE, JobState.QUEUED) and job.qtime:
+                qtime = job.qtime
+                if job.flags & FLAG_BCAST_WILLQUEUE:
+                    qtime -= WILLQUEUE_ADVANCE_MS
+                at = min(at, qtime)
+        self.awake.schedule(job, at)
+
+    def set_requeue_time(self, job: Job, qtime: int) -> None:
+        if job.retry == 0 or job.qtime == 0:
+            return  # never break the at-most-once promise
+        job.qtime = qtime
+        self.update_awake(job)
+
+    def next_deadline(self) -> int | None:
+        """Wall-clock ms at which :meth:`tick` has work to do, or None."""
+        due = self.awake.next_due(self.jobs.get)
+        if self.queues and (due is None or due > self._next_queue_gc_ms):
+            due = self._next_queue_gc_ms
+        return due
+
+    def tick(self) -> None:
+        """Run every timer that is due now."""
+        now = self.now_ms()
+        for job in self._due_jobs(now):
+            self.process_job(job, now)
+        if now >= self._next_queue_gc_ms:
+            self._next_queue_gc_ms = now + QUEUE_GC_PERIOD_MS
+            self.evict_idle_queues(now)
+
+    def _due_jobs(self, now: int) -> Iterator[Job]:
+        # Materialise first: processing may push the same job back if due.
+        return iter(list(self.awake.pop_due(now, self.jobs.get)))
+
+    def process_job(self, job: Job, now: int) -> None:
+        """A job's timer fired: expire, announce, (re)queue or collect it."""
+        if self.jobs.get(job.id) is not job:
+            return
+        if job.etime * 1000 <= now:
+            self.stats.expired_jobs += 1
+            self.unregister(job)
+            return
+        in_play = job.state in (JobState.ACTIVE, JobState.QUEUED)
+        if (
+            in_play
+            and job.flags & FLAG_BCAST_WILLQUEUE
+            and job.qtime - WILLQUEUE_ADVANCE_MS <= now
+        ):
+            if job.state != JobState.QUEUED:
+                self.send_willqueue(job)
+            job.flags &= ~FLAG_BCAST_WILLQUEUE
+        if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:
+            self._requeue(job, now)
+        if job.state == JobState.QUEUED and job.qtime and job.qtime <= now and job.retry:
+            # Still queued when the retry came: keep it, push the next retry.
+            job.flags |= FLAG_BCAST_WILLQUEUE
+            job.qtime = now + job.retry * 1000 + self.time_error()
+        if job.state == JobState.ACKED:
+            self.try_gc(job)
+        if self.jobs.get(job.id) is job:
+            self.update_awake(job)
+
+    def _requeue(self, job: Job, now: int) -> None:
+        q = self.queues.get(job.queue)
+        if job.retry and q is not None and q.pause & Pause.IN:
+            # Paused in input: postpone. RETRY 0 jobs (delayed ones) are
+            # queued anyway, or they would be leaked.
+            job.qtime = now + job.retry * 1000 + self.time_error()
+            return
+        self.enqueue(job)
+
+    def evict_idle_queues(self, now: int, max_idle: int = QUEUE_MAX_IDLE_SECONDS) -> int:
+        now_s = now // 1000
+        idle = [q.name for q in self.queues.values() if q.is_collectable(now_s, max_idle)]
+        for name in idle:
+            del self.queues[name]
+        return len(idle)
+
+    def memory_estimate(self) -> int:
+        return (
+            BASE_MEMORY_BYTES
+            + len(self.jobs) * JOB_OVERHEAD_BYTES
+            + self.body_bytes
+            + len(self.queues) * QUEUE_OVERHEAD_BYTES
+        )
+
+    # ------------------------------------------------------------ flushall
+
+    def flush_all(self) -> None:
+        """DEBUG FLUSHALL: forget every job and queue (blocked clients get nil)."""
+        for q in self.queues.values():
+            for waiter in list(q.waiters):
+                self._unblock(waiter)
+                waiter.finish(None)
+        self.jobs.clear()
+        self.queues.clear()
+        self.awake.clear()
+        self.body_bytes = 0
+
+
+def job_reply(job: Job, withcounters: bool) -> list[Reply]:
+    """A job as GETJOB and QPEEK return it: [queue, id, body, (counters)]."""
+    body = job.body if job.body is not None else b""
+    if withcounters:
+        return [
+            job.queue,
+            job.id,
+            body,
+            "nacks",
+            job.nacks,
+            "additional-deliveries",
+            job.deliveries,
+        ]
+    return [job.queue, job.id, body]

@@ -1,0 +1,130 @@
+"""A named queue: the jobs of one name that this node may deliver.
+
+Jobs are ordered by ``(ctime, id)``: creation time first (best-effort FIFO
+across nodes), the ID only to break ties. The order is kept in a
+``SortedList`` of ``(ctime, id)`` tuples rather than of jobs so that
+comparisons stay in C (tuples of int and str), and the tuples reuse the job's
+own int and str objects. Blocked GETJOB clients wait on the queue in arrival
+order (first come, first served).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedList
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .waiters import Waiter
+
+
+class Pause(enum.IntFlag):
+    NONE = 0
+    IN = 1  # refuse new jobs (ADDJOB -PAUSED, no replication or ENQUEUE from peers)
+    OUT = 2  # deliver nothing (GETJOB blocks, no jobs given to other nodes)
+    ALL = 3
+
+    @property
+    def label(self) -> str:
+        return _PAUSE_LABELS[self]
+
+
+_PAUSE_LABELS = {Pause.NONE: "none", Pause.IN: "in", Pause.OUT: "out", Pause.ALL: "all"}
+
+# A queue that saw no activity for this long, has no jobs, no waiters and no
+# pause flags, is dropped from memory; it is recreated on demand.
+QUEUE_MAX_IDLE_SECONDS = 300
+
+
+class Queue:
+    __slots__ = (
+        "atime",
+        "ctime",
+        "import_current_count",
+        "import_current_ms",
+        "import_prev_count",
+        "import_prev_ms",
+        "jobs",
+        "jobs_in",
+        "jobs_out",
+        "name",
+        "needjobs_adhoc_attempt",
+        "needjobs_adhoc_ms",
+        "needjobs_bcast_attempt",
+        "needjobs_bcast_ms",
+        "needjobs_responders",
+        "pause",
+        "waiters",
+    )
+
+    def __init__(self, name: str, now_ms: int) -> None:
+        self.name = name
+        self.jobs: SortedList = SortedList()
+        # Blocked GETJOB clients, oldest first. A dict used as an ordered set:
+        # removal of a client that timed out is O(1).
+        self.waiters: dict[Waiter, None] = {}
+        self.pause = Pause.NONE
+        self.ctime = now_ms // 1000  # unix seconds, like QSTAT reports
+        self.atime = now_ms // 1000  # last access, for idle eviction
+        self.jobs_in = 0
+        self.jobs_out = 0
+        # Federation pacing (cluster): when NEEDJOBS was last sent and how
+        # many times in a row, and which nodes answered recently (id -> ms).
+        self.needjobs_bcast_ms = 0
+        self.needjobs_bcast_attempt = 0
+        self.needjobs_adhoc_ms = 0
+        self.needjobs_adhoc_attempt = 0
+        self.needjobs_responders: dict[str, int] = {}
+        # Import rate estimate: jobs received from other nodes in the current
+        # and the previous window of about one second.
+        self.import_current_ms = now_ms
+        self.import_current_count = 0
+        self.import_prev_ms = now_ms
+        self.import_prev_count = 0
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def push(self, job: Job) -> None:
+        self.jobs.add((job.ctime, job.id))
+
+    def remove(self, job: Job) -> None:
+        self.jobs.discard((job.ctime, job.id))
+
+    def pop_oldest(self) -> str | None:
+        """Remove and return the ID of the job with the lowest ctime."""
+        if not self.jobs:
+            return None
+        return self.jobs.pop(0)[1]  # type: ignore[no-any-return]
+
+    def peek_ids(self, count: int, newest_first: bool) -> list[str]:
+        if newest_first:
+            n = len(self.jobs)
+            return [entry[1] for entry in self.jobs.islice(max(0, n - count), n, reverse=True)]
+        return [entry[1] for entry in self.jobs.islice(0, count)]
+
+    def import_rate(self, now_ms: int) -> int:
+        """Jobs per second received from other nodes, a rough estimate."""
+        if now_ms - self.import_current_ms > 5000:
+            return 0
+        elapsed = max(now_ms - self.import_prev_ms, 50)
+        total = self.import_prev_count + self.import_current_count
+        return -(-total * 1000 // elapsed)  # ceiling division
+
+    def count_import(self, now_ms: int) -> None:
+        if now_ms - self.import_current_ms > 1000:
+            self.import_prev_ms = self.import_current_ms
+            self.import_prev_count = self.import_current_count
+            self.import_current_ms = now_ms
+            self.import_current_count = 0
+        self.import_current_count += 1
+
+    def is_collectable(self, now_s: int, max_idle: int) -> bool:
+        return (
+            now_s - self.atime >= max_idle
+            and not self.waiters
+            and not self.jobs
+            and self.pause == Pause.NONE
+        )

@@ -1,0 +1,141 @@
+"""The seams between a node and the world: clock, randomness, network, disk.
+
+Node code (``core`` and ``server``) reaches the outside only through an
+:class:`Env`. Production uses :func:`real_env`; the simulator builds an Env
+with a virtual clock, a seeded RNG, in-memory streams and in-memory files, so
+that the code under simulation is the code that runs over TCP. This module is
+the one place allowed to read the real clock and the OS entropy pool.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+import trio
+
+StreamHandler = Callable[[trio.abc.Stream], Awaitable[None]]
+
+
+class Clock(Protocol):
+    def wall_ms(self) -> int:
+        """Wall-clock milliseconds since the Unix epoch (may jump)."""
+        ...
+
+
+class Net(Protocol):
+    async def open_listeners(self, host: str, port: int) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        """Bind a listening socket (raises OSError when the port is taken)."""
+        ...
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        """Open a stream to a peer."""
+        ...
+
+
+class Disk(Protocol):
+    def read(self, path: str) -> bytes | None:
+        """The whole file, or None when it does not exist."""
+        ...
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Atomically replace a file's content (write temp, fsync, rename)."""
+        ...
+
+    def append(self, path: str, data: bytes) -> None:
+        """Append to a file (created if missing); durable only after fsync."""
+        ...
+
+    def fsync(self, path: str) -> None: ...
+
+    def size(self, path: str) -> int: ...
+
+
+class SystemClock:
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class TcpNet:
+    async def open_listeners(self, host: str, port: int) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        return list(listeners)
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(host, port)
+        return stream
+
+
+class FileDisk:
+    """Real files. Writes happen on the event loop: they are small appends
+    to the page cache; only fsync may take long, and the AOF writer task is
+    the one that calls it."""
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def replace(self, path: str, data: bytes) -> None:
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def append(self, path: str, data: bytes) -> None:
+        with open(path, "ab") as f:
+            f.write(data)
+
+    def fsync(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def size(self, path: str) -> int:
+        try:
+            return os.path.getsize(path)
+        except FileNotFoundError:
+            return 0
+
+
+@attrs.define
+class Env:
+    clock: Clock
+    rng: random.Random
+    net: Net
+    disk: Disk
+    # Resident memory in bytes, or None where it cannot be read (simulation).
+    rss: Callable[[], int | None] = lambda: None
+    # Stop the whole node for that many seconds (DEBUG SLEEP). In production
+    # the event loop really stops; the simulator freezes the node instead.
+    block: Callable[[float], None] = lambda seconds: None
+
+
+def _read_rss() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def real_env() -> Env:
+    return Env(
+        clock=SystemClock(),
+        rng=random.Random(int.from_bytes(os.urandom(16), "big")),
+        net=TcpNet(),
+        disk=FileDisk(),
+        rss=_read_rss,
+        block=time.sleep,
+    )

@@ -1,0 +1,85 @@
+"""What the server knows about one connected client (CLIENT LIST, AUTH, RESP3)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from ..core.waiters import Waiter
+
+
+class Client:
+    """Connection state, owned by the connection's handler task."""
+
+    __slots__ = (
+        "addr",
+        "authenticated",
+        "blocked",
+        "cancel_scope",
+        "close_after_reply",
+        "created_ms",
+        "id",
+        "kind",
+        "last_cmd",
+        "last_ms",
+        "laddr",
+        "lib_name",
+        "lib_ver",
+        "monitoring",
+        "name",
+        "proto",
+        "qbuf",
+    )
+
+    def __init__(self, client_id: int, addr: str, laddr: str, now_ms: int, kind: str) -> None:
+        self.id = client_id
+        self.addr = addr
+        self.laddr = laddr
+        self.kind = kind  # "normal" for RESP clients, "websocket" for /ws
+        self.name = ""
+        self.lib_name = ""
+        self.lib_ver = ""
+        self.proto = 2  # RESP version the client asked for with HELLO
+        self.authenticated = False
+        self.created_ms = now_ms
+        self.last_ms = now_ms
+        self.last_cmd = "NULL"
+        self.qbuf = 0
+        # The GETJOB/ADDJOB this client waits on, if any (CLIENT LIST flags).
+        self.blocked: Waiter | None = None
+        # Set by MONITOR: the connection turns into a feed of commands.
+        self.monitoring = False
+        self.close_after_reply = False  # QUIT, CLIENT KILL of ourselves
+        # Cancelling this scope ends the connection (CLIENT KILL, shutdown).
+        self.cancel_scope: trio.CancelScope | None = None
+
+    def flags(self) -> str:
+        flags = ""
+        if self.monitoring:
+            flags += "O"
+        if self.blocked is not None:
+            flags += "b"
+        if self.close_after_reply:
+            flags += "c"
+        return flags or "N"
+
+    def info_line(self, now_ms: int) -> str:
+        """One line of CLIENT LIST, with Redis' field names."""
+        fields = [
+            f"id={self.id}",
+            f"addr={self.addr}",
+            f"laddr={self.laddr}",
+            f"name={self.name}",
+            f"age={(now_ms - self.created_ms) // 1000}",
+            f"idle={(now_ms - self.last_ms) // 1000}",
+            f"flags={self.flags()}",
+            "db=0",
+            f"qbuf={self.qbuf}",
+            f"cmd={self.last_cmd}",
+            f"resp={self.proto}",
+            f"lib-name={self.lib_name}",
+            f"lib-ver={self.lib_ver}",
+        ]
+        return " ".join(fields)

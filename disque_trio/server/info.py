@@ -1,0 +1,145 @@
+"""INFO: the Redis INFO text format with the original Disque's field names."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runtime import NodeServer
+
+Section = Callable[["NodeServer"], list[tuple[str, object]]]
+
+
+def _server(s: NodeServer) -> list[tuple[str, object]]:
+    from .runtime import PACKAGE_VERSION, VERSION
+
+    uptime = s.uptime_s()
+    proc = s.process_info()
+    uname = platform.uname()
+    return [
+        ("disque_version", VERSION),
+        ("disque_trio_version", PACKAGE_VERSION),
+        ("disque_git_sha1", "00000000"),
+        ("disque_git_dirty", 0),
+        ("os", f"{uname.system} {uname.release} {uname.machine}"),
+        ("arch_bits", 64 if sys.maxsize > 2**32 else 32),
+        ("multiplexing_api", "trio"),
+        ("python_version", platform.python_version()),
+        ("process_id", proc["pid"]),
+        ("run_id", s.node.node_id),
+        ("tcp_port", s.port),
+        ("uptime_in_seconds", uptime),
+        ("uptime_in_days", uptime // 86400),
+        ("hz", s.config.get("hz")),
+        ("executable", proc["executable"]),
+        ("config_file", s.config.path or ""),
+    ]
+
+
+def _clients(s: NodeServer) -> list[tuple[str, object]]:
+    biggest = max((c.qbuf for c in s.clients.values()), default=0)
+    return [
+        ("connected_clients", len(s.clients)),
+        ("client_longest_output_list", 0),
+        ("client_biggest_input_buf", biggest),
+        ("blocked_clients", s.node.stats.blocked_clients),
+    ]
+
+
+def _memory(s: NodeServer) -> list[tuple[str, object]]:
+    used = s.used_memory()
+    s.peak_memory = max(s.peak_memory, used)
+    rss = s.env.rss() or used
+    return [
+        ("used_memory", used),
+        ("used_memory_human", human_bytes(used)),
+        ("used_memory_rss", rss),
+        ("used_memory_peak", s.peak_memory),
+        ("used_memory_peak_human", human_bytes(s.peak_memory)),
+        ("mem_fragmentation_ratio", f"{rss / used:.2f}" if used else "0.00"),
+        ("mem_allocator", "pymalloc"),
+        ("maxmemory", s.config.get("maxmemory")),
+        ("maxmemory_human", human_bytes(int(s.config.get("maxmemory")))),
+    ]
+
+
+def _jobs(s: NodeServer) -> list[tuple[str, object]]:
+    return [("registered_jobs", len(s.node.jobs))]
+
+
+def _queues(s: NodeServer) -> list[tuple[str, object]]:
+    return [("registered_queues", len(s.node.queues))]
+
+
+def _persistence(s: NodeServer) -> list[tuple[str, object]]:
+    return s.persistence_info()
+
+
+def _stats(s: NodeServer) -> list[tuple[str, object]]:
+    st = s.node.stats
+    return [
+        ("total_connections_received", s.stat_connections),
+        ("total_commands_processed", s.stat_commands),
+        ("instantaneous_ops_per_sec", s.ops_per_sec()),
+        ("total_net_input_bytes", s.stat_net_in),
+        ("total_net_output_bytes", s.stat_net_out),
+        ("rejected_connections", s.stat_rejected),
+        ("added_jobs", st.added_jobs),
+        ("delivered_jobs", st.delivered_jobs),
+        ("acked_jobs", st.acked_jobs),
+        ("expired_jobs", st.expired_jobs),
+    ]
+
+
+def _cpu(s: NodeServer) -> list[tuple[str, object]]:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return [
+        ("used_cpu_sys", f"{me.ru_stime:.2f}"),
+        ("used_cpu_user", f"{me.ru_utime:.2f}"),
+        ("used_cpu_sys_children", f"{kids.ru_stime:.2f}"),
+        ("used_cpu_user_children", f"{kids.ru_utime:.2f}"),
+    ]
+
+
+SECTIONS: dict[str, tuple[str, Section]] = {
+    "server": ("Server", _server),
+    "clients": ("Clients", _clients),
+    "memory": ("Memory", _memory),
+    "jobs": ("Jobs", _jobs),
+    "queues": ("Queues", _queues),
+    "persistence": ("Persistence", _persistence),
+    "stats": ("Stats", _stats),
+    "cpu": ("CPU", _cpu),
+}
+
+
+def render(server: NodeServer, section: str) -> str:
+    """The INFO text for one section, 'default' or 'all'; '' when unknown."""
+    names = list(SECTIONS) if section in ("default", "all", "everything") else [section]
+    names += server.extra_info_sections(section)
+    blocks = []
+    for name in names:
+        if name in SECTIONS:
+            title, fn = SECTIONS[name]
+            fields = fn(server)
+        else:
+            extra = server.extra_info(name)
+            if extra is None:
+                continue
+            title, fields = extra
+        lines = [f"# {title}"] + [f"{k}:{v}" for k, v in fields]
+        blocks.append("\r\n".join(lines) + "\r\n")
+    return "\r\n".join(blocks)
+
+
+def human_bytes(n: int) -> str:
+    """Like Redis' bytesToHuman: 1.50K, 12.00M, ..."""
+    for unit, size in (("P", 1 << 50), ("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"

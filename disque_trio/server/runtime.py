@@ -1,0 +1,364 @@
+"""The Trio shell around one node: listeners, client tasks, the timer task.
+
+Task tree::
+
+    NodeServer.run                       (the node's nursery)
+      +-- serve_listeners(RESP port)     (one task per connected client)
+      +-- timer task                     (sleeps until core.next_deadline())
+      +-- signal watcher (CLI only)      (SIGINT/SIGTERM -> shutdown)
+
+Shutdown cancels the node's nursery: listeners close first, client tasks are
+cancelled and their sockets closed by their ``async with`` blocks, blocked
+clients are forgotten by the core. Nothing else owns a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..config import Config
+from ..core.commands import CORE_COMMANDS, Command
+from ..core.ids import new_node_id
+from ..core.node import Node
+from ..core.waiters import Waiter
+from ..env import Env
+from ..protocol.replies import Reply, ReplyError, err
+from . import admin
+from .client import Client
+from .connection import serve_client
+from .latency import LatencyMonitor
+from .slowlog import SlowLog
+
+log = logging.getLogger("disque_trio")
+
+VERSION = "1.0-rc1"  # the Disque version whose wire behaviour we follow
+PACKAGE_VERSION = "0.1.0"
+
+NOAUTH = ReplyError("NOAUTH", "Authentication required.")
+# Commands a client may send before AUTH.
+_NOAUTH_OK = frozenset({"auth", "hello", "quit"})
+
+
+class NodeServer:
+    """One node: the core state machine plus everything that talks to it."""
+
+    def __init__(self, config: Config, env: Env) -> None:
+        self.config = config
+        self.env = env
+        self.node = Node(new_node_id(env.rng), env.clock, env.rng)
+        self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
+        self.clients: dict[int, Client] = {}
+        self.slowlog = SlowLog()
+        self.latency = LatencyMonitor()
+        self.peak_memory = 0
+        # (trio time, commands processed) samples for instantaneous_ops_per_sec
+        self._ops_samples: list[tuple[float, int]] = []
+        self.started_ms = env.clock.wall_ms()
+        self.stat_connections = 0
+        self.stat_commands = 0
+        self.stat_rejected = 0
+        self.stat_net_in = 0
+        self.stat_net_out = 0
+        self.monitors: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self.bound: list[tuple[str, int]] = []
+        self.shutdown_requested = False
+        self.finished = trio.Event()  # set when run() returns
+        self._next_client_id = 0
+        self._nursery: trio.Nursery | None = None
+        self._timer_scope: trio.CancelScope | None = None
+        self._timer_due_ms: int | None = None
+        self.on_shutdown: list[Callable[[], None]] = []
+        self._slow_us = self._slow_max = self._latency_ms = 0
+        self._cache_config()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] | None = None,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Bind (unless given listeners), serve until shutdown, return.
+
+        Raises OSError if a port is taken.
+        """
+        if listeners is None:
+            listeners = await self._bind()
+        else:
+            self.bound = [_listener_name(listener) for listener in listeners]
+        try:
+            await self._serve(listeners, task_status)
+        finally:
+            self.finished.set()
+
+    async def _serve(
+        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], task_status: trio.TaskStatus[None]
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for listener in listeners:
+                nursery.start_soon(self._serve_listener, listener)
+            nursery.start_soon(self._timer_task)
+            nursery.start_soon(self._cron_task)
+            addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
+            log.info("Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs)
+            task_status.started()
+        self._nursery = None
+
+    async def _bind(self) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        port = int(self.config.get("port"))
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        try:
+            for host in self.config.get("bind"):
+                got = await self.env.net.open_listeners(host, port)
+                self.bound += [_listener_name(listener, host, port) for listener in got]
+                listeners.extend(got)
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        return listeners
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with --port 0 in tests)."""
+        return self.bound[0][1] if self.bound else int(self.config.get("port"))
+
+    def shutdown(self) -> None:
+        """Stop serving: close listeners and connections, end :meth:`run`."""
+        if self.shutdown_requested:
+            return
+        self.shutdown_requested = True
+        log.warning("Disque is now ready to exit, bye bye...")
+        for hook in self.on_shutdown:
+            hook()
+        self.node.unblock_all(None)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _serve_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
+        async with listener:
+            while True:
+                stream = await listener.accept()
+                assert self._nursery is not None
+                self._nursery.start_soon(serve_client, self, stream)
+
+    # -------------------------------------------------------------- clients
+
+    def new_client(self, stream: trio.abc.Stream, kind: str = "normal") -> Client | None:
+        """Register a connection; None when maxclients is reached."""
+        if len(self.clients) >= int(self.config.get("maxclients")):
+            self.stat_rejected += 1
+            return None
+        self._next_client_id += 1
+        addr, laddr = _peer_names(stream)
+        client = Client(self._next_client_id, addr, laddr, self.env.clock.wall_ms(), kind)
+        client.authenticated = not self.config.get("requirepass")
+        self.clients[client.id] = client
+        self.stat_connections += 1
+        return client
+
+    def drop_client(self, client: Client) -> None:
+        self.clients.pop(client.id, None)
+        self.monitors.pop(client.id, None)
+        if client.blocked is not None:
+            self.node.cancel_wait(client.blocked)
+            client.blocked = None
+
+    # ------------------------------------------------------------- commands
+
+    def execute(self, client: Client, argv: list[bytes]) -> Reply | Waiter:
+        """Run one command for a client: checks, dispatch, stats, monitor."""
+        name = argv[0].decode("utf-8", "surrogateescape").lower()
+        cmd = self.commands.get(name)
+        if self.monitors:
+            self._feed_monitors(client, argv)
+        self.stat_commands += 1
+        if cmd is None:
+            return err(f"unknown command '{argv[0].decode('utf-8', 'replace')}'")
+        client.last_cmd = name
+        if not cmd.arity_ok(len(argv)):
+            return err(f"wrong number of arguments for '{name}' command")
+        if not client.authenticated and name not in _NOAUTH_OK:
+            return NOAUTH
+        started = time.perf_counter()
+        try:
+            if cmd.core:
+                reply = cmd.handler(self.node, argv)
+            else:
+                reply = cmd.handler(admin.Context(self, client), argv)
+        except ReplyError as e:
+            reply = e
+        micros = int((time.perf_counter() - started) * 1_000_000)
+        if micros > self._slow_us >= 0 or (self._latency_ms and micros >= self._latency_ms * 1000):
+            self._record_slow(client, argv, micros)
+        return reply
+
+    def _record_slow(self, client: Client, argv: list[bytes], micros: int) -> None:
+        unix_s = self.env.clock.wall_ms() // 1000
+        if micros > self._slow_us >= 0:
+            self.slowlog.add(argv, unix_s, micros, client.addr, client.name, self._slow_max)
+        if self._latency_ms and micros >= self._latency_ms * 1000:
+            self.latency.add("command", unix_s, micros // 1000)
+
+    def after_batch(self) -> None:
+        """Called after each batch of commands: move the timer if needed."""
+        due = self.node.next_deadline()
+        if due is None or self._timer_scope is None:
+            return
+        if self._timer_due_ms is None or due < self._timer_due_ms:
+            self._timer_due_ms = due
+            delay = max(0.0, (due - self.env.clock.wall_ms()) / 1000)
+            self._timer_scope.deadline = trio.current_time() + delay
+
+    def _feed_monitors(self, client: Client, argv: list[bytes]) -> None:
+        now = self.env.clock.wall_ms()
+        words = " ".join('"' + _escape(a) + '"' for a in argv)
+        line = f"+{now // 1000}.{now % 1000:03d}000 [0 {client.addr}] {words}\r\n".encode()
+        for cid, channel in list(self.monitors.items()):
+            if cid == client.id:
+                continue
+            try:
+                channel.send_nowait(line)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                # A monitor that cannot keep up is disconnected, like Redis'
+                # output buffer limit does, rather than slowing the node.
+                self.monitors.pop(cid, None)
+                channel.close()
+
+    # ---------------------------------------------------------------- timer
+
+    async def _timer_task(self) -> None:
+        """Run due job timers; sleep until the next one (1 s at most, so a
+        wall-clock jump is noticed)."""
+        while True:
+            now = self.env.clock.wall_ms()
+            due = self.node.next_deadline()
+            self._timer_due_ms = due
+            delay = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
+            with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
+                self._timer_scope = scope
+                await trio.sleep_forever()
+            self._timer_scope = None
+            self.node.tick()
+
+    async def _cron_task(self) -> None:
+        """Housekeeping ten times a second: rate samples, peak memory."""
+        while True:
+            await trio.sleep(0.1)
+            self._ops_samples.append((trio.current_time(), self.stat_commands))
+            del self._ops_samples[:-16]
+            self.peak_memory = max(self.peak_memory, self.used_memory())
+
+    # ----------------------------------------------------------------- info
+
+    def ops_per_sec(self) -> int:
+        samples = self._ops_samples
+        if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+            return 0
+        (t0, c0), (t1, c1) = samples[0], samples[-1]
+        return int((c1 - c0) / (t1 - t0))
+
+    def used_memory(self) -> int:
+        return self.node.memory_estimate()
+
+    def persistence_info(self) -> list[tuple[str, object]]:
+        return [
+            ("loading", 0),
+            ("aof_enabled", 0),
+            ("aof_state", "off"),
+            ("aof_rewrite_in_progress", 0),
+            ("aof_rewrite_scheduled", 0),
+            ("aof_last_rewrite_time_sec", -1),
+            ("aof_current_rewrite_time_sec", -1),
+            ("aof_last_bgrewrite_status", "ok"),
+            ("aof_last_write_status", "ok"),
+        ]
+
+    def extra_info_sections(self, section: str) -> list[str]:
+        """Sections other layers add to INFO default/all (cluster, ...)."""
+        return []
+
+    def extra_info(self, name: str) -> tuple[str, list[tuple[str, object]]] | None:
+        return None
+
+    def config_changed(self, name: str) -> None:
+        """React to CONFIG SET of a directive that has a live effect."""
+        if name == "loglevel":
+            set_log_level(str(self.config.get("loglevel")))
+        self._cache_config()
+
+    def _cache_config(self) -> None:
+        """Copy the settings the per-command path reads (a dict lookup each
+        is measurable at 50k commands per second)."""
+        self._slow_us = int(self.config.get("slowlog-log-slower-than"))
+        self._slow_max = int(self.config.get("slowlog-max-len"))
+        self._latency_ms = int(self.config.get("latency-monitor-threshold"))
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.stat_connections = self.stat_commands = self.stat_rejected = 0
+        self.stat_net_in = self.stat_net_out = 0
+        self.node.stats.reset()
+        self.slowlog.reset()
+        self.peak_memory = self.used_memory()
+
+    def uptime_s(self) -> int:
+        return (self.env.clock.wall_ms() - self.started_ms) // 1000
+
+    def process_info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "executable": sys.argv[0] if sys.argv else ""}
+
+
+LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "verbose": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+}
+
+
+def set_log_level(level: str) -> None:
+    logging.getLogger("disque_trio").setLevel(LOG_LEVELS.get(level, logging.INFO))
+
+
+def _escape(arg: bytes) -> str:
+    out = []
+    for b in arg:
+        ch = chr(b)
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif 32 <= b < 127:
+            out.append(ch)
+        else:
+            out.append({10: "\\n", 13: "\\r", 9: "\\t"}.get(b, f"\\x{b:02x}"))
+    return "".join(out)
+
+
+def _listener_name(
+    listener: trio.abc.Listener[trio.abc.Stream], host: str = "memory", port: int = 0
+) -> tuple[str, int]:
+    sock = getattr(listener, "socket", None)
+    if sock is None:
+        return host, port
+    name = sock.getsockname()
+    return str(name[0]), int(name[1])
+
+
+def _peer_names(stream: trio.abc.Stream) -> tuple[str, str]:
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "memory:0", "memory:0"
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except OSError:
+        return "?:0", "?:0"
+    return f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}"
