@@ -25,10 +25,13 @@ Where disque-trio deliberately differs from the original:
   directive has one validation range, used by the file and by `CONFIG SET` alike;
 - relative `include` paths are resolved against the including file's directory,
   not against the process's working directory (which `dir` used to change);
-- `dir` is kept as a value and never `chdir`-ed into: several nodes share one
-  process in the simulator, so the server joins paths to it instead;
+- `dir` is only a value here, never `chdir`-ed into: whether to do so is the
+  CLI's decision for a real process (several nodes share one in the simulator);
 - `CONFIG REWRITE` keeps lines whose value did not change exactly as written,
-  removes (rather than blanks) duplicate lines, and replaces the file atomically.
+  removes (rather than blanks) duplicate lines, and replaces the file atomically;
+- `bind` defaults to 127.0.0.1 (the original listened everywhere), `maxmemory 0`
+  is refused, `rename-command` is refused with its own error, and the debugging
+  `watchdog-period` does not exist.
 
 New directives: `cluster-port` (0: client port + 10000), `cluster-announce-ip`,
 `cluster-announce-port`, `proto-max-bulk-len`, `web-port` (`auto`: client port +
@@ -57,11 +60,22 @@ import attrs
 __all__ = [
     "DIRECTIVES",
     "REWRITE_SIGNATURE",
+    "BoolKind",
     "Config",
     "ConfigError",
     "ConfigValue",
     "Directive",
+    "EnumKind",
+    "IntKind",
+    "Kind",
+    "MemoryKind",
+    "OctalKind",
     "OutputBufferLimit",
+    "OutputBufferLimitKind",
+    "PathKind",
+    "PortOrAutoKind",
+    "StringKind",
+    "WordsKind",
     "format_memory",
     "parse_argv",
     "parse_memory",
@@ -273,6 +287,16 @@ class Kind(abc.ABC, Generic[T]):
         return [value]
 
 
+def _check_text(text: str) -> str:
+    # Strings reach us from files and RESP decoded with surrogateescape; any other
+    # lone surrogate could not be written back to the file by CONFIG REWRITE.
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise _BadValue("must be valid text") from None
+    return text
+
+
 def _parse_int(text: str, reason: str) -> int:
     # int() would also take "+5", " 5" and "1_000"; the original takes none.
     if not re.fullmatch(r"-?[0-9]+", text):
@@ -363,7 +387,7 @@ class StringKind(Kind[str]):
     def parse(self, args: Sequence[str]) -> str:
         if len(args[0]) > self.max_len:
             raise _BadValue(f"must be at most {self.max_len} characters long")
-        return args[0]
+        return _check_text(args[0])
 
 
 @attrs.frozen
@@ -373,7 +397,7 @@ class PathKind(Kind[str]):
     basename_only: bool = False
 
     def parse(self, args: Sequence[str]) -> str:
-        path = args[0]
+        path = _check_text(args[0])
         if "\0" in path:
             raise _BadValue("must not contain a NUL character")
         if self.basename_only and ("/" in path or "\\" in path):
@@ -405,7 +429,7 @@ class WordsKind(Kind[tuple[str, ...]]):
     max_args = LLONG_MAX
 
     def parse(self, args: Sequence[str]) -> tuple[str, ...]:
-        words = tuple(word for arg in args for word in arg.split())
+        words = tuple(word for arg in args for word in _check_text(arg).split())
         if len(words) < self.min_count:
             raise _BadValue(f"needs at least {self.min_count} {self.what}")
         if len(words) > self.max_count:
@@ -521,7 +545,6 @@ class Directive:
 
 ConfigValue: TypeAlias = int | bool | str | tuple[str, ...] | OutputBufferLimit | None
 
-_BYTES_LOW_1MB = MemoryKind(low=_MB)
 _NO_OUTPUT_LIMIT = OutputBufferLimit()
 _LOGLEVELS = ("debug", "verbose", "notice", "warning")
 _FACILITIES = ("user", *(f"local{n}" for n in range(8)))
@@ -558,7 +581,7 @@ class Config:
     syslog_facility: str = _directive(EnumKind(_FACILITIES), "local0", ignored=True)
     # A Redis leftover the original still parses; disque has no databases.
     databases: int = _directive(IntKind(low=1), 16, ignored=True)
-    # Where the AOF and cluster-config-file live; the server joins paths to it.
+    # Where the AOF and cluster-config-file live (relative paths are relative to it).
     dir: str = _directive(PathKind(), ".", mutable=True)
     # "" means no password.
     requirepass: str = _directive(StringKind(MAX_PASSWORD_LEN), "", mutable=True)
@@ -599,7 +622,7 @@ class Config:
     cluster_announce_ip: str = _directive(StringKind(), "")
     cluster_announce_port: int = _directive(IntKind(0, MAX_PORT), 0)
     # New: the largest bulk string a client may send (Redis' setting and default).
-    proto_max_bulk_len: int = _directive(_BYTES_LOW_1MB, 512 * _MB, mutable=True)
+    proto_max_bulk_len: int = _directive(MemoryKind(low=_MB), 512 * _MB, mutable=True)
     # New: None ("auto") means client port + 1000; 0 disables the web listener.
     web_port: int | None = _directive(PortOrAutoKind(), None)
     # New: Origin headers a browser may connect from; empty means same host only.
@@ -612,7 +635,11 @@ class Config:
 
     @classmethod
     def load(cls, path: str | None, overrides: Sequence[tuple[str, Sequence[str]]] = ()) -> Config:
-        """Defaults, then the file at `path` ("-" reads stdin), then the overrides."""
+        """Defaults, then the file at `path` ("-" reads stdin), then the overrides.
+
+        Raises ConfigError naming the file and line (or the command-line option)
+        at the first bad directive.
+        """
         config = cls()
         if path == "-":
             _Loader(config).load_text(sys.stdin.read(), "stdin", os.getcwd())

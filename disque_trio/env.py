@@ -60,6 +60,18 @@ class SystemClock:
         return time.time_ns() // 1_000_000
 
 
+class TrioClock:
+    """Wall time that follows Trio's clock: under ``MockClock`` job timers
+    run on virtual time (tests, simulator). ``skew_ms`` shifts it."""
+
+    def __init__(self, base_ms: int = 1_700_000_000_000, skew_ms: int = 0) -> None:
+        self.base_ms = base_ms
+        self.skew_ms = skew_ms
+
+    def wall_ms(self) -> int:
+        return self.base_ms + self.skew_ms + int(trio.current_time() * 1000)
+
+
 class TcpNet:
     async def open_listeners(self, host: str, port: int) -> list[trio.abc.Listener[trio.abc.Stream]]:
         listeners = await trio.open_tcp_listeners(port, host=host)

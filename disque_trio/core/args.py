@@ -19,7 +19,7 @@ def parse_int(arg: bytes, message: str = _INT_ERROR) -> int:
     """A strict decimal 64-bit integer, like Redis' string2ll."""
     if not arg or len(arg) > 20 or arg[0] in b" +" or arg != arg.strip():
         raise err(message)
-    if arg != b"0" and (arg.startswith(b"0") or arg.startswith(b"-0")):
+    if arg != b"0" and arg.startswith((b"0", b"-0")):
         raise err(message)
     try:
         value = int(arg)

@@ -9,6 +9,8 @@ longer matches ``job.awake`` (or whose job is gone) is skipped when popped.
 That keeps every update O(log n) with no search, and an entry costs one small
 tuple (the job ID string is shared with the job). When stale entries outnumber
 live ones the heap is rebuilt, so memory stays proportional to the jobs held.
+The check runs on every update, not only when timers fire: a client looping
+NACK/GETJOB or WORKING on one job reschedules it without any timer coming due.
 """
 
 from __future__ import annotations
@@ -18,17 +20,31 @@ from collections.abc import Callable, Iterator
 
 from .job import Job
 
+Lookup = Callable[[str], Job | None]
+
 
 class AwakeIndex:
-    __slots__ = ("_heap", "_live")
+    __slots__ = ("_heap", "_live", "_lookup")
 
-    def __init__(self) -> None:
+    # Stale entries tolerated beyond the live ones before a rebuild: keeps
+    # small indexes from rebuilding all the time (tests lower it).
+    COMPACT_SLACK = 1024
+
+    def __init__(self, lookup: Lookup | None = None) -> None:
         self._heap: list[tuple[int, str]] = []
         # Jobs currently indexed (job.awake != 0): lets us know when to compact.
         self._live = 0
+        # How to find a job by ID, to tell stale entries from live ones when
+        # compacting on update (the node passes its registry's ``get``).
+        self._lookup = lookup
 
     def __len__(self) -> int:
         return self._live
+
+    @property
+    def stored(self) -> int:
+        """Heap entries held, live and stale (for memory accounting, tests)."""
+        return len(self._heap)
 
     def schedule(self, job: Job, due_ms: int) -> None:
         """Set the job's single timer to ``due_ms`` (replacing any earlier one)."""
@@ -38,12 +54,16 @@ class AwakeIndex:
             self._live += 1
         job.awake = due_ms
         heapq.heappush(self._heap, (due_ms, job.id))
+        if self._lookup is not None:
+            self._maybe_compact(self._lookup)
 
     def unschedule(self, job: Job) -> None:
         """Forget the job's timer (the job is being deleted)."""
         if job.awake:
             job.awake = 0
             self._live -= 1
+            if self._lookup is not None:
+                self._maybe_compact(self._lookup)
 
     def next_due(self, lookup: Callable[[str], Job | None]) -> int | None:
         """The earliest live due time, dropping stale heads on the way."""
@@ -74,7 +94,7 @@ class AwakeIndex:
         self._maybe_compact(lookup)
 
     def _maybe_compact(self, lookup: Callable[[str], Job | None]) -> None:
-        if len(self._heap) <= 2 * self._live + 1024:
+        if len(self._heap) <= 2 * self._live + self.COMPACT_SLACK:
             return
         live = []
         for due, job_id in self._heap:
@@ -82,7 +102,8 @@ class AwakeIndex:
             if job is not None and job.awake == due:
                 live.append((due, job_id))
         heapq.heapify(live)
-        self._heap = live
+        # In place: a pop_due() generator in progress holds this same list.
+        self._heap[:] = live
 
     def compact(self, lookup: Callable[[str], Job | None]) -> None:
         """Drop stale entries now if they dominate (called on deletes too)."""

@@ -35,7 +35,9 @@ class Command:
         return argc == self.arity if self.arity > 0 else argc >= -self.arity
 
 
-def _cmd(name: str, arity: int, flags: str, handler: Callable[[Node, list[bytes]], Any]) -> Command:
+def _cmd(
+    name: str, arity: int, flags: str, handler: Callable[[Node, list[bytes]], Any]
+) -> Command:
     return Command(name, arity, frozenset(flags.split()), handler)
 
 

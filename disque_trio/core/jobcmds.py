@@ -27,7 +27,17 @@ SCAN_DEFAULT_COUNT = 100
 class AddJobArgs:
     """ADDJOB options after validation (defaults filled in)."""
 
-    __slots__ = ("async_", "body", "delay", "maxlen", "queue", "replicate", "retry", "timeout", "ttl")
+    __slots__ = (
+        "async_",
+        "body",
+        "delay",
+        "maxlen",
+        "queue",
+        "replicate",
+        "retry",
+        "timeout",
+        "ttl",
+    )
 
     def __init__(self, node: Node, argv: list[bytes]) -> None:
         self.queue = text(argv[1])
@@ -54,8 +64,9 @@ class AddJobArgs:
             if not has_value or opt not in _ADDJOB_NUMERIC:
                 raise SYNTAX_ERROR
             attr, check, message = _ADDJOB_NUMERIC[opt]
-            value = parse_int(argv[i + 1], message) if _is_int(argv[i + 1]) else None
-            if value is None or not check(value):
+            # A malformed number gets the option's own message, like the original.
+            value = parse_int(argv[i + 1], message)
+            if not check(value):
                 raise err(message)
             setattr(self, attr, value)
             i += 2
@@ -73,15 +84,7 @@ class AddJobArgs:
             self.retry = max(1, min(self.ttl // 10, DEFAULT_RETRY_MAX))
 
 
-def _is_int(arg: bytes) -> bool:
-    try:
-        parse_int(arg)
-    except ReplyError:
-        return False
-    return True
-
-
-_ADDJOB_NUMERIC = {
+_ADDJOB_NUMERIC: dict[bytes, tuple[str, Callable[[int], bool], str]] = {
     b"replicate": ("replicate", lambda v: 0 < v <= 65535, "REPLICATE must be between 1 and 65535"),
     b"ttl": ("ttl", lambda v: v > 0, "TTL must be a number > 0"),
     b"retry": ("retry", lambda v: v >= 0, "RETRY time must be a non negative number"),
@@ -310,9 +313,7 @@ def jscan(node: Node, argv: list[bytes]) -> Reply:
         return not states or job.state in states
 
     cursor, found = scan.run(node.jobs, match)
-    items: list[Reply] = [
-        job_info(node, node.jobs[k]) if reply_all else Status(k) for k in found
-    ]
+    items: list[Reply] = [job_info(node, node.jobs[k]) if reply_all else Status(k) for k in found]
     return [str(cursor), items]
 
 
@@ -368,4 +369,3 @@ class ScanArgs:
                 i += 1
         cursor = hashed[i][0] + 1 if i < len(hashed) else 0
         return cursor, found
-

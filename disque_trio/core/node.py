@@ -73,7 +73,7 @@ class Node:
         self.rng = rng
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, Queue] = {}
-        self.awake = AwakeIndex()
+        self.awake = AwakeIndex(self.jobs.get)
         self.idgen = JobIdGenerator(node_id, rng)
         self.stats = NodeStats()
         # The node list every local-only job shares (copy on write, see job.py).
@@ -261,7 +261,7 @@ class Node:
         """Hand jobs of a queue to its blocked clients, oldest client first."""
         while q.waiters and q.jobs:
             waiter = next(iter(q.waiters))
-            jobs = []
+            jobs: list[Reply] = []
             while len(jobs) < waiter.count:
                 job = self.fetch(q)
                 if job is None:

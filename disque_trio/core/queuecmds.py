@@ -32,8 +32,9 @@ def getjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
             count = _positive(argv[i + 1])
             i += 1
         elif opt == b"from":
-            # Every word after FROM is a queue name, even "TIMEOUT".
-            queues = list(dict.fromkeys(text(a) for a in argv[i + 1 :]))
+            # Every word after FROM is a queue name, even "TIMEOUT". A name
+            # given twice is visited twice per round, as in the original.
+            queues = [text(a) for a in argv[i + 1 :]]
             break
         else:
             raise SYNTAX_ERROR
@@ -47,8 +48,12 @@ def getjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
         return NULL_ARRAY
     if node.leaving:
         raise LEAVING_ERROR
+    # A client waits once on each queue, however many times it named it.
     waiter = Waiter(
-        queues=tuple(queues), count=count, withcounters=withcounters, timeout_ms=timeout
+        queues=tuple(dict.fromkeys(queues)),
+        count=count,
+        withcounters=withcounters,
+        timeout_ms=timeout,
     )
     node.block(waiter)
     return waiter
@@ -107,7 +112,7 @@ def qstat(node: Node, argv: list[bytes]) -> Reply:
         return NULL_ARRAY
     now = node.now_ms()
     now_s = now // 1000
-    responders: list[Reply] = sorted(q.needjobs_responders)
+    responders: list[Reply] = [*sorted(q.needjobs_responders)]
     return {
         "name": q.name,
         "len": len(q.jobs),
@@ -171,7 +176,8 @@ def pause(node: Node, argv: list[bytes]) -> Reply:
             bcast = True
         elif opt != b"state":
             raise SYNTAX_ERROR
-    state = node.set_pause(name, new) if update else (q.pause if q else Pause.NONE)
+    # "is not None": an empty Queue is falsy (it has a __len__).
+    state = node.set_pause(name, new) if update else (q.pause if q is not None else Pause.NONE)
     if bcast:
         node.broadcast_pause(name, state)
     return Status(state.label)

@@ -74,8 +74,8 @@ class _NullArray(enum.Enum):
 NULL_ARRAY = _NullArray.NULL_ARRAY
 
 Reply: TypeAlias = (
-    "Status | ReplyError | int | bytes | str | None | _NullArray | float | bool"
-    " | Verbatim | list[Reply] | tuple[Reply, ...] | dict[str | bytes, Reply]"
+    "Status | ReplyError | int | bytes | str | _NullArray | float | bool"
+    " | Verbatim | list[Reply] | tuple[Reply, ...] | dict[str | bytes, Reply] | None"
 )
 
 OK = Status("OK")

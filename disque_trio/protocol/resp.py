@@ -61,8 +61,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from itertools import chain
-from typing import Final
+from typing import Any, Final
 
 import hiredis
 
@@ -83,6 +82,7 @@ __all__ = [
     "RequestParser",
     "encode",
     "encode_into",
+    "format_double",
     "make_parser",
     "split_args",
 ]
@@ -162,12 +162,12 @@ def _split_one(line: bytes, i: int) -> tuple[bytes, int]:
         c = line[i]
         if c in _TOKEN_END:
             return bytes(out), i
-        if c == 0x22:  # "
-            i = _double_quoted(line, i + 1, out)
-        elif c == 0x27:  # '
-            i = _single_quoted(line, i + 1, out)
-        else:
-            out.append(c)
+        if c in (0x22, 0x27):  # " or '
+            reader = _double_quoted if c == 0x22 else _single_quoted
+            closing = reader(line, i + 1, out)
+            # A closing quote ends the argument (and is followed by space).
+            return bytes(out), closing + 1
+        out.append(c)
         i += 1
     return bytes(out), i
 
@@ -235,6 +235,9 @@ class RequestParser:
         self._max_multibulk = max_multibulk_len
         self._buf = bytearray()
         self._pos = 0  # first byte not consumed yet
+        # Where to resume looking for the end of the line at _pos: a line
+        # that trickles in byte by byte is scanned once, not once per byte.
+        self._scan = 0
         # State of a multibulk in progress. _left == 0 means "at a command
         # boundary"; _bulk == -1 means "a $len header comes next".
         self._args: list[bytes] = []
@@ -246,6 +249,7 @@ class RequestParser:
         if self._pos:
             # O(1) in CPython: the bytearray just moves its start.
             del self._buf[: self._pos]
+            self._scan = max(0, self._scan - self._pos)
             self._pos = 0
         self._buf += data
 
@@ -273,25 +277,32 @@ class RequestParser:
             if args:  # an empty or blank line is skipped, like Redis
                 return args
 
-    def _line_end(self, what: str) -> int:
-        """Index of the CR ending the header at _pos, or -1 if incomplete."""
-        buf, pos = self._buf, self._pos
-        cr = buf.find(_CRLF, pos)
-        # Checked with and without the CRLF so the outcome never depends on
-        # how the bytes were split.
-        if (cr if cr >= 0 else len(buf)) - pos > self._max_inline:
-            raise ProtocolError(f"too big {what} count string")
-        return cr
+    def _find_eol(self, pos: int, sep: bytes, error: str) -> int:
+        """Index of ``sep`` ending the line that starts at ``pos``, or -1.
+
+        Enforces max_inline_len on the line whether or not its end has
+        arrived, so the outcome never depends on how the bytes were split.
+        """
+        buf = self._buf
+        eol = buf.find(sep, max(pos, self._scan))
+        if eol < 0:
+            self._scan = len(buf)
+        if (eol if eol >= 0 else len(buf)) - pos > self._max_inline:
+            raise ProtocolError(error)
+        return eol
+
+    # Like Redis, a header line ends at its CR and the byte after the CR is
+    # skipped without being looked at (it must have arrived, though).
 
     def _read_multibulk_count(self) -> bool:
-        """Parse ``*N\\r\\n`` at _pos; False if the line is incomplete."""
-        cr = self._line_end("mbulk")
-        if cr < 0:
+        """Parse ``*N\r\n`` at _pos; False if the line is incomplete."""
+        cr = self._find_eol(self._pos, b"\r", "too big mbulk count string")
+        if cr < 0 or cr + 1 >= len(self._buf):
             return False
         digits = self._buf[self._pos + 1 : cr]
         self._pos = cr + 2
-        if digits[:1] == b"-" and _parse_count(digits[1:]) is not None:
-            return True  # *-N: nothing to run, like *0
+        if digits[:1] == b"-" and _parse_count(digits[1:]):
+            return True  # *-N: nothing to run, like *0 (but "-0" is no number)
         count = _parse_count(digits)
         if count is None or count > self._max_multibulk:
             raise ProtocolError("invalid multibulk length")
@@ -300,41 +311,41 @@ class RequestParser:
 
     def _read_bulks(self) -> bool:
         """Read the multibulk's remaining ``$len`` items; False if incomplete."""
+        # The hot loop: locals, and the header parsed inline.
         buf, pos, end = self._buf, self._pos, len(self._buf)
         args, left, size = self._args, self._left, self._bulk
         while left:
             if size < 0:
-                if pos >= end:
-                    break
+                cr = buf.find(b"\r", pos)
+                if cr < 0 or cr + 1 >= end or cr - pos > self._max_inline:
+                    # Incomplete or too long: the careful way.
+                    cr = self._find_eol(pos, b"\r", "too big bulk count string")
+                    if cr < 0 or cr + 1 >= end:
+                        break
                 if buf[pos] != _DOLLAR:
                     raise ProtocolError(f"expected '$', got '{chr(buf[pos])}'")
-                self._pos = pos
-                cr = self._line_end("bulk")
-                if cr < 0:
-                    break
-                size = self._bulk_size(buf[pos + 1 : cr])
+                digits = buf[pos + 1 : cr]
+                if not digits.isdigit() or (digits[0] == _ZERO and len(digits) > 1):
+                    raise ProtocolError("invalid bulk length")
+                size = int(digits)
+                if size > self._max_bulk:
+                    raise ProtocolError("invalid bulk length")
                 pos = cr + 2
             if end - pos < size + 2:
                 break
-            args.append(_take(buf, pos, size))
+            args.append(
+                bytes(buf[pos : pos + size]) if size < _BIG_BODY else _take(buf, pos, size)
+            )
             pos += size + 2  # Redis does not check that these two are CRLF
             size = -1
             left -= 1
         self._pos, self._left, self._bulk = pos, left, size
         return not left
 
-    def _bulk_size(self, digits: bytes | bytearray) -> int:
-        size = _parse_count(digits)
-        if size is None or size > self._max_bulk:
-            raise ProtocolError("invalid bulk length")
-        return size
-
     def _read_inline(self) -> list[bytes] | None:
         """Parse one inline command line at _pos; None if incomplete."""
         buf, pos = self._buf, self._pos
-        nl = buf.find(b"\n", pos)
-        if (nl if nl >= 0 else len(buf)) - pos > self._max_inline:
-            raise ProtocolError("too big inline request")
+        nl = self._find_eol(pos, b"\n", "too big inline request")
         if nl < 0:
             return None
         stop = nl - 1 if nl > pos and buf[nl - 1] == _CR else nl
@@ -350,8 +361,6 @@ _BIG_BODY: Final = 4096
 
 
 def _take(buf: bytearray, pos: int, size: int) -> bytes:
-    if size < _BIG_BODY:
-        return bytes(buf[pos : pos + size])
     with memoryview(buf) as view:
         return bytes(view[pos : pos + size])
 
@@ -360,16 +369,12 @@ def _take(buf: bytearray, pos: int, size: int) -> bytes:
 # The hiredis-assisted request parser
 # --------------------------------------------------------------------------
 
-
-class _Outcome(enum.Enum):
-    FALLBACK = "fallback"  # let the pure parser decide
-    SKIPPED = "skipped"  # *0 or *-1 consumed
-
-
 # hiredis gets at least this much at a time, or twice what it holds unparsed:
 # few feeds for a big command, little wasted copying when it must be rebuilt.
 _HIREDIS_MIN_FEED: Final = 16 * 1024
-_DOLLAR_FMT: Final = b"$%d".__mod__
+# Canonical headers of small items, to rebuild a command at C speed.
+_BULK_HEADERS: Final = tuple(b"$%d\r\n" % n for n in range(_BIG_BODY))
+_COUNT_HEADERS: Final = tuple(b"*%d\r\n" % n for n in range(1024))
 
 
 class HiredisRequestParser(RequestParser):
@@ -384,33 +389,56 @@ class HiredisRequestParser(RequestParser):
         super().__init__(max_bulk_len, max_inline_len, max_multibulk_len)
         self._reader = hiredis.Reader()
         # _buf[:_fed] has been given to the reader, which has parsed exactly
-        # up to _pos (or holds the beginning of the command at _pos).
+        # up to _pos (and may hold the start of the command at _pos).
         self._fed = 0
+        # The command at this position was incomplete for hiredis: the pure
+        # parser, which keeps partial state, finishes it.
+        self._stuck = -1
         # A header hiredis accepts could still break a tiny max_inline_len;
         # then the pure parser does everything.
         widest = len(str(max(max_bulk_len, max_multibulk_len))) + 1
         self._use_reader = max_inline_len >= widest
 
     def feed(self, data: bytes) -> None:
-        before = self._pos
+        shift = self._pos
         super().feed(data)
-        self._fed -= before - self._pos
+        shift -= self._pos
+        self._fed -= shift
+        self._stuck -= shift
 
     def next_command(self) -> list[bytes] | None:
         while True:
-            if self._left or not self._use_reader:
+            pos, buf = self._pos, self._buf
+            if self._left or pos == self._stuck or not self._use_reader:
                 return self._pure_next()
-            if self._pos >= len(self._buf):
+            if pos >= len(buf):
                 return None
-            if self._buf[self._pos] != _STAR:
+            if buf[pos] != _STAR:
                 return self._pure_next()
-            cmd = self._reader_next()
-            if cmd is _Outcome.FALLBACK:
+            try:
+                cmd = self._reader.gets()
+            except hiredis.ProtocolError:
                 return self._pure_next()
-            if cmd is not _Outcome.SKIPPED:
+            if cmd is False:
+                if self._fed < len(buf):
+                    self._feed_reader()
+                    continue
+                self._stuck = pos
+                return self._pure_next()
+            if type(cmd) is list and cmd and self._accept(cmd):
                 return cmd
+            if not self._skip_empty(cmd):
+                return self._pure_next()
+
+    def _feed_reader(self) -> None:
+        size = max(_HIREDIS_MIN_FEED, self._fed - self._pos)
+        size = min(size, len(self._buf) - self._fed)
+        # hiredis reads any buffer; its stub only names str and bytes.
+        self._reader.feed(self._buf, self._fed, size)  # type: ignore[arg-type]
+        self._fed += size
 
     def _pure_next(self) -> list[bytes] | None:
+        """Let the pure parser go on from _pos, then put hiredis back in step."""
         dirty = self._fed > self._pos
         try:
             return RequestParser.next_command(self)
@@ -419,54 +447,54 @@ class HiredisRequestParser(RequestParser):
                 self._reader = hiredis.Reader()
             self._fed = self._pos
 
-    def _reader_next(self) -> list[bytes] | _Outcome:
-        """The command at _pos according to hiredis, checked."""
-        reader, buf = self._reader, self._buf
-        while True:
-            try:
-                cmd = reader.gets()
-            except hiredis.ProtocolError:
-                return _Outcome.FALLBACK
-            if cmd is not False:
-                break
-            if self._fed >= len(buf):
-                return _Outcome.FALLBACK  # incomplete: the pure parser keeps state
-            size = min(len(buf) - self._fed, max(_HIREDIS_MIN_FEED, self._fed - self._pos))
-            reader.feed(buf, self._fed, size)
-            self._fed += size
-        return self._check(cmd)
+    def _accept(self, cmd: list[Any]) -> bool:
+        """Consume ``cmd`` if _buf holds its canonical encoding at _pos.
 
-    def _check(self, cmd: object) -> list[bytes] | _Outcome:
-        """Accept ``cmd`` only if _buf holds its canonical encoding at _pos."""
-        buf, pos = self._buf, self._pos
-        if cmd.__class__ is not list or not cmd:
-            # *0 and *-1 read as [] and None; other readings need a closer look.
-            for empty in (b"*0\r\n", b"*-1\r\n"):
-                if cmd == ([] if empty == b"*0\r\n" else None) and buf.startswith(empty, pos):
-                    self._pos += len(empty)
-                    return _Outcome.SKIPPED
-            return _Outcome.FALLBACK
-        assert isinstance(cmd, list)
+        hiredis checks that lengths are canonical numbers but would take
+        ``+``, ``(`` or ``=`` items, nested arrays and any size.
+        """
         if len(cmd) > self._max_multibulk:
-            return _Outcome.FALLBACK
+            return False
         try:
-            # "$3\r\nfoo\r\n$3\r\nbar" without a per-item Python loop; raises
-            # TypeError for anything but bytes items.
-            body = _CRLF.join(chain.from_iterable(zip(map(_DOLLAR_FMT, map(len, cmd)), cmd)))
-        except TypeError:
-            return _Outcome.FALLBACK
+            # TypeError: not all bytes; IndexError: a big item.
+            body = _CRLF.join([_BULK_HEADERS[len(a)] + a for a in cmd])
+            head = _COUNT_HEADERS[len(cmd)]
+        except (TypeError, IndexError):
+            return self._accept_slowly(cmd)
         if len(body) > self._max_bulk and max(map(len, cmd)) > self._max_bulk:
-            return _Outcome.FALLBACK
-        head = b"*%d\r\n" % len(cmd)
-        tail = pos + len(head) + len(body)
-        if not (
-            buf.startswith(head, pos)
-            and buf.startswith(body, pos + len(head))
-            and buf.startswith(_CRLF, tail)
-        ):
-            return _Outcome.FALLBACK
-        self._pos = tail + 2
-        return cmd
+            return False
+        buf, pos = self._buf, self._pos
+        if not (buf.startswith(head, pos) and buf.startswith(body, pos + len(head))):
+            return False
+        # The two bytes after the last body are skipped unchecked, as both
+        # hiredis and Redis do.
+        self._pos = pos + len(head) + len(body) + 2
+        return True
+
+    def _accept_slowly(self, cmd: list[Any]) -> bool:
+        """_accept for commands with big items: compare piece by piece."""
+        buf = self._buf
+        pos = self._pos
+        if not buf.startswith(b"*%d\r\n" % len(cmd), pos):
+            return False
+        pos += len(b"*%d\r\n" % len(cmd))
+        for item in cmd:
+            if type(item) is not bytes or len(item) > self._max_bulk:
+                return False
+            header = b"$%d\r\n" % len(item)
+            if not (buf.startswith(header, pos) and buf.startswith(item, pos + len(header))):
+                return False
+            pos += len(header) + len(item) + 2
+        self._pos = pos
+        return True
+
+    def _skip_empty(self, cmd: object) -> bool:
+        """Consume ``*0`` (read as []) or ``*-1`` (read as None)."""
+        for empty, reading in ((b"*0\r\n", []), (b"*-1\r\n", None)):
+            if cmd == reading and self._buf.startswith(empty, self._pos):
+                self._pos += len(empty)
+                return True
+        return False
 
 
 def make_parser(
@@ -497,31 +525,34 @@ def encode(reply: Reply, proto: int = 2) -> bytes:
 
 def encode_into(out: bytearray, reply: Reply, proto: int = 2) -> None:
     """Append the encoding of ``reply`` to ``out``."""
-    cls = reply.__class__
-    if cls is bytes:
-        assert isinstance(reply, bytes)
-        out += b"$%d\r\n%b\r\n" % (len(reply), reply)
-    elif cls is int:
+    # Exact type() checks (which mypy narrows on) for the hot shapes; bool,
+    # subclasses and the rest go through the table. Three appends beat one
+    # "%b" format: no temporary copy of the body.
+    if type(reply) is bytes:
+        out += b"$%d\r\n" % len(reply)
+        out += reply
+        out += _CRLF
+    elif type(reply) is int:
         out += b":%d\r\n" % reply
-    elif cls is Status:
-        assert isinstance(reply, Status)
-        _enc_status(out, reply, proto)
-    elif cls is list:
-        assert isinstance(reply, list)
+    elif type(reply) is Status:
+        data = reply.encode("utf-8", "surrogateescape")
+        out += b"+"
+        out += _one_line(data) if b"\r" in data or b"\n" in data else data
+        out += _CRLF
+    elif type(reply) is list:
         _enc_array(out, reply, proto)
     else:
-        _encoder_for(cls)(out, reply, proto)
+        _encoder_for(type(reply))(out, reply, proto)
 
 
 def _enc_array(out: bytearray, items: list[Reply] | tuple[Reply, ...], proto: int) -> None:
     out += b"*%d\r\n" % len(items)
     for item in items:
-        # The usual element types inline, to save a call per element.
-        if item.__class__ is bytes:
-            assert isinstance(item, bytes)
-            out += b"$%d\r\n%b\r\n" % (len(item), item)
-        elif item.__class__ is int:
-            out += b":%d\r\n" % item
+        # Bulk strings inline, to save a call per element.
+        if type(item) is bytes:
+            out += b"$%d\r\n" % len(item)
+            out += item
+            out += _CRLF
         else:
             encode_into(out, item, proto)
 
@@ -534,23 +565,20 @@ def _text(value: str) -> bytes:
 
 def _one_line(data: bytes) -> bytes:
     """A status or error must stay on its line."""
-    if b"\r" in data or b"\n" in data:
-        return data.replace(b"\r", b" ").replace(b"\n", b" ")
-    return data
+    return data.replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 def _enc_bulk(out: bytearray, data: bytes) -> None:
-    if len(data) < _BIG_BODY:
-        out += b"$%d\r\n%b\r\n" % (len(data), data)
-    else:
-        out += b"$%d\r\n" % len(data)
-        out += data
-        out += _CRLF
+    out += b"$%d\r\n" % len(data)
+    out += data
+    out += _CRLF
 
 
 def _enc_bytes(out: bytearray, reply: object, proto: int) -> None:
+    # bytes subclasses, and buffers that are not in the Reply type but cost
+    # nothing to allow.
     assert isinstance(reply, bytes | bytearray | memoryview)
-    _enc_bulk(out, bytes(reply))
+    _enc_bulk(out, reply if isinstance(reply, bytes) else bytes(reply))
 
 
 def _enc_str(out: bytearray, reply: object, proto: int) -> None:

@@ -1,0 +1,125 @@
+"""Helpers to drive the pure core synchronously: a fake clock, a node, a
+dispatcher like the server's, timer stepping and a white-box invariant check."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+from disque_trio.core.commands import CORE_COMMANDS
+from disque_trio.core.job import Job, JobState
+from disque_trio.core.node import Node
+from disque_trio.protocol.replies import ReplyError, err
+
+# A realistic wall clock (Nov 2023), a whole second so TTL arithmetic is exact.
+START_MS = 1_700_000_000_000
+NODE_ID = "dcb833cf" + "a1" * 16
+OTHER_ID = "77e1a0b2" + "b3" * 16
+
+
+class FakeClock:
+    """The core's Clock: wall-clock ms that only moves when a test says so."""
+
+    def __init__(self, ms: int = START_MS) -> None:
+        self.ms = ms
+
+    def wall_ms(self) -> int:
+        return self.ms
+
+
+def make_node(seed: int = 0, node_id: str = NODE_ID) -> tuple[Node, FakeClock]:
+    clock = FakeClock()
+    return Node(node_id, clock, random.Random(seed)), clock
+
+
+def _arg(a: Any) -> bytes:
+    return a if isinstance(a, bytes) else str(a).encode()
+
+
+def run(node: Node, *args: Any) -> Any:
+    """Run one core command the way the server dispatcher does: arity first,
+    then the handler, a raised ReplyError becoming the reply."""
+    argv = [_arg(a) for a in args]
+    name = argv[0].decode().lower()
+    cmd = CORE_COMMANDS[name]
+    if not cmd.arity_ok(len(argv)):
+        return err(f"wrong number of arguments for '{name}' command")
+    try:
+        return cmd.handler(node, argv)
+    except ReplyError as e:
+        return e
+
+
+def add(node: Node, queue: str = "q", body: str | bytes = "body", *opts: Any) -> str:
+    """ADDJOB that must succeed; returns the ID."""
+    reply = run(node, "ADDJOB", queue, body, 0, *opts)
+    assert not isinstance(reply, ReplyError), reply
+    return str(reply)
+
+
+def get(node: Node, *queues: str, count: int = 1) -> list[Any]:
+    """GETJOB NOHANG; [] when nothing was available."""
+    reply = run(node, "GETJOB", "NOHANG", "COUNT", count, "FROM", *queues)
+    return [] if not isinstance(reply, list) else reply
+
+
+def tick_at(node: Node, clock: FakeClock, ms: int) -> None:
+    """Move the clock to ``ms`` and run the timers once (a late timer task)."""
+    clock.ms = ms
+    node.tick()
+
+
+def elapse(node: Node, clock: FakeClock, delta_ms: int) -> None:
+    """Let ``delta_ms`` pass the way the shell's timer task would: tick at
+    every deadline the node announces on the way, then at the end."""
+    target = clock.ms + delta_ms
+    while True:
+        due = node.next_deadline()
+        if due is None or due > target:
+            break
+        clock.ms = max(clock.ms, due)
+        node.tick()
+    clock.ms = target
+    node.tick()
+
+
+def error_line(reply: Any) -> str:
+    assert isinstance(reply, ReplyError), f"expected an error, got {reply!r}"
+    return reply.line
+
+
+def check_invariants(node: Node) -> None:
+    """The module rules of core/node.py, checked from the outside."""
+    queued_by_queue: Counter[str] = Counter()
+    for job in node.jobs.values():
+        # Exactly one live timer per job, never in the past of next_deadline.
+        assert job.awake != 0, job
+        if job.state == JobState.QUEUED:
+            queued_by_queue[job.queue] += 1
+            q = node.queues.get(job.queue)
+            assert q is not None and (job.ctime, job.id) in q.jobs, job
+        if job.retry == 0 and job.state in (JobState.QUEUED, JobState.ACTIVE):
+            # At most once: once queued, never a re-queue time again.
+            assert job.qtime == 0 or job.delay > 0, job
+    for name, q in node.queues.items():
+        assert len(q.jobs) == queued_by_queue[name] == node.queue_length(name)
+        for ctime, job_id in q.jobs:
+            job = node.jobs[job_id]
+            assert job.state == JobState.QUEUED and job.ctime == ctime
+            assert job.queue == name
+    assert len(node.awake) == len(node.jobs)
+    if node.jobs:
+        due = node.next_deadline()
+        assert due is not None and due <= min(j.awake for j in node.jobs.values())
+    # Stale heap entries stay proportional to the live ones.
+    assert node.awake.stored <= 2 * len(node.awake) + node.awake.COMPACT_SLACK
+    assert node.body_bytes == sum(len(j.body) for j in node.jobs.values() if j.body is not None)
+    waiters = {w for q in node.queues.values() for w in q.waiters}
+    assert node.stats.blocked_clients == len(waiters)
+
+
+def job(node: Node, job_id: str) -> Job:
+    found = node.lookup(job_id)
+    assert found is not None, job_id
+    return found

@@ -1,0 +1,364 @@
+"""Timers driven by the awake index: DELAY, RETRY, RETRY 0, TTL expiry, ack
+collection, idle queue eviction, and the index's own bookkeeping."""
+
+from __future__ import annotations
+
+from disque_trio.core.awake import AwakeIndex
+from disque_trio.core.job import Job, JobState
+from disque_trio.core.node import QUEUE_GC_PERIOD_MS, WILLQUEUE_ADVANCE_MS
+from disque_trio.core.queue import QUEUE_MAX_IDLE_SECONDS
+
+from .core_support import (
+    NODE_ID,
+    OTHER_ID,
+    START_MS,
+    add,
+    check_invariants,
+    elapse,
+    get,
+    job,
+    make_node,
+    run,
+    tick_at,
+)
+
+
+def test_empty_node_has_no_deadline() -> None:
+    node, _ = make_node()
+    assert node.next_deadline() is None
+    node.tick()  # nothing to do, nothing breaks
+    assert node.next_deadline() is None
+
+
+def test_next_deadline_never_after_a_job_timer() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 10)
+    elapse(node, clock, 1)  # past the initial queue GC tick
+    due = node.next_deadline()
+    assert due is not None and due <= job(node, a).awake
+    assert due <= clock.ms + QUEUE_GC_PERIOD_MS  # queues exist: the GC tick counts
+
+
+# ------------------------------------------------------------------- DELAY
+
+
+def test_delay_queues_after_delay() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 5)
+    assert job(node, a).awake == START_MS + 5000
+    elapse(node, clock, 4999)
+    assert run(node, "QLEN", "q") == 0 and job(node, a).state == JobState.ACTIVE
+    elapse(node, clock, 1)
+    assert run(node, "QLEN", "q") == 1 and job(node, a).state == JobState.QUEUED
+    assert job(node, a).deliveries == 0  # the first queueing is not a re-delivery
+    check_invariants(node)
+
+
+def test_delay_with_retry_zero_is_queued_once() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 2, "RETRY", 0, "TTL", 100)
+    elapse(node, clock, 2000)
+    assert get(node, "q") == [["q", a, b"b"]]
+    assert job(node, a).qtime == 0
+    elapse(node, clock, 90_000)
+    assert run(node, "QLEN", "q") == 0
+    check_invariants(node)
+
+
+def test_late_tick_still_queues_delayed_job() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 5)
+    tick_at(node, clock, START_MS + 60_000)  # one late timer run
+    assert job(node, a).state == JobState.QUEUED
+
+
+# ------------------------------------------------------------------- RETRY
+
+
+def test_retry_requeues_unacked_delivered_job() -> None:
+    node, clock = make_node()
+    willqueue: list[int] = []
+    queued: list[tuple[str, bool]] = []
+    node.send_willqueue = lambda j: willqueue.append(clock.ms)  # type: ignore[method-assign]
+    node.broadcast_queued = lambda j, nack: queued.append((j.id, nack))  # type: ignore[method-assign]
+    a = add(node, "q", "b", "RETRY", 10)
+    get(node, "q")
+    qtime = job(node, a).qtime
+    assert abs(qtime - (START_MS + 10_000)) <= 250  # spread by the time error
+    elapse(node, clock, qtime - clock.ms - 1)
+    assert job(node, a).state == JobState.ACTIVE and run(node, "QLEN", "q") == 0
+    assert willqueue == [qtime - WILLQUEUE_ADVANCE_MS]  # announced 500 ms before
+    elapse(node, clock, 1)
+    assert job(node, a).state == JobState.QUEUED
+    assert run(node, "SHOW", a)["additional-deliveries"] == 1
+    assert queued == [(a, False)]
+    assert run(node, "GETJOB", "WITHCOUNTERS", "FROM", "q") == [
+        ["q", a, b"b", "nacks", 0, "additional-deliveries", 1]
+    ]
+    # And again, RETRY seconds after the re-queue.
+    elapse(node, clock, 10_300)
+    assert job(node, a).deliveries == 2
+    check_invariants(node)
+
+
+def test_retry_while_still_queued_keeps_it_and_pushes_timer() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 10)
+    elapse(node, clock, 35_000)
+    j = job(node, a)
+    assert j.state == JobState.QUEUED and j.deliveries == 0
+    assert j.qtime > clock.ms
+    assert node.queues["q"].jobs_in == 1
+    check_invariants(node)
+
+
+def test_retry_zero_job_never_requeued_after_delivery() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 0, "TTL", 600)
+    assert job(node, a).qtime == 0
+    get(node, "q")
+    for _ in range(20):
+        elapse(node, clock, 29_000)
+        assert run(node, "QLEN", "q") == 0
+        check_invariants(node)
+    assert job(node, a).state == JobState.ACTIVE and job(node, a).deliveries == 0
+    elapse(node, clock, 30_000)
+    assert a not in node.jobs  # until the TTL removes it
+
+
+def test_working_pushes_requeue() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 10, "TTL", 600)
+    get(node, "q")
+    for _ in range(5):
+        elapse(node, clock, 8000)
+        assert run(node, "WORKING", a) == 10
+    assert job(node, a).state == JobState.ACTIVE and job(node, a).deliveries == 0
+    elapse(node, clock, 10_300)
+    assert job(node, a).state == JobState.QUEUED and job(node, a).deliveries == 1
+
+
+def test_paused_in_postpones_retry_requeue() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 5)
+    get(node, "q")
+    run(node, "PAUSE", "q", "in")
+    elapse(node, clock, 20_000)
+    j = job(node, a)
+    assert j.state == JobState.ACTIVE and j.deliveries == 0
+    assert j.qtime > clock.ms  # pushed, not dropped
+    run(node, "PAUSE", "q", "none")
+    elapse(node, clock, 5300)
+    assert j.state == JobState.QUEUED and j.deliveries == 1
+    check_invariants(node)
+
+
+def test_paused_in_still_queues_delayed_retry_zero_job() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 3, "RETRY", 0)
+    run(node, "PAUSE", "q", "in")
+    elapse(node, clock, 3000)
+    # Otherwise it would be leaked: nobody else will ever queue it.
+    assert job(node, a).state == JobState.QUEUED
+
+
+def test_paused_out_does_not_stop_requeue() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "RETRY", 5)
+    get(node, "q")
+    run(node, "PAUSE", "q", "out")
+    elapse(node, clock, 5300)
+    assert job(node, a).state == JobState.QUEUED
+    assert run(node, "GETJOB", "NOHANG", "FROM", "q") is not None
+
+
+# --------------------------------------------------------------------- TTL
+
+
+def test_ttl_expiry_deletes_jobs_in_any_state() -> None:
+    node, clock = make_node()
+    queued = add(node, "q", "b", "TTL", 10)
+    delivered = add(node, "q", "b", "TTL", 10)
+    run(node, "GETJOB", "FROM", "q")  # takes `queued`, the oldest
+    delayed = add(node, "q", "b", "TTL", 10, "DELAY", 9)
+    retry0 = add(node, "r", "b", "TTL", 10, "RETRY", 0)
+    keeper = add(node, "q", "b", "TTL", 100)
+    elapse(node, clock, 9_999)
+    assert {queued, delivered, delayed, retry0} <= set(node.jobs)
+    # Expiry is looked at one second after etime at the latest (sooner when
+    # another timer of the job fires after etime), like the original.
+    elapse(node, clock, 1_001)
+    assert set(node.jobs) == {keeper}
+    assert node.stats.expired_jobs == 4
+    assert run(node, "QLEN", "q") == 1 and run(node, "QLEN", "r") == 0
+    check_invariants(node)
+
+
+def test_ttl_expiry_with_a_single_late_tick() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "TTL", 10, "RETRY", 3)
+    get(node, "q")
+    tick_at(node, clock, START_MS + 30_000)
+    assert a not in node.jobs and run(node, "QLEN", "q") == 0
+    check_invariants(node)
+
+
+def test_ttl_expiry_of_blocked_queue_leaves_waiters_alone() -> None:
+    node, clock = make_node()
+    add(node, "q", "b", "TTL", 5)
+    waiter = run(node, "GETJOB", "FROM", "other")
+    elapse(node, clock, 7000)
+    assert not node.jobs and not waiter.done
+    node.cancel_wait(waiter)
+
+
+# ------------------------------------------------------------- ack collection
+
+
+def test_acked_job_collection_backs_off_until_confirmed() -> None:
+    node, clock = make_node()
+    node.cluster_size = 2
+    setacks: list[int] = []
+    node.send_setack = lambda j: setacks.append(clock.ms)  # type: ignore[method-assign]
+    a = add(node, "q", "b", "REPLICATE", 1, "TTL", 3600)
+    job(node, a).nodes_delivered = (NODE_ID, OTHER_ID)
+    run(node, "ACKJOB", a)
+    assert len(setacks) == 1
+    elapse(node, clock, 600_000)
+    gaps = [b - a for a, b in zip(setacks, setacks[1:], strict=False)]
+    assert gaps and all(g <= 180_250 for g in gaps)  # capped at 3 minutes (+ jitter)
+    assert gaps[0] < gaps[-1]  # exponential back-off
+    assert job(node, a).state == JobState.ACKED
+    job(node, a).nodes_confirmed = (NODE_ID, OTHER_ID)  # GOTACK from the other node
+    elapse(node, clock, 180_300)
+    assert a not in node.jobs
+    check_invariants(node)
+
+
+def test_dummy_ack_expires_with_the_ttl_in_its_id() -> None:
+    node, clock = make_node()
+    node.cluster_size = 2
+    node.send_setack = lambda j: None  # type: ignore[method-assign]
+    unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"  # 3 minutes
+    run(node, "ACKJOB", unknown)
+    elapse(node, clock, 170_000)
+    assert unknown in node.jobs
+    elapse(node, clock, 12_000)
+    assert unknown not in node.jobs
+
+
+def test_dummy_ack_dropped_when_cluster_shrinks_to_one() -> None:
+    node, clock = make_node()
+    node.cluster_size = 2
+    node.send_setack = lambda j: None  # type: ignore[method-assign]
+    unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0101"
+    run(node, "ACKJOB", unknown)
+    node.cluster_size = 1
+    elapse(node, clock, 2000)
+    assert unknown not in node.jobs
+
+
+# ---------------------------------------------------------- queue eviction
+
+
+def test_idle_empty_queue_evicted_after_300s() -> None:
+    node, clock = make_node()
+    add(node, "q", "b", "RETRY", 0)
+    get(node, "q")  # last access now, queue empty for good (job active)
+    assert run(node, "QSTAT", "q") is not None
+    elapse(node, clock, (QUEUE_MAX_IDLE_SECONDS - 1) * 1000)
+    assert "q" in node.queues
+    elapse(node, clock, 2000)
+    assert "q" not in node.queues
+    assert run(node, "QSTAT", "q") is not None  # NULL_ARRAY, i.e. unknown
+    assert run(node, "QLEN", "q") == 0
+
+
+def test_queue_not_evicted_with_jobs_pause_or_waiters() -> None:
+    node, clock = make_node()
+    add(node, "withjobs", "b", "RETRY", 0, "TTL", 3600)
+    run(node, "PAUSE", "paused", "in")
+    run(node, "PAUSE", "pausedout", "out")
+    waiter = run(node, "GETJOB", "FROM", "waited")
+    node.queue("idle")
+    elapse(node, clock, 600_000)
+    assert set(node.queues) == {"withjobs", "paused", "pausedout", "waited"}
+    node.cancel_wait(waiter)
+    run(node, "PAUSE", "paused", "none")
+    elapse(node, clock, 1000)
+    # Waiting and pausing are no access: both are idle long enough already.
+    assert set(node.queues) == {"withjobs", "pausedout"}
+
+
+def test_evicted_queue_recreated_on_demand() -> None:
+    node, clock = make_node()
+    node.queue("q")
+    elapse(node, clock, 301_000)
+    assert "q" not in node.queues
+    a = add(node)
+    assert get(node, "q")[0][1] == a
+    stat = run(node, "QSTAT", "q")
+    assert stat["jobs-in"] == 1 and stat["age"] == 0
+
+
+# -------------------------------------------------------------- awake index
+
+
+def test_awake_index_bounded_over_many_reschedules() -> None:
+    node, _ = make_node()
+    a = add(node, "q", "b", "RETRY", 30)
+    others = [add(node, "other") for _ in range(10)]
+    for _ in range(5000):  # no timer comes due: only updates compact
+        get(node, "q")
+        run(node, "NACK", a)
+        run(node, "WORKING", a)
+        run(node, "ENQUEUE", a)
+    assert len(node.awake) == len(node.jobs) == 11
+    assert node.awake.stored <= 2 * len(node.awake) + AwakeIndex.COMPACT_SLACK
+    check_invariants(node)
+    assert all(job(node, o).awake for o in others)
+
+
+def test_awake_index_bounded_when_jobs_are_deleted_without_ticks() -> None:
+    node, _ = make_node()
+    ids = [add(node) for _ in range(5000)]
+    run(node, "DELJOB", *ids[:4990])
+    assert len(node.awake) == 10
+    assert node.awake.stored <= 2 * 10 + AwakeIndex.COMPACT_SLACK
+    check_invariants(node)
+
+
+def test_awake_index_ticks_survive_compaction() -> None:
+    node, clock = make_node()
+    ids = [add(node, "q", "b", "RETRY", 5) for _ in range(3000)]
+    get(node, "q", count=3000)
+    run(node, "DELJOB", *ids[:2500])  # compacts on the way
+    elapse(node, clock, 5300)
+    assert all(job(node, i).state == JobState.QUEUED for i in ids[2500:])
+    check_invariants(node)
+
+
+def test_reregistered_id_does_not_double_fire() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 5)
+    old = job(node, a)
+    run(node, "DELJOB", a)
+    clone = Job(a, "q", b"b", JobState.ACTIVE, ctime=old.ctime, etime=old.etime, delay=5)
+    clone.qtime = old.qtime
+    clone.nodes_delivered = old.nodes_delivered
+    node.register(clone)  # same ID, same due time as the stale heap entry
+    assert clone.awake == old.qtime
+    elapse(node, clock, 5000)
+    assert clone.state == JobState.QUEUED and node.queues["q"].jobs_in == 1
+    check_invariants(node)
+
+
+def test_flush_all() -> None:
+    node, _ = make_node()
+    add(node)
+    waiter = run(node, "GETJOB", "FROM", "other")
+    node.flush_all()
+    assert not node.jobs and not node.queues and len(node.awake) == 0
+    assert waiter.done and waiter.reply is None
+    assert node.next_deadline() is None
+    check_invariants(node)
