@@ -50,11 +50,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     _setup_logging(config)
     for name in config.ignored_settings():
-        logging.getLogger("disque_trio").warning("directive '%s' is accepted but has no effect", name)
+        logging.getLogger("disque_trio").warning(
+            "directive '%s' is accepted but has no effect", name
+        )
     try:
         trio.run(_serve, config)
     except OSError as e:
-        logging.getLogger("disque_trio").error("Could not start: %s", _describe_os_error(e, config))
+        logging.getLogger("disque_trio").error(
+            "Could not start: %s", _describe_os_error(e, config)
+        )
         return 1
     except KeyboardInterrupt:
         pass
@@ -79,7 +83,9 @@ def _setup_logging(config: Config) -> None:
         handler = logging.StreamHandler(sys.stderr)
     pid = os.getpid()
     handler.setFormatter(
-        logging.Formatter(f"{pid}:M %(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%d %b %H:%M:%S")
+        logging.Formatter(
+            f"{pid}:M %(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%d %b %H:%M:%S"
+        )
     )
     root = logging.getLogger("disque_trio")
     root.handlers[:] = [handler]

@@ -28,7 +28,9 @@ class Clock(Protocol):
 
 
 class Net(Protocol):
-    async def open_listeners(self, host: str, port: int) -> list[trio.abc.Listener[trio.abc.Stream]]:
+    async def open_listeners(
+        self, host: str, port: int
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
         """Bind a listening socket (raises OSError when the port is taken)."""
         ...
 
@@ -73,7 +75,9 @@ class TrioClock:
 
 
 class TcpNet:
-    async def open_listeners(self, host: str, port: int) -> list[trio.abc.Listener[trio.abc.Stream]]:
+    async def open_listeners(
+        self, host: str, port: int
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
         listeners = await trio.open_tcp_listeners(port, host=host)
         return list(listeners)
 

@@ -97,6 +97,20 @@ class MemoryNode:
 
 
 def free_port() -> int:
+    """A loopback port that is free, and so are port+1000 (web) and
+    port+10000 (cluster bus), the node's derived ports."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 40000)
+        if all(_bindable(p) for p in (port, port + 1000, port + 10000)):
+            return port
+    raise RuntimeError("no free port triple found")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

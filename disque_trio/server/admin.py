@@ -93,7 +93,10 @@ def hello(ctx: Context, argv: list[bytes]) -> Reply:
         else:
             return err(f"Syntax error in HELLO option '{text(argv[i])}'")
     if not ctx.client.authenticated:
-        return ReplyError("NOAUTH", "HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+        return ReplyError(
+            "NOAUTH",
+            "HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        )
     if name is not None:
         ctx.client.name = name
     ctx.client.proto = proto
@@ -139,8 +142,7 @@ def command(ctx: Context, argv: list[bytes]) -> Reply:
         return len(table)
     if sub == b"info":
         return [
-            _command_entry(table[n]) if (n := text(a).lower()) in table else None
-            for a in argv[2:]
+            _command_entry(table[n]) if (n := text(a).lower()) in table else None for a in argv[2:]
         ]
     if sub == b"docs":
         return {}
@@ -277,10 +279,9 @@ def config_cmd(ctx: Context, argv: list[bytes]) -> Reply:
     config = ctx.server.config
     try:
         if sub == b"get" and len(argv) == 3:
-            flat: list[Reply] = []
-            for name, value in config.config_get(text(argv[2])):
-                flat += [name, value]
-            return flat
+            # A map in RESP3 (as Redis 7 does: redis-py expects one), flat in RESP2.
+            found: dict[str | bytes, Reply] = dict(config.config_get(text(argv[2])))
+            return found
         if sub == b"set" and len(argv) == 4:
             name = text(argv[2]).lower()
             config.config_set(name, text(argv[3]))
@@ -364,7 +365,9 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
     return OK
 
 
-def _shell(name: str, arity: int, flags: str, handler: Callable[[Context, list[bytes]], Any]) -> Command:
+def _shell(
+    name: str, arity: int, flags: str, handler: Callable[[Context, list[bytes]], Any]
+) -> Command:
     return Command(name, arity, frozenset(flags.split()), handler, core=False)
 
 

@@ -139,7 +139,13 @@ def render(server: NodeServer, section: str) -> str:
 
 def human_bytes(n: int) -> str:
     """Like Redis' bytesToHuman: 1.50K, 12.00M, ..."""
-    for unit, size in (("P", 1 << 50), ("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+    for unit, size in (
+        ("P", 1 << 50),
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("K", 1 << 10),
+    ):
         if n >= size:
             return f"{n / size:.2f}{unit}"
     return f"{n}B"

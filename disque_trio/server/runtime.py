@@ -100,7 +100,9 @@ class NodeServer:
             self.finished.set()
 
     async def _serve(
-        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], task_status: trio.TaskStatus[None]
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        task_status: trio.TaskStatus[None],
     ) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -109,7 +111,9 @@ class NodeServer:
             nursery.start_soon(self._timer_task)
             nursery.start_soon(self._cron_task)
             addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
-            log.info("Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs)
+            log.info(
+                "Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs
+            )
             task_status.started()
         self._nursery = None
 

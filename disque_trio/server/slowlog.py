@@ -30,8 +30,15 @@ class SlowLog:
         self.entries: deque[SlowEntry] = deque()
         self._next_id = 0
 
-    def add(self, argv: list[bytes], unix_s: int, micros: int, addr: str, name: str, max_len: int) -> None:
-        kept = [a if len(a) <= MAX_ARG_LEN else a[:MAX_ARG_LEN] + b"... (%d more bytes)" % (len(a) - MAX_ARG_LEN) for a in argv[: MAX_ARGS - 1]]
+    def add(
+        self, argv: list[bytes], unix_s: int, micros: int, addr: str, name: str, max_len: int
+    ) -> None:
+        kept = [
+            a
+            if len(a) <= MAX_ARG_LEN
+            else a[:MAX_ARG_LEN] + b"... (%d more bytes)" % (len(a) - MAX_ARG_LEN)
+            for a in argv[: MAX_ARGS - 1]
+        ]
         if len(argv) > MAX_ARGS - 1:
             kept.append(b"... (%d more arguments)" % (len(argv) - MAX_ARGS + 1))
         self.entries.appendleft(SlowEntry(self._next_id, unix_s, micros, tuple(kept), addr, name))

@@ -1,0 +1,88 @@
+"""Fixtures that start real ``disque-trio`` processes on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..helpers import free_port
+
+
+class NodeProcess:
+    """A ``python -m disque_trio`` child process and how to reach it."""
+
+    def __init__(self, port: int, workdir: Path, args: list[str]) -> None:
+        self.port = port
+        self.workdir = workdir
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 15.0) -> None:
+        cmd = [sys.executable, "-m", "disque_trio", *self.args]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=self.workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read().decode() if self.proc.stdout else ""
+                raise RuntimeError(f"node exited with {self.proc.returncode}: {out}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("node did not answer PING in time")
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=15)
+
+    def output(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        return self.proc.stdout.read().decode()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def node_factory(tmp_path: Path) -> Iterator[object]:
+    started: list[NodeProcess] = []
+
+    def make(*extra: str, port: int | None = None) -> NodeProcess:
+        port = port or free_port()
+        workdir = tmp_path / f"node-{port}"
+        workdir.mkdir(exist_ok=True)
+        node = NodeProcess(port, workdir, ["--port", str(port), "--bind", "127.0.0.1", *extra])
+        started.append(node)
+        node.start()
+        return node
+
+    yield make
+    for node in started:
+        node.stop()
+
+
+@pytest.fixture
+def node(node_factory: object) -> NodeProcess:
+    return node_factory()  # type: ignore[operator,no-any-return]

@@ -1,0 +1,88 @@
+"""The ``disque-trio`` command: start-up, configuration errors, signals."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from ..helpers import free_port
+from .conftest import NodeProcess
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "disque_trio", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_shuts_down_cleanly(node_factory: object, sig: int) -> None:
+    node: NodeProcess = node_factory()  # type: ignore[operator]
+    blocked = redis.Redis(port=node.port, socket_timeout=10)
+    blocked.ping()
+    assert node.kill(sig) == 0
+    out = node.output()
+    assert "ready to accept connections" in out and "bye bye" in out
+
+
+def test_logs_where_it_listens(node: NodeProcess) -> None:
+    assert node.kill(signal.SIGTERM) == 0
+    assert f"127.0.0.1:{node.port}" in node.output()
+
+
+def test_unknown_directive_names_file_and_line(tmp_path: Path) -> None:
+    conf = tmp_path / "disque.conf"
+    conf.write_text("# a comment\nport 7711\nbogus-directive yes\n")
+    result = run_cli(str(conf), cwd=tmp_path)
+    assert result.returncode == 1
+    assert str(conf) in result.stderr and "line 3" in result.stderr
+    assert "bogus-directive" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_value_on_command_line(tmp_path: Path) -> None:
+    result = run_cli("--port", "notaport", cwd=tmp_path)
+    assert result.returncode == 1 and "port" in result.stderr
+
+
+def test_port_in_use(node: NodeProcess, tmp_path: Path) -> None:
+    result = run_cli("--port", str(node.port), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "already in use" in result.stderr + result.stdout
+
+
+def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
+    port = free_port()
+    conf = tmp_path / "disque.conf"
+    conf.write_text(f"# my node\nport {port}\n\n# memory\nmaxmemory 1gb\n")
+    node = NodeProcess(port, tmp_path, [str(conf)])
+    try:
+        node.start()
+        r = redis.Redis(port=port, socket_timeout=10)
+        assert r.config_get("port") == {"port": str(port)} or r.config_get("port") == {
+            b"port": str(port).encode()
+        }
+        r.config_set("maxmemory", "2gb")
+        r.config_set("loglevel", "verbose")
+        r.execute_command("CONFIG", "REWRITE")
+        text = conf.read_text()
+        assert text.startswith("# my node\n")
+        assert "maxmemory 2gb" in text and "loglevel verbose" in text
+        with pytest.raises(redis.ResponseError, match="Unsupported CONFIG parameter"):
+            r.config_set("port", "1234")
+    finally:
+        node.stop()
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    assert "disque-trio" in run_cli("--version", cwd=tmp_path).stdout
+    assert "Usage" in run_cli("--help", cwd=tmp_path).stdout

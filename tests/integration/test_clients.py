@@ -1,0 +1,111 @@
+"""A real node process, driven by the clients users have: redis-py (RESP2
+and RESP3), pydisque, redis-cli and raw sockets."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+
+import pytest
+import redis
+from pydisque.client import Client as DisqueClient
+
+from .conftest import NodeProcess
+
+
+@pytest.mark.parametrize("protocol", [2, 3, None])
+def test_redis_py_round_trip(node: NodeProcess, protocol: int | None) -> None:
+    r = redis.Redis(port=node.port, protocol=protocol, socket_timeout=10)
+    job_id = r.execute_command("ADDJOB", "q", b"\x00binary\r\n\xff", 0)
+    assert len(job_id) == 40
+    got = r.execute_command("GETJOB", "WITHCOUNTERS", "FROM", "q")
+    assert got[0][:3] == [b"q", job_id, b"\x00binary\r\n\xff"]
+    assert r.execute_command("ACKJOB", job_id) == 1
+    assert r.execute_command("GETJOB", "NOHANG", "FROM", "q") is None
+    assert r.ping() is True
+    info = r.info()
+    assert "disque_version" in info and "registered_jobs" in info
+    assert r.client_getname() is None
+    r.client_setname("worker-1")
+    assert r.client_getname() in ("worker-1", b"worker-1")
+
+
+def test_redis_py_errors_are_error_replies(node: NodeProcess) -> None:
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    with pytest.raises(redis.ResponseError, match="BADID"):
+        r.execute_command("SHOW", "nope")
+    with pytest.raises(redis.ResponseError, match="unknown command"):
+        r.execute_command("LPUSH", "x", "y")
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        r.execute_command("ADDJOB", "q")
+    with pytest.raises(redis.ResponseError, match="NOREPL"):
+        r.execute_command("ADDJOB", "q", "b", 0, "REPLICATE", 2)
+    assert r.ping()  # the connection stays usable
+
+
+def test_pydisque(node: NodeProcess) -> None:
+    client = DisqueClient([f"127.0.0.1:{node.port}"])
+    client.connect()
+    job_id = client.add_job("jobs", "payload", timeout=100)
+    jobs = client.get_job(["jobs"], timeout=1000)
+    assert [(q, j, body) for q, j, body in jobs] == [(b"jobs", job_id, b"payload")]
+    client.ack_job(job_id)
+    assert client.qlen("jobs") == 0
+    stat = client.qstat("jobs", return_dict=True)
+    assert stat[b"jobs-in"] == 1 and stat[b"jobs-out"] == 1
+    assert client.hello()[1] == client.connected_node.node_id
+
+
+def test_raw_socket_byte_by_byte(node: NodeProcess) -> None:
+    request = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$5\r\nhello\r\n$1\r\n0\r\n"
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        for i in range(len(request)):
+            s.sendall(request[i : i + 1])
+        reply = s.recv(100)
+    assert reply.startswith(b"+D-") and reply.endswith(b"\r\n") and len(reply) == 43
+
+
+def test_inline_commands_like_telnet(node: NodeProcess) -> None:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b'PING\r\nADDJOB q "two words" 0\r\nQLEN q\n')
+        data = b""
+        while data.count(b"\r\n") < 3:
+            data += s.recv(1000)
+    lines = data.split(b"\r\n")
+    assert lines[0] == b"+PONG" and lines[1].startswith(b"+D-") and lines[2] == b":1"
+
+
+def test_pipeline_replies_come_in_one_send(node: NodeProcess) -> None:
+    n = 1000
+    request = b"".join(b"*4\r\n$6\r\nADDJOB\r\n$1\r\np\r\n$1\r\nx\r\n$1\r\n0\r\n" for _ in range(n))
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while data.count(b"\r\n") < n:
+            data += s.recv(65536)
+    assert data.count(b"+D-") == n
+
+
+def test_malformed_input_closes_connection_only(node: NodeProcess) -> None:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as bad:
+        bad.sendall(b"*2\r\n$3\r\nfoo\r\n:12\r\n")
+        assert bad.recv(200).startswith(b"-ERR Protocol error")
+        assert bad.recv(200) == b""  # closed by the node
+    assert redis.Redis(port=node.port).ping()
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
+def test_redis_cli(node: NodeProcess) -> None:
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], capture_output=True, timeout=10, check=True
+        )
+        return out.stdout.decode().strip()
+
+    job_id = cli("ADDJOB", "cliq", "hello", "0")
+    assert job_id.startswith("D-")
+    assert cli("QLEN", "cliq") == "1"
+    assert "queued" in cli("SHOW", job_id)
+    assert cli("PAUSE", "cliq", "in") == "in"
+    assert cli("ADDJOB", "cliq", "x", "0").startswith("PAUSED")
