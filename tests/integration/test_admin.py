@@ -1,0 +1,135 @@
+"""Server commands: CLIENT, CONFIG, INFO, MONITOR, SLOWLOG, LATENCY, COMMAND,
+TIME, DEBUG, SHUTDOWN; in-process over memory streams."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from disque_trio.protocol.replies import ReplyError, Status, Verbatim
+
+from ..helpers import memory_node
+
+
+async def test_client_list_setname_id_and_kill(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        a, b = await node.client(), await node.client()
+        assert await a.call("CLIENT", "SETNAME", "alpha") == Status("OK")
+        bad = await a.call("CLIENT", "SETNAME", "has space")
+        assert isinstance(bad, ReplyError)
+        a_id = await a.call("CLIENT", "ID")
+        b_id = await b.call("CLIENT", "ID")
+        assert a_id != b_id
+        listing = (await a.call("CLIENT", "LIST")).decode()
+        assert f"id={a_id} " in listing and "name=alpha" in listing
+        assert await a.call("CLIENT", "SETINFO", "LIB-NAME", "mylib") == Status("OK")
+        assert "lib-name=mylib" in (await a.call("CLIENT", "INFO")).decode()
+        assert await a.call("CLIENT", "KILL", "ID", b_id) == 1
+        assert await b.closed()
+        assert isinstance(await a.call("CLIENT", "NOPE"), ReplyError)
+
+
+async def test_config_get_set(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        assert await c.call("CONFIG", "GET", "maxmemory") == [b"maxmemory", b"1073741824"]
+        assert await c.call("CONFIG", "SET", "maxmemory", "2mb") == Status("OK")
+        assert (await c.call("CONFIG", "GET", "maxmem*"))[:2] == [b"maxmemory", b"2097152"]
+        err = await c.call("CONFIG", "SET", "maxmemory", "lots")
+        assert isinstance(err, ReplyError) and "Invalid argument" in err.message
+        err = await c.call("CONFIG", "REWRITE")
+        assert isinstance(err, ReplyError) and "without a config file" in err.message
+        assert await c.call("CONFIG", "RESETSTAT") == Status("OK")
+
+
+async def test_info_sections(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        await c.call("ADDJOB", "q", "x", 0)
+        text = (await c.call("INFO")).decode()
+        for header in ("# Server", "# Clients", "# Memory", "# Jobs", "# Queues"):
+            assert header in text
+        fields = dict(
+            line.split(":", 1) for line in text.split("\r\n") if line and not line.startswith("#")
+        )
+        assert fields["registered_jobs"] == "1" and fields["registered_queues"] == "1"
+        assert fields["aof_state"] == "off" and "used_memory" in fields
+        jobs_only = (await c.call("INFO", "jobs")).decode()
+        assert jobs_only.startswith("# Jobs") and "# Server" not in jobs_only
+        assert await c.call("INFO", "nosuchsection") == b""
+
+
+async def test_monitor_sees_other_clients_commands(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        mon, other = await node.client(), await node.client()
+        assert await mon.call("MONITOR") == Status("OK")
+        await other.call("QLEN", "watched")
+        line = await mon.read()
+        assert isinstance(line, Status) and '"QLEN" "watched"' in line
+
+
+async def test_slowlog_records_slow_commands(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node(slowlog_log_slower_than=0) as node:
+        c = await node.client()
+        await c.call("QLEN", "q")
+        entries = await c.call("SLOWLOG", "GET")
+        assert any(entry[3] == [b"QLEN", b"q"] for entry in entries)
+        assert await c.call("SLOWLOG", "LEN") >= 1
+        assert await c.call("SLOWLOG", "RESET") == Status("OK")
+        assert await c.call("SLOWLOG", "LEN") <= 1
+
+
+async def test_latency_answers(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        assert await c.call("LATENCY", "LATEST") == []
+        assert await c.call("LATENCY", "HISTORY", "command") == []
+        assert await c.call("LATENCY", "RESET") == 0
+        assert b"no latency" in await c.call("LATENCY", "DOCTOR")
+
+
+async def test_command_time_ping(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        count = await c.call("COMMAND", "COUNT")
+        assert count == len(await c.call("COMMAND")) and count > 25
+        info = await c.call("COMMAND", "INFO", "addjob", "nosuch")
+        assert info[0][0] == b"addjob" and info[0][1] == -4 and info[1] is None
+        seconds, micros = await c.call("TIME")
+        assert int(seconds) > 1_600_000_000 and 0 <= int(micros) < 1_000_000
+        assert await c.call("PING", "hello") == b"hello"
+
+
+async def test_debug_flushall_and_shutdown(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        await c.call("ADDJOB", "q", "x", 0)
+        assert await c.call("DEBUG", "FLUSHALL") == Status("OK")
+        assert await c.call("QLEN", "q") == 0
+        assert isinstance(await c.call("DEBUG", "NOPE"), ReplyError)
+        assert await c.call("SHUTDOWN", "NOSAVE") == Status("OK")
+        assert node.server.shutdown_requested
+
+
+async def test_quit_closes_after_reply(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        assert await c.call("QUIT") == Status("OK")
+        assert await c.closed()
+
+
+async def test_maxclients(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node(maxclients=1) as node:
+        first = await node.client()
+        assert await first.call("PING") == Status("PONG")
+        second = await node.client()
+        reply = await second.read()
+        assert isinstance(reply, ReplyError) and "max number of clients" in reply.message
+
+
+async def test_verbatim_info_in_resp3(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node() as node:
+        c = await node.client()
+        await c.call("HELLO", 3)
+        info = await c.call("INFO", "server")
+        assert isinstance(info, Verbatim) and info.startswith("# Server")
