@@ -60,7 +60,7 @@ async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stre
     clock = server.env.clock
     out = bytearray()
     while True:
-        data = await stream.receive_some(READ_SIZE)
+        data = await _receive(server, stream)
         if not data:
             return
         server.stat_net_in += len(data)
@@ -90,6 +90,17 @@ async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stre
         client.qbuf = parser.buffered()
         server.after_batch()
         await _flush(server, stream, out)
+
+
+async def _receive(server: NodeServer, stream: trio.abc.Stream) -> bytes:
+    """The next chunk of input; b"" at EOF or when the client stayed idle
+    longer than the ``timeout`` directive (0 = never)."""
+    idle = server.config.timeout
+    if not idle:
+        return await stream.receive_some(READ_SIZE)
+    with trio.move_on_after(idle):
+        return await stream.receive_some(READ_SIZE)
+    return b""
 
 
 async def _flush(server: NodeServer, stream: trio.abc.Stream, out: bytearray) -> None:

@@ -133,3 +133,15 @@ async def test_verbatim_info_in_resp3(autojump_clock: trio.testing.MockClock) ->
         await c.call("HELLO", 3)
         info = await c.call("INFO", "server")
         assert isinstance(info, Verbatim) and info.startswith("# Server")
+
+
+async def test_idle_clients_are_closed_after_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_node(timeout=5) as node:
+        idle, blocked = await node.client(), await node.client()
+        await idle.call("PING")
+        await blocked.send("GETJOB", "FROM", "q")
+        await trio.sleep(6)
+        assert await idle.closed()
+        # A client blocked in GETJOB is not idle: it is still served.
+        await (await node.client()).call("ADDJOB", "q", "x", 0)
+        assert (await blocked.read())[0][2] == b"x"
