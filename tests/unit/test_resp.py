@@ -649,8 +649,9 @@ def test_reply_reader_types(data: bytes, value: object) -> None:
     assert reader.next_reply() is NOT_READY
 
 
-def test_reply_reader_rejects_garbage() -> None:
+@pytest.mark.parametrize("data", [b"?what\r\n", b":x\r\n", b"$x\r\n", b"\r\n"])
+def test_reply_reader_rejects_garbage(data: bytes) -> None:
     reader = ReplyReader()
-    reader.feed(b"?what\r\n")
+    reader.feed(data)
     with pytest.raises(ProtocolError):
         reader.next_reply()
