@@ -240,7 +240,9 @@ def working(node: Node, argv: list[bytes]) -> Reply:
     if job.state == JobState.QUEUED:
         node.dequeue(job)
     job.flags |= FLAG_BCAST_WILLQUEUE
-    node.set_requeue_time(job, now + job.retry * 1000 + node.time_error())
+    # Postpone, never advance: on a job still waiting for its DELAY, a RETRY
+    # shorter than the delay left would otherwise queue it early.
+    node.set_requeue_time(job, max(job.qtime, now + job.retry * 1000 + node.time_error()))
     node.update_awake(job)
     node.broadcast_working(job)
     return job.retry
@@ -253,25 +255,37 @@ def show(node: Node, argv: list[bytes]) -> Reply:
     return None if job is None else job_info(node, job)
 
 
-def job_info(node: Node, job: Job) -> dict[str | bytes, Reply]:
+def job_info(node: Node, job: Job) -> list[Reply]:
+    """SHOW's flat key/value array (flat in RESP3 too: Disque clients such as
+    pydisque pair the elements up themselves)."""
     now = node.now_ms()
-    return {
-        "id": job.id,
-        "queue": job.queue if job.body is not None else None,
-        "state": job.state.label,
-        "repl": job.repl,
-        "ttl": max(0, job.etime - now // 1000),
-        "ctime": job.ctime,
-        "delay": job.delay,
-        "retry": job.retry,
-        "nacks": job.nacks,
-        "additional-deliveries": job.deliveries,
-        "nodes-delivered": list(job.nodes_delivered),
-        "nodes-confirmed": list(job.nodes_confirmed or ()),
-        "next-requeue-within": max(0, job.qtime - now) if job.qtime else None,
-        "next-awake-within": max(0, job.awake - now) if job.awake else None,
-        "body": job.body,
-    }
+    return flat(
+        {
+            "id": job.id,
+            "queue": job.queue if job.body is not None else None,
+            "state": job.state.label,
+            "repl": job.repl,
+            "ttl": max(0, job.etime - now // 1000),
+            "ctime": job.ctime,
+            "delay": job.delay,
+            "retry": job.retry,
+            "nacks": job.nacks,
+            "additional-deliveries": job.deliveries,
+            "nodes-delivered": list(job.nodes_delivered),
+            "nodes-confirmed": list(job.nodes_confirmed or ()),
+            "next-requeue-within": max(0, job.qtime - now) if job.qtime else None,
+            "next-awake-within": max(0, job.awake - now) if job.awake else None,
+            "body": job.body,
+        }
+    )
+
+
+def flat(fields: dict[str, Reply]) -> list[Reply]:
+    """[k1, v1, k2, v2, ...] from a dict, in insertion order."""
+    out: list[Reply] = []
+    for key, value in fields.items():
+        out += (key, value)
+    return out
 
 
 def jscan(node: Node, argv: list[bytes]) -> Reply:

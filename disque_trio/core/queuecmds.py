@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..protocol.replies import NULL_ARRAY, SYNTAX_ERROR, Reply, ReplyError, Status, err
 from .args import option, parse_int, parse_timeout_ms, text
-from .jobcmds import ScanArgs
+from .jobcmds import ScanArgs, flat
 from .node import Node, job_reply
 from .queue import Pause
 from .waiters import Waiter
@@ -113,18 +113,20 @@ def qstat(node: Node, argv: list[bytes]) -> Reply:
     now = node.now_ms()
     now_s = now // 1000
     responders: list[Reply] = [*sorted(q.needjobs_responders)]
-    return {
-        "name": q.name,
-        "len": len(q.jobs),
-        "age": max(0, now_s - q.ctime),
-        "idle": max(0, now_s - q.atime),
-        "blocked": len(q.waiters),
-        "import-from": responders,
-        "import-rate": q.import_rate(now),
-        "jobs-in": q.jobs_in,
-        "jobs-out": q.jobs_out,
-        "pause": q.pause.label,
-    }
+    return flat(
+        {
+            "name": q.name,
+            "len": len(q.jobs),
+            "age": max(0, now_s - q.ctime),
+            "idle": max(0, now_s - q.atime),
+            "blocked": len(q.waiters),
+            "import-from": responders,
+            "import-rate": q.import_rate(now),
+            "jobs-in": q.jobs_in,
+            "jobs-out": q.jobs_out,
+            "pause": q.pause.label,
+        }
+    )
 
 
 def qscan(node: Node, argv: list[bytes]) -> Reply:

@@ -54,6 +54,8 @@ class NodeServer:
         self.env = env
         self.node = Node(new_node_id(env.rng), env.clock, env.rng)
         self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
+        # Raw name bytes -> command, so the hot path skips decode and lower().
+        self._by_raw_name: dict[bytes, Command] = {}
         self.clients: dict[int, Client] = {}
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
@@ -181,17 +183,16 @@ class NodeServer:
 
     def execute(self, client: Client, argv: list[bytes]) -> Reply | Waiter:
         """Run one command for a client: checks, dispatch, stats, monitor."""
-        name = argv[0].decode("utf-8", "surrogateescape").lower()
-        cmd = self.commands.get(name)
+        cmd = self._by_raw_name.get(argv[0]) or self._lookup(argv[0])
         if self.monitors:
             self._feed_monitors(client, argv)
         self.stat_commands += 1
         if cmd is None:
             return err(f"unknown command '{argv[0].decode('utf-8', 'replace')}'")
-        client.last_cmd = name
+        client.last_cmd = cmd.name
         if not cmd.arity_ok(len(argv)):
-            return err(f"wrong number of arguments for '{name}' command")
-        if not client.authenticated and name not in _NOAUTH_OK:
+            return err(f"wrong number of arguments for '{cmd.name}' command")
+        if not client.authenticated and cmd.name not in _NOAUTH_OK:
             return NOAUTH
         started = time.perf_counter()
         try:
@@ -205,6 +206,14 @@ class NodeServer:
         if micros > self._slow_us >= 0 or (self._latency_ms and micros >= self._latency_ms * 1000):
             self._record_slow(client, argv, micros)
         return reply
+
+    def _lookup(self, raw: bytes) -> Command | None:
+        """Case-insensitive command lookup; remembers the spellings it saw
+        (only of real commands, so the cache is bounded)."""
+        cmd = self.commands.get(raw.decode("utf-8", "surrogateescape").lower())
+        if cmd is not None and len(self._by_raw_name) < 4096:
+            self._by_raw_name[raw] = cmd
+        return cmd
 
     def _record_slow(self, client: Client, argv: list[bytes], micros: int) -> None:
         unix_s = self.env.clock.wall_ms() // 1000

@@ -135,7 +135,9 @@ async def test_verbatim_info_in_resp3(autojump_clock: trio.testing.MockClock) ->
         assert isinstance(info, Verbatim) and info.startswith("# Server")
 
 
-async def test_idle_clients_are_closed_after_timeout(autojump_clock: trio.testing.MockClock) -> None:
+async def test_idle_clients_are_closed_after_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     async with memory_node(timeout=5) as node:
         idle, blocked = await node.client(), await node.client()
         await idle.call("PING")

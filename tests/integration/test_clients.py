@@ -78,7 +78,9 @@ def test_inline_commands_like_telnet(node: NodeProcess) -> None:
 
 def test_pipeline_replies_come_in_one_send(node: NodeProcess) -> None:
     n = 1000
-    request = b"".join(b"*4\r\n$6\r\nADDJOB\r\n$1\r\np\r\n$1\r\nx\r\n$1\r\n0\r\n" for _ in range(n))
+    request = b"".join(
+        b"*4\r\n$6\r\nADDJOB\r\n$1\r\np\r\n$1\r\nx\r\n$1\r\n0\r\n" for _ in range(n)
+    )
     with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
         s.sendall(request)
         data = b""

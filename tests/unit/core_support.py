@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from disque_trio.core.commands import CORE_COMMANDS
@@ -82,6 +83,31 @@ def elapse(node: Node, clock: FakeClock, delta_ms: int) -> None:
         node.tick()
     clock.ms = target
     node.tick()
+
+
+def fields(reply: Any) -> Any:
+    """A key/value reply (SHOW, QSTAT, JSCAN REPLY ALL) as an ordered dict,
+    whether the core answers a dict or a flat [k1, v1, ...] array; nil stays None."""
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return dict(reply)
+    assert isinstance(reply, list) and len(reply) % 2 == 0, reply
+    keys = reply[0::2]
+    assert all(isinstance(k, str) for k in keys) and len(set(keys)) == len(keys), keys
+    return dict(zip(keys, reply[1::2], strict=True))
+
+
+def hook(node: Node, name: str, fn: Callable[..., Any]) -> None:
+    """Replace one of the node's cluster hooks (no-ops alone) to observe it."""
+    assert callable(getattr(node, name))
+    setattr(node, name, fn)
+
+
+def ids_of(reply: Any) -> list[str]:
+    """The job IDs of a GETJOB/QPEEK reply (or of a served waiter's reply)."""
+    assert isinstance(reply, list), reply
+    return [entry[1] for entry in reply]
 
 
 def error_line(reply: Any) -> str:

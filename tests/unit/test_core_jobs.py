@@ -17,8 +17,11 @@ from .core_support import (
     START_MS,
     add,
     check_invariants,
+    elapse,
     error_line,
+    fields,
     get,
+    hook,
     job,
     make_node,
     run,
@@ -77,7 +80,7 @@ def test_default_retry_is_ttl_over_10_capped_min_1(ttl: int, retry: int) -> None
 
 def test_defaults() -> None:
     node, _ = make_node()
-    info = run(node, "SHOW", add(node))
+    info = fields(run(node, "SHOW", add(node)))
     assert info["ttl"] == 86400 and info["retry"] == 300 and info["delay"] == 0
     assert info["repl"] == 1  # min(3, cluster size) on a node alone
 
@@ -193,7 +196,9 @@ def test_addjob_maxlen() -> None:
 def test_addjob_paused_in() -> None:
     node, _ = make_node()
     assert run(node, "PAUSE", "q", "in") == "in"
-    assert error_line(run(node, "ADDJOB", "q", "b", 0)) == "PAUSED Queue paused in input, try later"
+    assert (
+        error_line(run(node, "ADDJOB", "q", "b", 0)) == "PAUSED Queue paused in input, try later"
+    )
     assert run(node, "PAUSE", "q", "out") == "out"  # only input pause refuses jobs
     add(node, "q")
     run(node, "PAUSE", "q", "all")
@@ -250,7 +255,7 @@ def test_ackjob_unknown_id_creates_dummy_ack_in_a_cluster() -> None:
     node, _ = make_node()
     node.cluster_size = 2
     sent: list[str] = []
-    node.send_setack = lambda j: sent.append(j.id)  # type: ignore[method-assign]
+    hook(node, "send_setack", lambda j: sent.append(j.id))
     at_least_once = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"
     at_most_once = "D-" + OTHER_ID[:8] + "-" + "B" * 24 + "-0002"
     assert run(node, "ACKJOB", at_least_once, at_most_once) == 0  # not known: not counted
@@ -259,7 +264,7 @@ def test_ackjob_unknown_id_creates_dummy_ack_in_a_cluster() -> None:
     assert dummy.etime == START_MS // 1000 + 3 * 60  # TTL from the ID
     assert at_most_once not in node.jobs  # even TTL: RETRY 0, no dummy needed
     assert sent == [at_least_once]
-    info = run(node, "SHOW", at_least_once)
+    info = fields(run(node, "SHOW", at_least_once))
     assert info["queue"] is None and info["body"] is None and info["state"] == "acked"
     # JSCAN skips dummy acks, like the original.
     assert run(node, "JSCAN", "BUSYLOOP")[1] == []
@@ -293,7 +298,7 @@ def test_ackjob_replicated_job_waits_for_confirmations() -> None:
 def test_fastack() -> None:
     node, _ = make_node()
     sent: list[tuple[str, bool]] = []
-    node.broadcast_deljob = lambda i, j: sent.append((i, j is not None))  # type: ignore[method-assign]
+    hook(node, "broadcast_deljob", lambda i, j: sent.append((i, j is not None)))
     a, b = add(node), add(node)
     get(node, "q")  # a delivered, b queued
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"
@@ -415,6 +420,17 @@ def test_working_on_queued_job_dequeues_it() -> None:
     assert job(node, a).state == JobState.ACTIVE and run(node, "QLEN", "q") == 0
 
 
+def test_working_never_brings_a_delayed_job_forward() -> None:
+    node, clock = make_node()
+    a = add(node, "q", "b", "DELAY", 10, "RETRY", 1)
+    assert run(node, "WORKING", a) == 1
+    assert job(node, a).qtime == START_MS + 10_000  # not now + RETRY
+    elapse(node, clock, 9_999)
+    assert run(node, "QLEN", "q") == 0
+    elapse(node, clock, 1)
+    assert run(node, "QLEN", "q") == 1
+
+
 def test_working_retry_zero() -> None:
     node, _ = make_node()
     a = add(node, "q", "b", "RETRY", 0)
@@ -454,8 +470,7 @@ def test_show_fields_in_order() -> None:
     node, clock = make_node()
     a = add(node, "q", "payload", "TTL", 3600, "RETRY", 60)
     clock.ms += 1500
-    info = run(node, "SHOW", a)
-    assert isinstance(info, dict)
+    info = fields(run(node, "SHOW", a))
     assert list(info) == SHOW_KEYS
     assert info["id"] == a and info["queue"] == "q" and info["state"] == "queued"
     assert info["repl"] == 1 and info["ttl"] == 3599 and info["ctime"] == START_MS * 1_000_000
@@ -475,18 +490,18 @@ def test_show_fields_in_order() -> None:
 def test_show_retry_zero_and_unknown() -> None:
     node, _ = make_node()
     a = add(node, "q", "b", "RETRY", 0, "TTL", 100)
-    info = run(node, "SHOW", a)
+    info = fields(run(node, "SHOW", a))
     assert info["next-requeue-within"] is None
     assert info["next-awake-within"] == 101_000  # expiry (+1 s)
     get(node, "q")
-    assert run(node, "SHOW", a)["state"] == "active"
+    assert fields(run(node, "SHOW", a))["state"] == "active"
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"
     assert run(node, "SHOW", unknown) is None
 
 
 def test_show_delayed_job() -> None:
     node, _ = make_node()
-    info = run(node, "SHOW", add(node, "q", "b", "DELAY", 7))
+    info = fields(run(node, "SHOW", add(node, "q", "b", "DELAY", 7)))
     assert info["state"] == "active" and info["delay"] == 7
     assert info["next-requeue-within"] == info["next-awake-within"] == 7000
 
@@ -524,7 +539,7 @@ def test_jscan_filters_and_reply_types() -> None:
     assert _scan_all(node, "JSCAN", "STATE", "wait-repl") == []
     ids = _scan_all(node, "JSCAN", "REPLY", "id")
     assert all(isinstance(i, Status) for i in ids)
-    infos = _scan_all(node, "JSCAN", "REPLY", "ALL", "QUEUE", "b")
+    infos = [fields(i) for i in _scan_all(node, "JSCAN", "REPLY", "ALL", "QUEUE", "b")]
     assert {i["id"] for i in infos} == set(qb) and all(list(i) == SHOW_KEYS for i in infos)
 
 

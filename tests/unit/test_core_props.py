@@ -25,6 +25,8 @@ from hypothesis.stateful import (
 from disque_trio.core.awake import AwakeIndex
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import Node
+from disque_trio.core.queue import Pause
+from disque_trio.core.waiters import Waiter
 from disque_trio.protocol.replies import NULL_ARRAY, ReplyError
 
 from .core_support import (
@@ -34,6 +36,7 @@ from .core_support import (
     add,
     check_invariants,
     elapse,
+    fields,
     make_node,
     run,
 )
@@ -64,6 +67,8 @@ class CoreMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.node = Node(NODE_ID, self.clock, random.Random(0))
         self.model: dict[str, JobModel] = {}
+        self.waiters: list[Waiter] = []  # blocked GETJOB clients, not served yet
+        self.served: list[tuple[Any, list[str], int, int]] = []  # replies to check
 
     @initialize(seed=st.integers(0, 2**32))
     def seed(self, seed: int) -> None:
@@ -96,13 +101,44 @@ class CoreMachine(RuleBasedStateMachine):
         )
         return reply
 
-    @rule(queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=4), count=st.integers(1, 3))
+    @rule(
+        queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=4), count=st.integers(1, 3)
+    )
     def getjob(self, queues: list[str], count: int) -> None:
         reply = run(self.node, "GETJOB", "NOHANG", "COUNT", count, "FROM", *queues)
-        if reply is NULL_ARRAY:
+        if reply is not NULL_ARRAY:
+            self._delivered(reply, queues, count)
+
+    @rule(
+        queues=st.lists(st.sampled_from(QUEUES), min_size=1, max_size=3), count=st.integers(1, 2)
+    )
+    def blocking_getjob(self, queues: list[str], count: int) -> None:
+        reply = run(self.node, "GETJOB", "COUNT", count, "FROM", *queues)
+        if not isinstance(reply, Waiter):
+            self._delivered(reply, queues, count)
             return
-        assert 1 <= len(reply) <= count
-        now = self.clock.ms
+        assert reply.queues == tuple(dict.fromkeys(queues))
+
+        def served(waiter: Waiter = reply) -> None:
+            # Checked after the rule: ADDJOB serves a waiter before the test
+            # has even seen the new job's ID.
+            self.waiters.remove(waiter)
+            self.served.append((waiter.reply, queues, count, self.clock.ms))
+
+        reply.notify = served
+        self.waiters.append(reply)
+
+    @precondition(lambda self: self.waiters)
+    @rule(data=st.data())
+    def cancel_wait(self, data: st.DataObject) -> None:
+        waiter = data.draw(st.sampled_from(self.waiters))
+        self.waiters.remove(waiter)
+        self.node.cancel_wait(waiter)
+        assert waiter.done and waiter.reply is None
+
+    def _delivered(self, reply: Any, queues: list[str], count: int, now: int = 0) -> None:
+        assert isinstance(reply, list) and 1 <= len(reply) <= count
+        now = now or self.clock.ms
         for queue, job_id, _body in reply:
             assert queue in queues
             m = self.model[job_id]
@@ -139,7 +175,9 @@ class CoreMachine(RuleBasedStateMachine):
         before = job.nacks if job is not None else 0
         n = run(self.node, "NACK" if nack else "ENQUEUE", job_id)
         if n:
-            assert job is not None and job.state == JobState.QUEUED
+            assert job is not None
+            # Queued, or handed at once to a blocked client.
+            assert job.state == JobState.QUEUED or self.served
             self.model[job_id].forced = True
             assert job.nacks == before + (1 if nack else 0)
 
@@ -167,11 +205,12 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(job_id=ids)
     def show(self, job_id: str) -> None:
-        info = run(self.node, "SHOW", job_id)
+        info = fields(run(self.node, "SHOW", job_id))
         job = self.node.lookup(job_id)
-        assert (info is None) == (job is None)
-        if info is not None:
-            assert info["state"] == job.state.label  # type: ignore[union-attr]
+        if job is None:
+            assert info is None
+        else:
+            assert info["state"] == job.state.label
 
     # ---------------------------------------------------------------- time
 
@@ -204,8 +243,24 @@ class CoreMachine(RuleBasedStateMachine):
             if m.gone:
                 assert job is None or job.state == JobState.ACKED
             if job is not None:
-                # Nothing outlives its TTL by more than the one-second grace.
-                assert self.clock.ms < m.etime_ms + 1000 or self.clock.ms < job.awake
+                # Nothing outlives its TTL by more than the one-second grace
+                # (time only moves in rules that run the timers after).
+                assert self.clock.ms < m.etime_ms + 1000
+
+    @invariant()
+    def served_waiters_got_valid_jobs(self) -> None:
+        while self.served:
+            reply, queues, count, at = self.served.pop(0)
+            self._delivered(reply, queues, count, at)
+
+    @invariant()
+    def waiters_wait_only_on_empty_or_paused_queues(self) -> None:
+        for waiter in self.waiters:
+            assert not waiter.done
+            for name in waiter.queues:
+                q = self.node.queues[name]
+                assert waiter in q.waiters
+                assert not q.jobs or q.pause & Pause.OUT
 
     @invariant()
     def qlen_matches_queued_jobs(self) -> None:

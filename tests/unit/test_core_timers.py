@@ -3,6 +3,8 @@ collection, idle queue eviction, and the index's own bookkeeping."""
 
 from __future__ import annotations
 
+import itertools
+
 from disque_trio.core.awake import AwakeIndex
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import QUEUE_GC_PERIOD_MS, WILLQUEUE_ADVANCE_MS
@@ -15,7 +17,9 @@ from .core_support import (
     add,
     check_invariants,
     elapse,
+    fields,
     get,
+    hook,
     job,
     make_node,
     run,
@@ -79,8 +83,8 @@ def test_retry_requeues_unacked_delivered_job() -> None:
     node, clock = make_node()
     willqueue: list[int] = []
     queued: list[tuple[str, bool]] = []
-    node.send_willqueue = lambda j: willqueue.append(clock.ms)  # type: ignore[method-assign]
-    node.broadcast_queued = lambda j, nack: queued.append((j.id, nack))  # type: ignore[method-assign]
+    hook(node, "send_willqueue", lambda j: willqueue.append(clock.ms))
+    hook(node, "broadcast_queued", lambda j, nack: queued.append((j.id, nack)))
     a = add(node, "q", "b", "RETRY", 10)
     get(node, "q")
     qtime = job(node, a).qtime
@@ -90,7 +94,7 @@ def test_retry_requeues_unacked_delivered_job() -> None:
     assert willqueue == [qtime - WILLQUEUE_ADVANCE_MS]  # announced 500 ms before
     elapse(node, clock, 1)
     assert job(node, a).state == JobState.QUEUED
-    assert run(node, "SHOW", a)["additional-deliveries"] == 1
+    assert fields(run(node, "SHOW", a))["additional-deliveries"] == 1
     assert queued == [(a, False)]
     assert run(node, "GETJOB", "WITHCOUNTERS", "FROM", "q") == [
         ["q", a, b"b", "nacks", 0, "additional-deliveries", 1]
@@ -149,7 +153,7 @@ def test_paused_in_postpones_retry_requeue() -> None:
     assert j.qtime > clock.ms  # pushed, not dropped
     run(node, "PAUSE", "q", "none")
     elapse(node, clock, 5300)
-    assert j.state == JobState.QUEUED and j.deliveries == 1
+    assert job(node, a).state == JobState.QUEUED and j.deliveries == 1
     check_invariants(node)
 
 
@@ -219,13 +223,13 @@ def test_acked_job_collection_backs_off_until_confirmed() -> None:
     node, clock = make_node()
     node.cluster_size = 2
     setacks: list[int] = []
-    node.send_setack = lambda j: setacks.append(clock.ms)  # type: ignore[method-assign]
+    hook(node, "send_setack", lambda j: setacks.append(clock.ms))
     a = add(node, "q", "b", "REPLICATE", 1, "TTL", 3600)
     job(node, a).nodes_delivered = (NODE_ID, OTHER_ID)
     run(node, "ACKJOB", a)
     assert len(setacks) == 1
     elapse(node, clock, 600_000)
-    gaps = [b - a for a, b in zip(setacks, setacks[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(setacks)]
     assert gaps and all(g <= 180_250 for g in gaps)  # capped at 3 minutes (+ jitter)
     assert gaps[0] < gaps[-1]  # exponential back-off
     assert job(node, a).state == JobState.ACKED
@@ -238,7 +242,7 @@ def test_acked_job_collection_backs_off_until_confirmed() -> None:
 def test_dummy_ack_expires_with_the_ttl_in_its_id() -> None:
     node, clock = make_node()
     node.cluster_size = 2
-    node.send_setack = lambda j: None  # type: ignore[method-assign]
+    hook(node, "send_setack", lambda j: None)
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"  # 3 minutes
     run(node, "ACKJOB", unknown)
     elapse(node, clock, 170_000)
@@ -250,7 +254,7 @@ def test_dummy_ack_expires_with_the_ttl_in_its_id() -> None:
 def test_dummy_ack_dropped_when_cluster_shrinks_to_one() -> None:
     node, clock = make_node()
     node.cluster_size = 2
-    node.send_setack = lambda j: None  # type: ignore[method-assign]
+    hook(node, "send_setack", lambda j: None)
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0101"
     run(node, "ACKJOB", unknown)
     node.cluster_size = 1
@@ -297,7 +301,7 @@ def test_evicted_queue_recreated_on_demand() -> None:
     assert "q" not in node.queues
     a = add(node)
     assert get(node, "q")[0][1] == a
-    stat = run(node, "QSTAT", "q")
+    stat = fields(run(node, "QSTAT", "q"))
     assert stat["jobs-in"] == 1 and stat["age"] == 0
 
 
