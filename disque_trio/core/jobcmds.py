@@ -16,7 +16,7 @@ from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, te
 from .ids import is_at_most_once_id, ttl_minutes_from_id
 from .job import FLAG_BCAST_WILLQUEUE, STATE_BY_LABEL, Job, JobState
 from .node import Node
-from .queue import Pause
+from .queue import PAUSED_IN
 from .waiters import Waiter
 
 DEFAULT_TTL = 24 * 3600
@@ -48,8 +48,10 @@ class AddJobArgs:
         self.delay = 0
         self.maxlen = 0
         self.async_ = False
-        self._parse_options(argv)
-        self.timeout = parse_timeout_ms(argv[3])
+        if len(argv) > 4:
+            self._parse_options(argv)
+        # "0" is by far the most common timeout: skip the integer parser.
+        self.timeout = 0 if argv[3] == b"0" else parse_timeout_ms(argv[3])
         self._check_and_default()
 
     def _parse_options(self, argv: list[bytes]) -> None:
@@ -105,35 +107,35 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     q = node.queues.get(args.queue)
     if args.maxlen and q is not None and len(q.jobs) >= args.maxlen:
         raise ReplyError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
-    if q is not None and q.pause & Pause.IN:
+    if q is not None and q.pause & PAUSED_IN:
         raise ReplyError("PAUSED", "Queue paused in input, try later")
-    job = create_job(node, args)
+    now = node.now_ms()
+    # Jobs keep the queue's own name string: one copy per queue, not per job.
+    job = create_job(node, args, node.queue(args.queue, now).name, now)
     node.stats.added_jobs += 1
     if job.delay == 0:
-        node.enqueue(job)
+        node.register(job, schedule=False)
+        node.enqueue(job, now=now)
     else:
-        job.state = JobState.ACTIVE
-        node.update_awake(job)
+        node.register(job)
     return Status(job.id)
 
 
-def create_job(node: Node, args: AddJobArgs) -> Job:
-    now = node.now_ms()
+def create_job(node: Node, args: AddJobArgs, queue: str, now: int) -> Job:
     job = Job(
         node.idgen.next_id(args.ttl, args.retry),
-        args.queue,
+        queue,
         args.body,
         JobState.ACTIVE,
         repl=args.replicate,
         ctime=node.new_ctime(now),
-        etime=now // 1000 + args.ttl,
+        etime=node.shared_int(now // 1000 + args.ttl),
         delay=args.delay,
         retry=args.retry,
     )
     job.nodes_delivered = node.myself_only
     # The first queue time: after DELAY, else (overwritten by enqueue) RETRY.
     job.qtime = now + (args.delay or args.retry) * 1000
-    node.register(job)
     return job
 
 

@@ -33,6 +33,11 @@ class Pause(enum.IntFlag):
 
 _PAUSE_LABELS = {Pause.NONE: "none", Pause.IN: "in", Pause.OUT: "out", Pause.ALL: "all"}
 
+# The same flags as plain ints: ``Queue.pause`` holds an int because IntFlag's
+# ``&`` runs Python code, and ADDJOB, GETJOB and enqueue all test it.
+PAUSED_IN = 1
+PAUSED_OUT = 2
+
 # A queue that saw no activity for this long, has no jobs, no waiters and no
 # pause flags, is dropped from memory; it is recreated on demand.
 QUEUE_MAX_IDLE_SECONDS = 300
@@ -65,7 +70,7 @@ class Queue:
         # Blocked GETJOB clients, oldest first. A dict used as an ordered set:
         # removal of a client that timed out is O(1).
         self.waiters: dict[Waiter, None] = {}
-        self.pause = Pause.NONE
+        self.pause = 0  # PAUSED_IN | PAUSED_OUT bits; Pause(q.pause) to name it
         self.ctime = now_ms // 1000  # unix seconds, like QSTAT reports
         self.atime = now_ms // 1000  # last access, for idle eviction
         self.jobs_in = 0
@@ -126,5 +131,5 @@ class Queue:
             now_s - self.atime >= max_idle
             and not self.waiters
             and not self.jobs
-            and self.pause == Pause.NONE
+            and not self.pause
         )

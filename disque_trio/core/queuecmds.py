@@ -6,7 +6,7 @@ from ..protocol.replies import NULL_ARRAY, SYNTAX_ERROR, Reply, ReplyError, Stat
 from .args import option, parse_int, parse_timeout_ms, text
 from .jobcmds import ScanArgs, flat
 from .node import Node, job_reply
-from .queue import Pause
+from .queue import PAUSED_OUT, Pause
 from .waiters import Waiter
 
 LEAVING_ERROR = ReplyError(
@@ -77,7 +77,7 @@ def take_jobs(node: Node, queues: list[str], count: int, withcounters: bool) -> 
         before = len(out)
         for name in queues:
             q = node.queues.get(name)
-            job = node.fetch(q) if q is not None and not q.pause & Pause.OUT else None
+            job = node.fetch(q) if q is not None and not q.pause & PAUSED_OUT else None
             if job is None:
                 node.need_jobs(name)
                 continue
@@ -124,7 +124,7 @@ def qstat(node: Node, argv: list[bytes]) -> Reply:
             "import-rate": q.import_rate(now),
             "jobs-in": q.jobs_in,
             "jobs-out": q.jobs_out,
-            "pause": q.pause.label,
+            "pause": Pause(q.pause).label,
         }
     )
 
@@ -179,7 +179,9 @@ def pause(node: Node, argv: list[bytes]) -> Reply:
         elif opt != b"state":
             raise SYNTAX_ERROR
     # "is not None": an empty Queue is falsy (it has a __len__).
-    state = node.set_pause(name, new) if update else (q.pause if q is not None else Pause.NONE)
+    state = (
+        node.set_pause(name, new) if update else (Pause(q.pause) if q is not None else Pause.NONE)
+    )
     if bcast:
         node.broadcast_pause(name, state)
     return Status(state.label)

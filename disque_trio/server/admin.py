@@ -56,7 +56,7 @@ def auth(ctx: Context, argv: list[bytes]) -> Reply:
 
 
 def _check_password(ctx: Context, password: bytes) -> Reply:
-    expected = ctx.server.config.get("requirepass")
+    expected = ctx.server.config.requirepass
     if not expected:
         return err("Client sent AUTH, but no password is set")
     if password != str(expected).encode():

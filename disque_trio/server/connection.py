@@ -56,7 +56,7 @@ async def serve_client(server: NodeServer, stream: trio.abc.Stream) -> None:
 
 
 async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stream) -> None:
-    parser = make_parser(int(server.config.get("proto-max-bulk-len")))
+    parser = make_parser(server.config.proto_max_bulk_len)
     clock = server.env.clock
     out = bytearray()
     while True:
@@ -97,9 +97,9 @@ async def _receive(server: NodeServer, stream: trio.abc.Stream) -> bytes:
     longer than the ``timeout`` directive (0 = never)."""
     idle = server.config.timeout
     if not idle:
-        return await stream.receive_some(READ_SIZE)
+        return bytes(await stream.receive_some(READ_SIZE))
     with trio.move_on_after(idle):
-        return await stream.receive_some(READ_SIZE)
+        return bytes(await stream.receive_some(READ_SIZE))
     return b""
 
 

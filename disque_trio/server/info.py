@@ -34,7 +34,7 @@ def _server(s: NodeServer) -> list[tuple[str, object]]:
         ("tcp_port", s.port),
         ("uptime_in_seconds", uptime),
         ("uptime_in_days", uptime // 86400),
-        ("hz", s.config.get("hz")),
+        ("hz", s.config.hz),
         ("executable", proc["executable"]),
         ("config_file", s.config.path or ""),
     ]
@@ -62,8 +62,8 @@ def _memory(s: NodeServer) -> list[tuple[str, object]]:
         ("used_memory_peak_human", human_bytes(s.peak_memory)),
         ("mem_fragmentation_ratio", f"{rss / used:.2f}" if used else "0.00"),
         ("mem_allocator", "pymalloc"),
-        ("maxmemory", s.config.get("maxmemory")),
-        ("maxmemory_human", human_bytes(int(s.config.get("maxmemory")))),
+        ("maxmemory", s.config.maxmemory),
+        ("maxmemory_human", human_bytes(s.config.maxmemory)),
     ]
 
 

@@ -120,10 +120,10 @@ class NodeServer:
         self._nursery = None
 
     async def _bind(self) -> list[trio.abc.Listener[trio.abc.Stream]]:
-        port = int(self.config.get("port"))
+        port = self.config.port
         listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
         try:
-            for host in self.config.get("bind"):
+            for host in self.config.bind:
                 got = await self.env.net.open_listeners(host, port)
                 self.bound += [_listener_name(listener, host, port) for listener in got]
                 listeners.extend(got)
@@ -136,7 +136,7 @@ class NodeServer:
     @property
     def port(self) -> int:
         """The port actually bound (useful with --port 0 in tests)."""
-        return self.bound[0][1] if self.bound else int(self.config.get("port"))
+        return self.bound[0][1] if self.bound else self.config.port
 
     def shutdown(self) -> None:
         """Stop serving: close listeners and connections, end :meth:`run`."""
@@ -161,13 +161,13 @@ class NodeServer:
 
     def new_client(self, stream: trio.abc.Stream, kind: str = "normal") -> Client | None:
         """Register a connection; None when maxclients is reached."""
-        if len(self.clients) >= int(self.config.get("maxclients")):
+        if len(self.clients) >= self.config.maxclients:
             self.stat_rejected += 1
             return None
         self._next_client_id += 1
         addr, laddr = _peer_names(stream)
         client = Client(self._next_client_id, addr, laddr, self.env.clock.wall_ms(), kind)
-        client.authenticated = not self.config.get("requirepass")
+        client.authenticated = not self.config.requirepass
         self.clients[client.id] = client
         self.stat_connections += 1
         return client
@@ -306,15 +306,15 @@ class NodeServer:
     def config_changed(self, name: str) -> None:
         """React to CONFIG SET of a directive that has a live effect."""
         if name == "loglevel":
-            set_log_level(str(self.config.get("loglevel")))
+            set_log_level(self.config.loglevel)
         self._cache_config()
 
     def _cache_config(self) -> None:
         """Copy the settings the per-command path reads (a dict lookup each
         is measurable at 50k commands per second)."""
-        self._slow_us = int(self.config.get("slowlog-log-slower-than"))
-        self._slow_max = int(self.config.get("slowlog-max-len"))
-        self._latency_ms = int(self.config.get("latency-monitor-threshold"))
+        self._slow_us = self.config.slowlog_log_slower_than
+        self._slow_max = self.config.slowlog_max_len
+        self._latency_ms = self.config.latency_monitor_threshold
 
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT."""
