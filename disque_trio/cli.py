@@ -8,6 +8,7 @@ Like ``disque-server``: an optional config file first, then any directive as a
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import signal
@@ -49,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
         return 1
     _setup_logging(config)
+    _tune_gc()
     for name in config.ignored_settings():
         logging.getLogger("disque_trio").warning(
             "directive '%s' is accepted but has no effect", name
@@ -63,6 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _tune_gc() -> None:
+    """A node keeps millions of long-lived objects (jobs): with CPython's
+    default thresholds the cycle collector runs every 700 allocations and
+    re-scans them often. Jobs form no cycles, so collect less often, and move
+    everything allocated at start-up out of the collector's sight."""
+    gc.set_threshold(50_000, 20, 10)
+    gc.freeze()
 
 
 def _enter_dir(config: Config) -> None:

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
-from .job import Job
 
-Lookup = Callable[[str], Job | None]
+class Timed(Protocol):
+    """Anything with one timer: jobs, and queues (idle eviction)."""
+
+    id: str
+    awake: int
+
+
+Lookup = Callable[[str], Timed | None]
 
 
 class AwakeIndex:
@@ -46,7 +53,7 @@ class AwakeIndex:
         """Heap entries held, live and stale (for memory accounting, tests)."""
         return len(self._heap)
 
-    def schedule(self, job: Job, due_ms: int) -> None:
+    def schedule(self, job: Timed, due_ms: int) -> None:
         """Set the job's single timer to ``due_ms`` (replacing any earlier one)."""
         if job.awake == due_ms:
             return
@@ -57,7 +64,7 @@ class AwakeIndex:
         if self._lookup is not None:
             self._maybe_compact(self._lookup)
 
-    def unschedule(self, job: Job) -> None:
+    def unschedule(self, job: Timed) -> None:
         """Forget the job's timer (the job is being deleted)."""
         if job.awake:
             job.awake = 0
@@ -65,7 +72,7 @@ class AwakeIndex:
             if self._lookup is not None:
                 self._maybe_compact(self._lookup)
 
-    def next_due(self, lookup: Callable[[str], Job | None]) -> int | None:
+    def next_due(self, lookup: Lookup) -> int | None:
         """The earliest live due time, dropping stale heads on the way."""
         heap = self._heap
         while heap:
@@ -76,7 +83,7 @@ class AwakeIndex:
             heapq.heappop(heap)
         return None
 
-    def pop_due(self, now_ms: int, lookup: Callable[[str], Job | None]) -> Iterator[Job]:
+    def pop_due(self, now_ms: int, lookup: Lookup) -> Iterator[Timed]:
         """Yield (and unindex) jobs whose timer is due, earliest first.
 
         A job the caller re-schedules while iterating is pushed back into the
@@ -93,7 +100,7 @@ class AwakeIndex:
             yield job
         self._maybe_compact(lookup)
 
-    def _maybe_compact(self, lookup: Callable[[str], Job | None]) -> None:
+    def _maybe_compact(self, lookup: Lookup) -> None:
         # Rebuild once stale entries exceed a quarter of the live ones: the
         # rebuild costs O(live) and frees at least live/4 entries, so its cost
         # per update stays constant while memory stays within 1.25x.
@@ -108,7 +115,7 @@ class AwakeIndex:
         # In place: a pop_due() generator in progress holds this same list.
         self._heap[:] = live
 
-    def compact(self, lookup: Callable[[str], Job | None]) -> None:
+    def compact(self, lookup: Lookup) -> None:
         """Drop stale entries now if they dominate (called on deletes too)."""
         self._maybe_compact(lookup)
 

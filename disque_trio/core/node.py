@@ -27,7 +27,7 @@ Rules kept here (SPEC section 2):
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..protocol.replies import Reply
@@ -49,7 +49,6 @@ TIME_ERROR_MS = 500  # re-queue times are spread by +/- half of this
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
 GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
 GC_RETRY_COUNT_MAX = 10
-QUEUE_GC_PERIOD_MS = 1000  # how often idle queues are looked for
 # Memory accounting for maxmemory and INFO: a per-object estimate (measured
 # with bench/ on CPython 3.11: a queued job costs about this much besides
 # its body), deterministic so that simulated nodes agree with real ones.
@@ -73,7 +72,7 @@ class Node:
         self.rng = rng
         self.jobs: dict[str, Job] = {}
         self.queues: dict[str, Queue] = {}
-        self.awake = AwakeIndex(self.jobs.get)
+        self.awake = AwakeIndex(self._timed)
         self.idgen = JobIdGenerator(node_id, rng)
         self.stats = NodeStats()
         # The node list every local-only job shares (copy on write, see job.py).
@@ -91,7 +90,9 @@ class Node:
         self.body_bytes = 0  # sum of the bodies held, for memory_estimate()
         self._last_ctime = 0
         self._last_int = 0
-        self._next_queue_gc_ms = 0
+        # Seconds an empty queue with no waiters and no pause stays in memory
+        # (the cluster layer shortens it under memory pressure).
+        self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
 
     # ------------------------------------------------------------------ time
 
@@ -125,6 +126,12 @@ class Node:
 
     def lookup(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
+
+    def _timed(self, key: str) -> Job | Queue | None:
+        """Resolve an awake-index key: a job ID, or NUL + a queue name."""
+        if key[:1] == "\x00":
+            return self.queues.get(key[1:])
+        return self.jobs.get(key)
 
     def register(self, job: Job, schedule: bool = True) -> bool:
         """Add a job to the registry. ``schedule=False`` when the caller sets
@@ -168,7 +175,26 @@ class Node:
         q = self.queues.get(name)
         if q is None:
             q = self.queues[name] = Queue(name, now or self.now_ms())
+            self.schedule_queue_gc(q)
         return q
+
+    def schedule_queue_gc(self, q: Queue) -> None:
+        """If the queue may be evicted some day, look at it when it could be.
+
+        Called where a queue can become empty, unwatched or unpaused; the
+        timer re-checks everything when it fires.
+        """
+        if not q.jobs and not q.waiters and not q.pause:
+            self.awake.schedule(q, (q.atime + self.queue_max_idle) * 1000)
+
+    def _queue_timer(self, q: Queue, now: int) -> None:
+        if self.queues.get(q.name) is not q:
+            return
+        if q.is_collectable(now // 1000, self.queue_max_idle):
+            self.awake.unschedule(q)
+            del self.queues[q.name]
+        else:
+            self.schedule_queue_gc(q)
 
     def queue_length(self, name: str) -> int:
         q = self.queues.get(name)
@@ -215,6 +241,8 @@ class Node:
         q = self.queues.get(job.queue)
         if q is not None:
             q.remove(job)
+            if not q.jobs:
+                self.schedule_queue_gc(q)
         job.state = JobState.ACTIVE
         return True
 
@@ -230,6 +258,7 @@ class Node:
         q.jobs_out += 1
         self._notify("delivered", job)
         if not q.jobs:
+            self.schedule_queue_gc(q)
             self.queue_drained(q)
         return job
 
@@ -248,6 +277,7 @@ class Node:
         q.pause = int(pause)
         if not q.pause & PAUSED_OUT and q.waiters and q.jobs:
             self.serve_waiters(q)
+        self.schedule_queue_gc(q)
         return Pause(q.pause)
 
     # ------------------------------------------------------------- waiters
@@ -273,6 +303,8 @@ class Node:
             q = self.queues.get(name)
             if q is not None:
                 q.waiters.pop(waiter, None)
+                if not q.waiters:
+                    self.schedule_queue_gc(q)
 
     def serve_waiters(self, q: Queue) -> None:
         """Hand jobs of a queue to its blocked clients, oldest client first."""
@@ -371,23 +403,17 @@ class Node:
 
     def next_deadline(self) -> int | None:
         """Wall-clock ms at which :meth:`tick` has work to do, or None."""
-        due = self.awake.next_due(self.jobs.get)
-        if self.queues and (due is None or due > self._next_queue_gc_ms):
-            due = self._next_queue_gc_ms
-        return due
+        return self.awake.next_due(self._timed)
 
     def tick(self) -> None:
-        """Run every timer that is due now."""
+        """Run every timer that is due now (jobs and idle queues)."""
         now = self.now_ms()
-        for job in self._due_jobs(now):
-            self.process_job(job, now)
-        if now >= self._next_queue_gc_ms:
-            self._next_queue_gc_ms = now + QUEUE_GC_PERIOD_MS
-            self.evict_idle_queues(now)
-
-    def _due_jobs(self, now: int) -> Iterator[Job]:
-        # Materialise first: processing may push the same job back if due.
-        return iter(list(self.awake.pop_due(now, self.jobs.get)))
+        # Materialise first: processing may push the same entry back if due.
+        for entry in list(self.awake.pop_due(now, self._timed)):
+            if isinstance(entry, Queue):
+                self._queue_timer(entry, now)
+            else:
+                self.process_job(entry, now)  # type: ignore[arg-type]
 
     def process_job(self, job: Job, now: int) -> None:
         """A job's timer fired: expire, announce, (re)queue or collect it."""
@@ -427,10 +453,12 @@ class Node:
         self.enqueue(job)
 
     def evict_idle_queues(self, now: int, max_idle: int = QUEUE_MAX_IDLE_SECONDS) -> int:
+        """Drop every collectable queue now (memory pressure sweeps)."""
         now_s = now // 1000
-        idle = [q.name for q in self.queues.values() if q.is_collectable(now_s, max_idle)]
-        for name in idle:
-            del self.queues[name]
+        idle = [q for q in self.queues.values() if q.is_collectable(now_s, max_idle)]
+        for q in idle:
+            self.awake.unschedule(q)
+            del self.queues[q.name]
         return len(idle)
 
     def memory_estimate(self) -> int:

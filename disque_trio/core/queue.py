@@ -46,7 +46,9 @@ QUEUE_MAX_IDLE_SECONDS = 300
 class Queue:
     __slots__ = (
         "atime",
+        "awake",
         "ctime",
+        "id",
         "import_current_count",
         "import_current_ms",
         "import_prev_count",
@@ -66,6 +68,10 @@ class Queue:
 
     def __init__(self, name: str, now_ms: int) -> None:
         self.name = name
+        # The awake index holds queues too (idle eviction): its key must never
+        # collide with a job ID, which always starts with "D-".
+        self.id = "\x00" + name
+        self.awake = 0  # when the idle-eviction timer looks at it, ms; 0 = not indexed
         self.jobs: SortedList = SortedList()
         # Blocked GETJOB clients, oldest first. A dict used as an ordered set:
         # removal of a client that timed out is O(1).

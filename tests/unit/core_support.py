@@ -115,6 +115,12 @@ def error_line(reply: Any) -> str:
     return reply.line
 
 
+def timed_entries(node: Node) -> int:
+    """Live timers the awake index should hold: every job, plus the queues
+    whose idle-eviction timer is set."""
+    return len(node.jobs) + sum(1 for q in node.queues.values() if q.awake)
+
+
 def check_invariants(node: Node) -> None:
     """The module rules of core/node.py, checked from the outside."""
     queued_by_queue: Counter[str] = Counter()
@@ -134,7 +140,7 @@ def check_invariants(node: Node) -> None:
             job = node.jobs[job_id]
             assert job.state == JobState.QUEUED and job.ctime == ctime
             assert job.queue == name
-    assert len(node.awake) == len(node.jobs)
+    assert len(node.awake) == timed_entries(node)
     if node.jobs:
         due = node.next_deadline()
         assert due is not None and due <= min(j.awake for j in node.jobs.values())

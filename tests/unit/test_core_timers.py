@@ -7,7 +7,7 @@ import itertools
 
 from disque_trio.core.awake import AwakeIndex
 from disque_trio.core.job import Job, JobState
-from disque_trio.core.node import QUEUE_GC_PERIOD_MS, WILLQUEUE_ADVANCE_MS
+from disque_trio.core.node import WILLQUEUE_ADVANCE_MS
 from disque_trio.core.queue import QUEUE_MAX_IDLE_SECONDS
 
 from .core_support import (
@@ -24,6 +24,7 @@ from .core_support import (
     make_node,
     run,
     tick_at,
+    timed_entries,
 )
 
 
@@ -37,10 +38,18 @@ def test_empty_node_has_no_deadline() -> None:
 def test_next_deadline_never_after_a_job_timer() -> None:
     node, clock = make_node()
     a = add(node, "q", "b", "RETRY", 10)
-    elapse(node, clock, 1)  # past the initial queue GC tick
+    elapse(node, clock, 1)
     due = node.next_deadline()
     assert due is not None and due <= job(node, a).awake
-    assert due <= clock.ms + QUEUE_GC_PERIOD_MS  # queues exist: the GC tick counts
+
+
+def test_idle_queue_eviction_is_a_timer_in_the_awake_index() -> None:
+    node, clock = make_node()
+    node.queue("idle")
+    # No periodic sweep: the only deadline is the queue's own eviction time.
+    assert node.next_deadline() == START_MS + QUEUE_MAX_IDLE_SECONDS * 1000
+    elapse(node, clock, QUEUE_MAX_IDLE_SECONDS * 1000)
+    assert "idle" not in node.queues and node.next_deadline() is None
 
 
 # ------------------------------------------------------------------- DELAY
@@ -317,7 +326,7 @@ def test_awake_index_bounded_over_many_reschedules() -> None:
         run(node, "NACK", a)
         run(node, "WORKING", a)
         run(node, "ENQUEUE", a)
-    assert len(node.awake) == len(node.jobs) == 11
+    assert len(node.jobs) == 11 and len(node.awake) == timed_entries(node)
     assert node.awake.stored <= 2 * len(node.awake) + AwakeIndex.COMPACT_SLACK
     check_invariants(node)
     assert all(job(node, o).awake for o in others)
@@ -327,8 +336,8 @@ def test_awake_index_bounded_when_jobs_are_deleted_without_ticks() -> None:
     node, _ = make_node()
     ids = [add(node) for _ in range(5000)]
     run(node, "DELJOB", *ids[:4990])
-    assert len(node.awake) == 10
-    assert node.awake.stored <= 2 * 10 + AwakeIndex.COMPACT_SLACK
+    assert len(node.jobs) == 10 and len(node.awake) == timed_entries(node)
+    assert node.awake.stored <= 2 * len(node.awake) + AwakeIndex.COMPACT_SLACK
     check_invariants(node)
 
 
