@@ -94,7 +94,6 @@ class Job:
         queue: str,
         body: bytes | None,
         state: JobState,
-        *,
         repl: int = 1,
         ctime: int = 0,
         etime: int = 0,

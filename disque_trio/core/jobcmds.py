@@ -127,11 +127,11 @@ def create_job(node: Node, args: AddJobArgs, queue: str, now: int) -> Job:
         queue,
         args.body,
         JobState.ACTIVE,
-        repl=args.replicate,
-        ctime=node.new_ctime(now),
-        etime=node.shared_int(now // 1000 + args.ttl),
-        delay=args.delay,
-        retry=args.retry,
+        args.replicate,
+        node.new_ctime(now),
+        node.shared_int(now // 1000 + args.ttl),
+        args.delay,
+        args.retry,
     )
     job.nodes_delivered = node.myself_only
     # The first queue time: after DELAY, else (overwritten by enqueue) RETRY.
