@@ -77,7 +77,7 @@ def virtual_env(seed: int = 1) -> Env:
 async def memory_node(seed: int = 1, **config: Any) -> AsyncIterator[MemoryNode]:
     """A node in this trio.run, reached over in-memory streams, on Trio's
     clock (so an autojump clock makes job timers instant)."""
-    server = NodeServer(make_config(**config), virtual_env(seed))
+    server = NodeServer(make_config(**config), virtual_env(seed), persist_cluster=False)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.run, [])
         yield MemoryNode(server, nursery)

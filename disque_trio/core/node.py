@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from ..protocol.replies import Reply
 from .awake import AwakeIndex
+from .cluster import LEAVING, ClusterTable
 from .ids import JobIdGenerator
 from .job import (
     FLAG_BCAST_QUEUED,
@@ -66,8 +67,17 @@ class Clock(Protocol):
 class Node:
     """One Disque node's jobs, queues and timers."""
 
-    def __init__(self, node_id: str, clock: Clock, rng: random.Random) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        clock: Clock,
+        rng: random.Random,
+        cluster: ClusterTable | None = None,
+    ) -> None:
         self.node_id = node_id
+        # Who else is in the cluster and whether they answer. A node started
+        # without one is a cluster of one on the default ports.
+        self.cluster = cluster or ClusterTable(node_id, "127.0.0.1", 7711, 17711, rng, 15000)
         self.clock = clock
         self.rng = rng
         self.jobs: dict[str, Job] = {}
@@ -77,13 +87,16 @@ class Node:
         self.stats = NodeStats()
         # The node list every local-only job shares (copy on write, see job.py).
         self.myself_only: tuple[str, ...] = (node_id,)
-        # Cluster view. A single node is a cluster of one; the cluster layer
-        # replaces these with live values.
+        # The cluster view commands read, refreshed from the table by
+        # refresh_cluster_view() after every bus event (counting reachable
+        # nodes on every ADDJOB would cost O(nodes)).
         self.cluster_size = 1
         self.reachable_peers = 0
         self.leaving = False
         # Side effects for the shell to carry out after each call.
         self.effects: list[Any] = []
+        # Bus messages for the shell to send: (node id, message).
+        self.outbox: list[tuple[str, object]] = []
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -93,6 +106,17 @@ class Node:
         # Seconds an empty queue with no waiters and no pause stays in memory
         # (the cluster layer shortens it under memory pressure).
         self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
+
+    def refresh_cluster_view(self) -> None:
+        self.cluster_size = self.cluster.size
+        self.reachable_peers = len(self.cluster.reachable())
+        self.leaving = bool(self.cluster.myself.flags & LEAVING)
+
+    def set_node_id(self, node_id: str) -> None:
+        """A new identity (CLUSTER RESET HARD, or loaded from nodes.conf)."""
+        self.node_id = node_id
+        self.myself_only = (node_id,)
+        self.idgen.set_node_id(node_id)
 
     # ------------------------------------------------------------------ time
 
@@ -359,6 +383,9 @@ class Node:
         return now + period + self.time_error()
 
     # ------------------------------------------------- cluster hooks (no-ops)
+
+    def receive(self, sender: str, msg: object) -> None:
+        """A job-level bus message from another node (cluster layer)."""
 
     def broadcast_queued(self, job: Job, nack: bool) -> None:
         """Tell other holders a job was (re)queued here (cluster layer)."""

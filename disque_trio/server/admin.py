@@ -16,7 +16,7 @@ from ..config import ConfigError
 from ..core.args import option, parse_int, text
 from ..core.commands import Command
 from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, Verbatim, err
-from . import info
+from . import clustercmds, info
 from .client import Client
 
 if TYPE_CHECKING:
@@ -112,10 +112,7 @@ def hello(ctx: Context, argv: list[bytes]) -> Reply:
 
 
 def disque_hello(server: NodeServer) -> Reply:
-    """[1, my-id, [id, ip, port, priority]...] with port/priority as strings."""
-    host, port = server.bound[0] if server.bound else ("127.0.0.1", server.port)
-    me: list[Reply] = [server.node.node_id, host, str(port), "1"]
-    return [1, server.node.node_id, me]
+    return clustercmds.hello(server)
 
 
 def _version() -> str:
@@ -387,6 +384,7 @@ SHELL_COMMANDS: dict[str, Command] = {
         _shell("command", -1, "loading", command),
         _shell("latency", -2, "admin loading", latency),
         _shell("hello", -1, "fast loading", hello),
+        _shell("cluster", -2, "admin", clustercmds.cluster),
         _shell("quit", -1, "fast loading", quit_),
     )
 }

@@ -18,22 +18,25 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-from ..config import Config
+from ..config import Config, ConfigError
+from ..core.cluster import LEAVING, ClusterTable
 from ..core.commands import CORE_COMMANDS, Command
 from ..core.ids import new_node_id
 from ..core.node import Node
 from ..core.waiters import Waiter
 from ..env import Env
+from ..protocol import bus
 from ..protocol.replies import Reply, ReplyError, err
 from . import admin
 from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
+from .peers import Bus
 from .slowlog import SlowLog
 
 log = logging.getLogger("disque_trio")
@@ -49,10 +52,28 @@ _NOAUTH_OK = frozenset({"auth", "hello", "quit"})
 class NodeServer:
     """One node: the core state machine plus everything that talks to it."""
 
-    def __init__(self, config: Config, env: Env) -> None:
+    def __init__(self, config: Config, env: Env, *, persist_cluster: bool = True) -> None:
         self.config = config
         self.env = env
-        self.node = Node(new_node_id(env.rng), env.clock, env.rng)
+        # nodes.conf is written (in `dir`) only by nodes that own a directory:
+        # in-process test nodes share the test's working directory.
+        self.persist_cluster = persist_cluster
+        self._saved_cluster_config = ""
+        node_id, peers = self._load_cluster_config()
+        table = ClusterTable(
+            node_id,
+            self.announce_ip(),
+            config.port,
+            config.cluster_bus_port(),
+            env.rng,
+            config.cluster_node_timeout,
+        )
+        for peer_id, ip, port, cport, leaving in peers:
+            peer = table.add(peer_id, ip, port, cport)
+            if peer is not None and leaving:
+                peer.flags |= LEAVING
+        self.node = Node(node_id, env.clock, env.rng, table)
+        self.bus = Bus(self, table, self._dispatch)
         self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
         # Raw name bytes -> command, so the hot path skips decode and lower().
         self._by_raw_name: dict[bytes, Command] = {}
@@ -85,6 +106,7 @@ class NodeServer:
     async def run(
         self,
         listeners: list[trio.abc.Listener[trio.abc.Stream]] | None = None,
+        bus_listeners: list[trio.abc.Listener[trio.abc.Stream]] | None = None,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -94,22 +116,40 @@ class NodeServer:
         """
         if listeners is None:
             listeners = await self._bind()
+            if bus_listeners is None:
+                bus_listeners = await self._bind_bus(listeners)
         else:
             self.bound = [_listener_name(listener) for listener in listeners]
         try:
-            await self._serve(listeners, task_status)
+            await self._serve(listeners, bus_listeners or [], task_status)
         finally:
             self.finished.set()
+
+    async def _bind_bus(
+        self, client_listeners: list[trio.abc.Listener[trio.abc.Stream]]
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        port = self.config.cluster_bus_port()
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        try:
+            for host in self.config.bind:
+                listeners += await self.env.net.open_listeners(host, port)
+        except BaseException:
+            for listener in listeners + client_listeners:
+                await listener.aclose()
+            raise
+        return listeners
 
     async def _serve(
         self,
         listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        bus_listeners: list[trio.abc.Listener[trio.abc.Stream]],
         task_status: trio.TaskStatus[None],
     ) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for listener in listeners:
                 nursery.start_soon(self._serve_listener, listener)
+            await nursery.start(self.bus.run, bus_listeners)
             nursery.start_soon(self._timer_task)
             nursery.start_soon(self._cron_task)
             addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
@@ -147,8 +187,14 @@ class NodeServer:
         for hook in self.on_shutdown:
             hook()
         self.node.unblock_all(None)
+        self.save_cluster_config()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+        """Run a background task in the node's nursery (CLUSTER MEET)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
 
     async def _serve_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
         async with listener:
@@ -264,12 +310,92 @@ class NodeServer:
             self.node.tick()
 
     async def _cron_task(self) -> None:
-        """Housekeeping ten times a second: rate samples, peak memory."""
+        """Housekeeping ten times a second: cluster pings and failure
+        detection, rate samples, peak memory, nodes.conf."""
         while True:
             await trio.sleep(0.1)
+            table = self.node.cluster
+            table.cron(self.env.clock.wall_ms())
+            for node_id in sorted(table.stuck_links):
+                self.bus.restart_link(node_id)
+            table.stuck_links.clear()
+            self.after_bus_event()
             self._ops_samples.append((trio.current_time(), self.stat_commands))
             del self._ops_samples[:-16]
             self.peak_memory = max(self.peak_memory, self.used_memory())
+            self.save_cluster_config()
+
+    # -------------------------------------------------------------- cluster
+
+    def announce_ip(self) -> str:
+        """The IP other nodes should dial: the announce setting, else the
+        first bind address unless it is a wildcard."""
+        if self.config.cluster_announce_ip:
+            return self.config.cluster_announce_ip
+        first = self.config.bind[0] if self.config.bind else ""
+        return "127.0.0.1" if first in ("", "0.0.0.0", "::", "*") else first
+
+    def _dispatch(self, sender: str, msg: object) -> None:
+        """A bus message arrived from a known node."""
+        table = self.node.cluster
+        now = self.env.clock.wall_ms()
+        if isinstance(msg, bus.Heartbeat):
+            table.on_heartbeat(msg, now)
+            self.bus.sync_links()
+        elif isinstance(msg, bus.Fail):
+            table.on_fail(msg, now)
+        else:
+            peer = table.nodes.get(sender)
+            if peer is not None:
+                table.heard_from(peer, now)
+            self.node.receive(sender, msg)
+
+    def after_bus_event(self) -> None:
+        """Send what the core and the cluster table queued; refresh views."""
+        table = self.node.cluster
+        if table.outbox:
+            for node_id, msg in table.outbox:
+                self.bus.send(node_id, msg)
+            table.outbox.clear()
+        if self.node.outbox:
+            for node_id, msg in self.node.outbox:
+                self.bus.send(node_id, msg)
+            self.node.outbox.clear()
+        self.node.refresh_cluster_view()
+        self.after_batch()
+
+    def _load_cluster_config(self) -> tuple[str, list[tuple[str, str, int, int, bool]]]:
+        """Our node ID and known peers from nodes.conf, or a fresh ID."""
+        if not self.persist_cluster:
+            return new_node_id(self.env.rng), []
+        path = self.config.cluster_config_file
+        text = self.env.disk.read(path)
+        if text is None:
+            return new_node_id(self.env.rng), []
+        try:
+            rows = ClusterTable.parse_config(text.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(
+                f"Unrecoverable error: corrupted cluster config file {path}: {e}"
+            ) from None
+        mine = [r for r in rows if r[4]]
+        if len(mine) != 1:
+            raise ConfigError(f"Unrecoverable error: {path} must name exactly one 'myself' node")
+        peers = [(r[0], r[1], r[2], r[3], r[5]) for r in rows if not r[4]]
+        return mine[0][0], peers
+
+    def save_cluster_config(self, force: bool = False) -> None:
+        """Write nodes.conf (atomically) when membership changed."""
+        if not self.persist_cluster:
+            return
+        text = self.node.cluster.to_config()
+        if text == self._saved_cluster_config and not force:
+            return
+        try:
+            self.env.disk.replace(self.config.cluster_config_file, text.encode())
+            self._saved_cluster_config = text
+        except OSError as e:
+            log.warning("could not save %s: %s", self.config.cluster_config_file, e)
 
     # ----------------------------------------------------------------- info
 
@@ -307,6 +433,8 @@ class NodeServer:
         """React to CONFIG SET of a directive that has a live effect."""
         if name == "loglevel":
             set_log_level(self.config.loglevel)
+        elif name == "cluster-node-timeout":
+            self.node.cluster.timeout_ms = self.config.cluster_node_timeout
         self._cache_config()
 
     def _cache_config(self) -> None:

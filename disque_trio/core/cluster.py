@@ -1,0 +1,391 @@
+"""The cluster table: who the other nodes are, and whether they answer.
+
+Theory of operation
+-------------------
+Every node keeps a table of the nodes it knows (itself included). Links are
+one-way: each node sends to a peer over its own outbound connection and
+reads what peers send on the connections they opened. The shell owns the
+connections and tells the table when an outbound link comes up or goes down;
+the table tells the shell what to send (:attr:`ClusterTable.outbox`) and
+which nodes it should be connected to (:meth:`ClusterTable.wanted_links`).
+
+Membership spreads by gossip: every PING/PONG/MEET carries a few random
+entries of the sender's table; an unknown node in gossip is added (unless it
+was forgotten less than a minute ago). ``CLUSTER MEET`` only opens a link:
+the peer's identity comes from the handshake on that link.
+
+Failure detection (SPEC section 4): a node that does not answer a PING within
+``cluster-node-timeout`` is ``PFAIL`` (fail?) here; when a majority of the
+cluster reports it PFAIL or FAIL in gossip it becomes ``FAIL`` and a FAIL
+message is broadcast. Any message from the node clears both at once, so a
+restarted node is usable again as soon as it answers. Failure only steers
+replication targets and HELLO priorities: nothing fails over.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from ..protocol import bus
+
+# Node flags, the original's bits (CLUSTER NODES prints them by name).
+PFAIL = 1 << 0
+FAIL = 1 << 1
+MYSELF = 1 << 2
+HANDSHAKE = 1 << 3
+NOADDR = 1 << 4
+LEAVING = 1 << 7
+_FLAG_NAMES = (
+    (MYSELF, "myself"),
+    (PFAIL, "fail?"),
+    (FAIL, "fail"),
+    (HANDSHAKE, "handshake"),
+    (NOADDR, "noaddr"),
+    (LEAVING, "leaving"),
+)
+# Flags that travel in gossip (the others are local points of view).
+_GOSSIP_FLAGS = PFAIL | FAIL | LEAVING
+
+BLACKLIST_MS = 60_000  # a FORGET keeps a node from being re-added by gossip
+FAIL_REPORT_VALIDITY_MULT = 2  # reports older than 2x node timeout expire
+PING_PERIOD_MS = 1000  # one random node pinged per second, like the original
+
+
+class PeerNode:
+    """One node as this node sees it."""
+
+    __slots__ = (
+        "cport",
+        "fail_reports",
+        "fail_time",
+        "flags",
+        "ip",
+        "link_since",
+        "link_up",
+        "node_id",
+        "ping_sent",
+        "pong_received",
+        "port",
+    )
+
+    def __init__(self, node_id: str, ip: str, port: int, cport: int, flags: int = 0) -> None:
+        self.node_id = node_id
+        self.ip = ip
+        self.port = port
+        self.cport = cport
+        self.flags = flags
+        self.ping_sent = 0  # ms of the PING awaiting a PONG; 0 = none in flight
+        self.pong_received = 0  # ms of the last PONG (or any message)
+        self.link_up = False  # our outbound link is connected (shell-owned fact)
+        self.link_since = 0
+        self.fail_reports: dict[str, int] = {}  # reporter id -> ms of the report
+        self.fail_time = 0
+
+    @property
+    def failing(self) -> bool:
+        return bool(self.flags & (PFAIL | FAIL))
+
+    def flag_names(self) -> str:
+        names = [name for bit, name in _FLAG_NAMES if self.flags & bit]
+        return ",".join(names) or "noflags"
+
+    def __repr__(self) -> str:
+        return f"<PeerNode {self.node_id[:8]} {self.ip}:{self.port} {self.flag_names()}>"
+
+
+class ClusterTable:
+    """Membership and failure detection, fed messages and the time."""
+
+    def __init__(
+        self, node_id: str, ip: str, port: int, cport: int, rng: random.Random, timeout_ms: int
+    ) -> None:
+        self.rng = rng
+        self.timeout_ms = timeout_ms
+        self.myself = PeerNode(node_id, ip, port, cport, MYSELF)
+        self.myself.link_up = True
+        self.nodes: dict[str, PeerNode] = {node_id: self.myself}
+        self.blacklist: dict[str, int] = {}  # forgotten node id -> until ms
+        # Messages for the shell to send: (node id, message).
+        self.outbox: list[tuple[str, object]] = []
+        # Nodes whose link should be re-opened (see _check_node).
+        self.stuck_links: set[str] = set()
+        self.stats_sent = 0
+        self.stats_received = 0
+        self._next_ping_ms = 0
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def node_id(self) -> str:
+        return self.myself.node_id
+
+    @property
+    def size(self) -> int:
+        """Nodes taking part in the cluster (myself included)."""
+        return sum(1 for n in self.nodes.values() if not n.flags & HANDSHAKE)
+
+    def others(self) -> list[PeerNode]:
+        return [n for n in self.nodes.values() if n is not self.myself]
+
+    def reachable(self) -> list[PeerNode]:
+        """Other nodes worth sending jobs to: not failing, not leaving."""
+        bad = PFAIL | FAIL | LEAVING | HANDSHAKE
+        return [n for n in self.others() if not n.flags & bad]
+
+    def wanted_links(self) -> list[PeerNode]:
+        """Nodes the shell should keep an outbound link to."""
+        return [n for n in self.others() if not n.flags & NOADDR]
+
+    def priority(self, node: PeerNode) -> int:
+        """HELLO priority: 1 best ... 100 failing or leaving."""
+        if node.flags & (FAIL | LEAVING):
+            return 100
+        if node.flags & PFAIL:
+            return 10
+        if node is not self.myself and not node.link_up:
+            return 5
+        return 1
+
+    # ------------------------------------------------------------ changes
+
+    def add(self, node_id: str, ip: str, port: int, cport: int) -> PeerNode | None:
+        """Learn a node (from a handshake or gossip); None if blacklisted."""
+        node = self.nodes.get(node_id)
+        if node is not None:
+            if ip and (node.ip, node.port, node.cport) != (ip, port, cport):
+                node.ip, node.port, node.cport = ip, port, cport
+            return node
+        if node_id in self.blacklist:
+            return None
+        node = PeerNode(node_id, ip, port, cport)
+        self.nodes[node_id] = node
+        return node
+
+    def forget(self, node_id: str, now: int) -> bool:
+        node = self.nodes.get(node_id)
+        if node is None or node is self.myself:
+            return False
+        del self.nodes[node_id]
+        self.blacklist[node_id] = now + BLACKLIST_MS
+        for other in self.nodes.values():
+            other.fail_reports.pop(node_id, None)
+        return True
+
+    def link_changed(self, node_id: str, up: bool, now: int) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            return
+        node.link_up = up
+        node.link_since = now
+        if up:
+            # A fresh link: ping at once, failure detection needs a ping in
+            # flight to notice anything.
+            self._send_heartbeat(node, bus.Ping, now)
+
+    def set_leaving(self, leaving: bool) -> None:
+        if leaving:
+            self.myself.flags |= LEAVING
+        else:
+            self.myself.flags &= ~LEAVING
+
+    def reset(self, new_id: str | None) -> None:
+        """CLUSTER RESET: forget every other node (hard: take a new ID)."""
+        if new_id is not None:
+            self.myself.node_id = new_id
+        self.nodes = {self.myself.node_id: self.myself}
+        self.blacklist.clear()
+        self.myself.flags &= ~LEAVING
+
+    # ------------------------------------------------------------ messages
+
+    def heard_from(self, sender: PeerNode, now: int) -> None:
+        """Any message proves the sender alive: clear PFAIL and FAIL now."""
+        sender.pong_received = now
+        sender.flags &= ~(PFAIL | FAIL)
+        sender.fail_reports.clear()
+
+    def on_heartbeat(self, msg: bus.Heartbeat, now: int) -> None:
+        self.stats_received += 1
+        sender = self.nodes.get(msg.sender)
+        if sender is None:
+            return
+        if isinstance(msg, bus.Pong) or sender.ping_sent:
+            sender.ping_sent = 0
+        self.heard_from(sender, now)
+        sender.flags = (sender.flags & ~LEAVING) | (msg.flags & LEAVING)
+        self._process_gossip(sender, msg.gossip, now)
+        if isinstance(msg, bus.Ping | bus.Meet):
+            self._send_heartbeat(sender, bus.Pong, now)
+
+    def on_fail(self, msg: bus.Fail, now: int) -> None:
+        node = self.nodes.get(msg.node_id)
+        if node is None or node is self.myself or node.flags & FAIL:
+            return
+        node.flags = (node.flags & ~PFAIL) | FAIL
+        node.fail_time = now
+
+    def _process_gossip(
+        self, sender: PeerNode, entries: Iterable[bus.GossipEntry], now: int
+    ) -> None:
+        for entry in entries:
+            node = self.nodes.get(entry.node_id)
+            if node is None:
+                if entry.node_id not in self.blacklist and entry.ip:
+                    self.add(entry.node_id, entry.ip, entry.port, entry.cluster_port)
+                continue
+            if node is self.myself:
+                continue
+            if entry.flags & (PFAIL | FAIL):
+                node.fail_reports[sender.node_id] = now
+                self._maybe_mark_failed(node, now)
+            else:
+                node.fail_reports.pop(sender.node_id, None)
+
+    def _maybe_mark_failed(self, node: PeerNode, now: int) -> None:
+        if not node.flags & PFAIL or node.flags & FAIL:
+            return
+        validity = self.timeout_ms * FAIL_REPORT_VALIDITY_MULT
+        reports = [r for r, t in node.fail_reports.items() if now - t <= validity]
+        if len(reports) + 1 < self.size // 2 + 1:
+            return
+        node.flags = (node.flags & ~PFAIL) | FAIL
+        node.fail_time = now
+        for other in self.others():
+            if other is not node:
+                self.send(other.node_id, bus.Fail(node.node_id))
+
+    # --------------------------------------------------------------- cron
+
+    def cron(self, now: int) -> None:
+        """Periodic work (10 times a second): pings and failure detection."""
+        for node_id, until in list(self.blacklist.items()):
+            if until <= now:
+                del self.blacklist[node_id]
+        if now >= self._next_ping_ms:
+            self._next_ping_ms = now + PING_PERIOD_MS
+            self._ping_oldest_of_a_sample(now)
+        for node in self.others():
+            self._check_node(node, now)
+
+    def _ping_oldest_of_a_sample(self, now: int) -> None:
+        candidates = [n for n in self.others() if n.link_up and not n.ping_sent]
+        if not candidates:
+            return
+        sample = self.rng.sample(candidates, min(5, len(candidates)))
+        oldest = min(sample, key=lambda n: n.pong_received)
+        self._send_heartbeat(oldest, bus.Ping, now)
+
+    def _check_node(self, node: PeerNode, now: int) -> None:
+        half = self.timeout_ms // 2
+        if (
+            node.link_up
+            and node.ping_sent
+            and now - node.ping_sent > half
+            and now - node.link_since > self.timeout_ms
+        ):
+            # Waiting for a PONG for long on an old link: maybe the link is
+            # the problem, not the node. Ask the shell for a fresh one.
+            self.stuck_links.add(node.node_id)
+        if node.link_up and not node.ping_sent and now - node.pong_received > half:
+            self._send_heartbeat(node, bus.Ping, now)
+            return
+        if not node.ping_sent and not node.link_up and node.pong_received:
+            # No link and no ping in flight: failure detection still needs
+            # a clock running, as if a ping had been sent.
+            node.ping_sent = now
+        if node.ping_sent and now - node.ping_sent > self.timeout_ms:
+            if not node.flags & (PFAIL | FAIL):
+                node.flags |= PFAIL
+            self._maybe_mark_failed(node, now)
+
+    def _send_heartbeat(self, node: PeerNode, kind: type[bus.Heartbeat], now: int) -> None:
+        if kind is not bus.Pong and not node.ping_sent:
+            node.ping_sent = now
+        self.send(node.node_id, kind(self.node_id, self.myself.flags & LEAVING, self.gossip()))
+
+    def send(self, node_id: str, msg: object) -> None:
+        self.stats_sent += 1
+        self.outbox.append((node_id, msg))
+
+    def heartbeat(self, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
+        return kind(self.node_id, self.myself.flags & LEAVING, self.gossip())
+
+    def gossip(self) -> tuple[bus.GossipEntry, ...]:
+        """A few random entries: about a tenth of the table, at least 3."""
+        others = [n for n in self.others() if not n.flags & (HANDSHAKE | NOADDR)]
+        count = min(len(others), max(3, len(self.nodes) // 10))
+        chosen = self.rng.sample(others, count) if count else []
+        return tuple(
+            bus.GossipEntry(
+                n.node_id,
+                n.ip,
+                n.port,
+                n.cport,
+                n.flags & _GOSSIP_FLAGS,
+                n.ping_sent,
+                n.pong_received,
+            )
+            for n in chosen
+        )
+
+    # ------------------------------------------------------------ reports
+
+    def nodes_description(self) -> str:
+        """CLUSTER NODES: ``id ip:port flags ping_sent pong_recv link-state``."""
+        lines = []
+        for node in self.nodes.values():
+            link = "connected" if node.link_up else "disconnected"
+            lines.append(
+                f"{node.node_id} {node.ip}:{node.port} {node.flag_names()} "
+                f"{node.ping_sent} {node.pong_received} {link}"
+            )
+        return "".join(line + "\n" for line in lines)
+
+    def info(self) -> list[tuple[str, object]]:
+        reachable = len(self.reachable())
+        return [
+            ("cluster_state", "ok"),
+            ("cluster_known_nodes", len(self.nodes)),
+            ("cluster_reachable_nodes", reachable + 1),
+            ("cluster_size", self.size),
+            ("cluster_stats_messages_sent", self.stats_sent),
+            ("cluster_stats_messages_received", self.stats_received),
+        ]
+
+    def to_config(self) -> str:
+        """The nodes.conf text: one CLUSTER NODES line per node, then vars."""
+        lines = []
+        for node in self.nodes.values():
+            flags = node.flags & (MYSELF | LEAVING)
+            names = [name for bit, name in _FLAG_NAMES if flags & bit] or ["noflags"]
+            lines.append(
+                f"{node.node_id} {node.ip}:{node.port}@{node.cport} {','.join(names)} 0 0 "
+                "disconnected"
+            )
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def parse_config(text: str) -> list[tuple[str, str, int, int, bool, bool]]:
+        """Rows of (id, ip, port, cport, is_myself, leaving) from nodes.conf.
+
+        Raises ValueError naming the line on anything malformed.
+        """
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            parts = line.split()
+            try:
+                node_id, addr, flags = parts[0], parts[1], parts[2]
+                host, _, ports = addr.rpartition(":")
+                port_s, _, cport_s = ports.partition("@")
+                port = int(port_s)
+                cport = int(cport_s) if cport_s else port + 10000
+            except (IndexError, ValueError):
+                raise ValueError(f"line {number}: {line!r}") from None
+            if len(node_id) != 40:
+                raise ValueError(f"line {number}: bad node ID {node_id!r}")
+            names = flags.split(",")
+            rows.append((node_id, host, port, cport, "myself" in names, "leaving" in names))
+        return rows

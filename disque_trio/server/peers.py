@@ -1,0 +1,261 @@
+"""The cluster bus: one listener, one outbound link task per known node.
+
+Links are one-way. Each node sends to a peer over the connection it opened
+itself, and only reads on the connections peers opened to it::
+
+    connector                              acceptor
+      Handshake(id, ip, ports)  ------->
+                                <-------   Handshake(id, ip, ports)
+      message, message, ...     ------->   (read, decoded, fed to the core)
+
+The acceptor answers the handshake so that the connector learns who it
+reached (CLUSTER MEET knows only an address). An acceptor ignores messages
+from a node it does not know unless the first one is MEET, like the original.
+
+Each link has a bounded outbox: when a peer is slow or gone, messages are
+dropped, which the protocol tolerates (every message is re-sent or re-derived
+later: pings, GC retries, replication re-sends, NEEDJOBS back-off). A frame
+that does not decode closes that link and is logged; it never reaches the
+node's nursery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..core.cluster import ClusterTable
+from ..protocol import bus
+
+if TYPE_CHECKING:
+    from .runtime import NodeServer
+
+log = logging.getLogger("disque_trio.bus")
+
+# 4096 frames of slack per peer: a burst of replication for a few thousand
+# jobs fits; beyond that the peer is too slow and messages are dropped.
+OUTBOX_SIZE = 4096
+READ_SIZE = 64 * 1024
+HANDSHAKE_TIMEOUT_S = 5.0
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+
+Dispatch = Callable[[str, object], None]
+
+
+class PeerLink:
+    """Our outbound connection to one node, and the messages waiting for it."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](OUTBOX_SIZE)
+        self.cancel_scope = trio.CancelScope()
+        self.dropped = 0
+
+
+class Bus:
+    """Owns every bus connection of one node."""
+
+    def __init__(self, server: NodeServer, table: ClusterTable, dispatch: Dispatch) -> None:
+        self.server = server
+        self.table = table
+        self.dispatch = dispatch
+        self.links: dict[str, PeerLink] = {}
+        self._nursery: trio.Nursery | None = None
+        self.frames_in = 0
+        self.frames_out = 0
+        self.bad_frames = 0
+
+    # --------------------------------------------------------------- setup
+
+    async def run(
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener)
+            self.sync_links()
+            task_status.started()
+
+    def sync_links(self) -> None:
+        """Start link tasks for new nodes, stop those of forgotten ones."""
+        if self._nursery is None:
+            return
+        wanted = {n.node_id for n in self.table.wanted_links()}
+        for node_id in wanted - self.links.keys():
+            link = self.links[node_id] = PeerLink(node_id)
+            self._nursery.start_soon(self._link_task, link)
+        for node_id in self.links.keys() - wanted:
+            self.links.pop(node_id).cancel_scope.cancel()
+
+    def send(self, node_id: str, msg: object) -> None:
+        link = self.links.get(node_id)
+        if link is None:
+            return
+        try:
+            link.send_channel.send_nowait(bus.encode_frame(msg))  # type: ignore[arg-type]
+        except trio.WouldBlock:
+            link.dropped += 1
+
+    def close_all(self) -> None:
+        for link in self.links.values():
+            link.cancel_scope.cancel()
+
+    # ------------------------------------------------------------ outbound
+
+    async def _link_task(self, link: PeerLink) -> None:
+        backoff = BACKOFF_MIN_S
+        with link.cancel_scope:
+            while True:
+                node = self.table.nodes.get(link.node_id)
+                if node is None:
+                    return
+                try:
+                    stream = await self.server.env.net.connect(node.ip, node.cport)
+                except OSError:
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                backoff = BACKOFF_MIN_S
+                async with stream:
+                    await self._serve_link(link, stream)
+                self.table.link_changed(link.node_id, False, self.server.env.clock.wall_ms())
+                await trio.sleep(BACKOFF_MIN_S)
+
+    async def _serve_link(self, link: PeerLink, stream: trio.abc.Stream) -> None:
+        try:
+            peer = await self._handshake(stream, initiator=True)
+        except (bus.BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as e:
+            log.debug("handshake with %s failed: %s", link.node_id[:8], e)
+            return
+        if peer is None or peer.node_id != link.node_id:
+            log.warning(
+                "node at the address of %s answered as %s: link dropped",
+                link.node_id[:8],
+                peer.node_id[:8] if peer else "nobody",
+            )
+            await trio.sleep(BACKOFF_MAX_S)
+            return
+        self.table.link_changed(link.node_id, True, self.server.env.clock.wall_ms())
+        self.server.after_bus_event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
+            try:
+                async for frame in link.receive_channel:
+                    self.frames_out += 1
+                    await stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+            nursery.cancel_scope.cancel()
+
+    def restart_link(self, node_id: str) -> None:
+        """Drop a link that looks stuck; sync_links() opens a fresh one."""
+        link = self.links.pop(node_id, None)
+        if link is not None:
+            link.cancel_scope.cancel()
+            self.table.link_changed(node_id, False, self.server.env.clock.wall_ms())
+        self.sync_links()
+
+    async def _handshake(self, stream: trio.abc.Stream, initiator: bool) -> bus.Handshake | None:
+        me = self.table.myself
+        mine = bus.Handshake(me.node_id, self.server.announce_ip(), me.port, me.cport)
+        decoder = bus.FrameDecoder()
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            if initiator:
+                await stream.send_all(bus.encode_frame(mine))
+            while (msg := decoder.next_message()) is None:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    return None
+                decoder.feed(bytes(data))
+            if not isinstance(msg, bus.Handshake):
+                raise bus.BusError(f"expected a handshake, got {type(msg).__name__}")
+            if not initiator:
+                await stream.send_all(bus.encode_frame(mine))
+        return msg
+
+    # ------------------------------------------------------------- inbound
+
+    async def _accept_loop(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
+        async with listener:
+            while True:
+                stream = await listener.accept()
+                assert self._nursery is not None
+                self._nursery.start_soon(self._inbound, stream)
+
+    async def _inbound(self, stream: trio.abc.Stream) -> None:
+        async with stream:
+            try:
+                peer = await self._handshake(stream, initiator=False)
+                if peer is None:
+                    return
+                ip = peer.ip or _peer_ip(stream)
+                await self._read_messages(stream, peer, ip)
+            except bus.BusError as e:
+                self.bad_frames += 1
+                log.warning("bad frame on the bus, link closed: %s", e)
+            except (
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+                trio.TooSlowError,
+                OSError,
+            ):
+                pass
+
+    async def _read_messages(self, stream: trio.abc.Stream, peer: bus.Handshake, ip: str) -> None:
+        decoder = bus.FrameDecoder()
+        while data := await stream.receive_some(READ_SIZE):
+            decoder.feed(bytes(data))
+            while (msg := decoder.next_message()) is not None:
+                self.frames_in += 1
+                if peer.node_id not in self.table.nodes:
+                    if not isinstance(msg, bus.Meet):
+                        continue
+                    if self.table.add(peer.node_id, ip, peer.port, peer.cluster_port) is None:
+                        continue
+                    self.sync_links()
+                self.dispatch(peer.node_id, msg)
+            self.server.after_bus_event()
+
+    # ---------------------------------------------------------------- meet
+
+    async def meet(self, ip: str, cport: int) -> str:
+        """CLUSTER MEET: learn who listens at ip:cport, introduce ourselves."""
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            stream = await self.server.env.net.connect(ip, cport)
+        async with stream:
+            peer = await self._handshake(stream, initiator=True)
+            if peer is None:
+                raise OSError("the node closed the connection during the handshake")
+            await stream.send_all(bus.encode_frame(self.table.heartbeat(bus.Meet)))  # type: ignore[arg-type]
+        if peer.node_id != self.table.node_id:
+            self.table.add(peer.node_id, peer.ip or ip, peer.port, peer.cluster_port)
+            self.sync_links()
+        return peer.node_id
+
+
+async def _close_on_eof(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+    """The acceptor never writes after the handshake: anything read means the
+    connection ended (the peer died or closed it), so stop using it."""
+    try:
+        await stream.receive_some(READ_SIZE)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    scope.cancel()
+
+
+def _peer_ip(stream: trio.abc.Stream) -> str:
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "127.0.0.1"
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return "127.0.0.1"
