@@ -27,6 +27,7 @@ class NodeProcess:
 
     def start(self, timeout: float = 15.0) -> None:
         cmd = [sys.executable, "-m", "disque_trio", *self.args]
+        self.stop()  # a restart: reap the previous process and its pipe
         self.proc = subprocess.Popen(
             cmd,
             cwd=self.workdir,
@@ -58,10 +59,12 @@ class NodeProcess:
         return self.proc.stdout.read().decode()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(timeout=15)
-        if self.proc is not None and self.proc.stdout is not None:
+        self.proc.wait(timeout=15)
+        if self.proc.stdout is not None:
             self.proc.stdout.close()
 
 

@@ -1,0 +1,101 @@
+"""Several real ``disque-trio`` processes on loopback forming a cluster."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from .conftest import NodeProcess
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+def client(node: NodeProcess) -> redis.Redis:
+    return redis.Redis(port=node.port, socket_timeout=10, decode_responses=True)
+
+
+def nodes_lines(node: NodeProcess) -> list[list[str]]:
+    text = client(node).execute_command("CLUSTER", "NODES")
+    return [line.split() for line in text.splitlines()]
+
+
+def flags_of(node: NodeProcess, port: int) -> str:
+    for fields in nodes_lines(node):
+        if fields[1].endswith(f":{port}"):
+            return fields[2]
+    return "unknown"
+
+
+def start_cluster(node_factory: object, count: int, *extra: str) -> list[NodeProcess]:
+    nodes = [node_factory(*extra) for _ in range(count)]  # type: ignore[operator]
+    for a, b in zip(nodes, nodes[1:], strict=False):
+        assert client(a).execute_command("CLUSTER", "MEET", "127.0.0.1", b.port) == "OK"
+    for n in nodes:
+        wait_for(lambda n=n: len(nodes_lines(n)) == count, what="a full mesh")
+    return nodes
+
+
+def test_meet_chain_becomes_full_mesh(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 4)
+    ids = {client(n).execute_command("CLUSTER", "MYID") for n in nodes}
+    for n in nodes:
+        assert {fields[0] for fields in nodes_lines(n)} == ids
+        info = client(n).execute_command("CLUSTER", "INFO")
+        assert "cluster_size:4" in info and "cluster_known_nodes:4" in info
+        hello = client(n).execute_command("HELLO")
+        assert hello[0] == 1 and len(hello) == 2 + 4
+        assert all(entry[1] == "127.0.0.1" for entry in hello[2:])
+
+
+def test_killed_node_fails_and_restart_keeps_its_id(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 3, "--cluster-node-timeout", "1000")
+    victim = nodes[2]
+    victim_id = client(victim).execute_command("CLUSTER", "MYID")
+    victim.kill(signal.SIGKILL)
+    wait_for(lambda: flags_of(nodes[0], victim.port) == "fail", what="FAIL flag")
+    priorities = {e[0]: e[3] for e in client(nodes[0]).execute_command("HELLO")[2:]}
+    assert priorities[victim_id] == "100"
+    victim.start()
+    assert client(victim).execute_command("CLUSTER", "MYID") == victim_id
+    wait_for(lambda: flags_of(nodes[0], victim.port) == "noflags", timeout=5, what="FAIL cleared")
+    wait_for(lambda: len(nodes_lines(victim)) == 3, what="restarted node rejoining")
+
+
+def test_forget_and_leaving(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 3)
+    leaving = client(nodes[1])
+    assert leaving.execute_command("CLUSTER", "LEAVING") == "no"
+    assert leaving.execute_command("CLUSTER", "LEAVING", "yes") == "OK"
+    wait_for(lambda: "leaving" in flags_of(nodes[0], nodes[1].port), what="leaving gossip")
+    with pytest.raises(redis.ResponseError, match="LEAVING"):
+        leaving.execute_command("GETJOB", "FROM", "q")
+    gone = client(nodes[2]).execute_command("CLUSTER", "MYID")
+    assert client(nodes[0]).execute_command("CLUSTER", "FORGET", gone) == "OK"
+    assert gone not in {f[0] for f in nodes_lines(nodes[0])}
+    with pytest.raises(redis.ResponseError, match="forget myself"):
+        client(nodes[0]).execute_command(
+            "CLUSTER", "FORGET", client(nodes[0]).execute_command("CLUSTER", "MYID")
+        )
+
+
+def test_reset_hard_takes_a_new_id(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 2)
+    r = client(nodes[0])
+    old = r.execute_command("CLUSTER", "MYID")
+    r.execute_command("ADDJOB", "q", "x", 0, "REPLICATE", 1)
+    assert r.execute_command("CLUSTER", "RESET", "HARD") == "OK"
+    assert r.execute_command("CLUSTER", "MYID") != old
+    assert len(nodes_lines(nodes[0])) == 1 and r.execute_command("QLEN", "q") == 0
