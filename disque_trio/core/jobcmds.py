@@ -113,6 +113,10 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     # Jobs keep the queue's own name string: one copy per queue, not per job.
     job = create_job(node, args, node.queue(args.queue, now).name, now)
     node.stats.added_jobs += 1
+    if additional > 0 and not args.async_:
+        return node.start_sync_replication(job, args.timeout)
+    if additional > 0:
+        node.replicate(job, additional, noreply=True)
     if job.delay == 0:
         node.register(job, schedule=False)
         node.enqueue(job, now=now)

@@ -30,7 +30,8 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..protocol.replies import Reply
+from ..protocol.replies import NULL_ARRAY, Reply
+from . import clusterjobs as cj
 from .awake import AwakeIndex
 from .cluster import LEAVING, ClusterTable
 from .ids import JobIdGenerator
@@ -97,6 +98,8 @@ class Node:
         self.effects: list[Any] = []
         # Bus messages for the shell to send: (node id, message).
         self.outbox: list[tuple[str, object]] = []
+        # ADDJOB clients waiting for synchronous replication, by job ID.
+        self.repl_waiters: dict[str, Waiter] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -185,12 +188,15 @@ class Node:
             self.body_bytes -= len(job.body)
         self._notify("deleted", job)
 
-    def replication_aborted(self, job: Job) -> None:
-        """A job waiting for replication went away: hook for the cluster layer."""
-
     def _notify(self, event: str, job: Job) -> None:
         for observer in self.observers:
             observer(event, job)
+
+    def probe(self, event: str, job: Job) -> None:
+        """A rare protocol event worth counting (the simulator's coverage
+        probes: "WILLQUEUE prevented a requeue", ...)."""
+        if self.observers:
+            self._notify(event, job)
 
     # -------------------------------------------------------------- queues
 
@@ -286,12 +292,6 @@ class Node:
             self.queue_drained(q)
         return job
 
-    def queue_drained(self, q: Queue) -> None:
-        """A queue just became empty: hook for federation (cluster layer)."""
-
-    def need_jobs(self, name: str) -> None:
-        """Clients wait on an empty queue: hook for federation (cluster layer)."""
-
     def set_pause(self, name: str, pause: Pause) -> Pause:
         q = self.queues.get(name)
         if q is None:
@@ -312,12 +312,16 @@ class Node:
             self.queue(name).waiters[waiter] = None
         self.stats.blocked_clients += 1
 
-    def cancel_wait(self, waiter: Waiter) -> None:
-        """The shell gave up on a waiter (timeout, disconnect, shutdown)."""
+    def cancel_wait(self, waiter: Waiter) -> Reply:
+        """The shell gave up on a waiter (timeout, disconnect, shutdown):
+        returns what the client gets for a timeout."""
         if waiter.done:
-            return
+            return waiter.reply
         waiter.done = True
+        if waiter.job_id is not None:
+            return cj.replication_timed_out(self, waiter)
         self._unblock(waiter)
+        return NULL_ARRAY
 
     def _unblock(self, waiter: Waiter) -> None:
         if not waiter.queues:
@@ -382,28 +386,53 @@ class Node:
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)
         return now + period + self.time_error()
 
-    # ------------------------------------------------- cluster hooks (no-ops)
+    # --------------------------------------- across nodes (core/clusterjobs.py)
+
+    def cron(self) -> None:
+        """Periodic work (10 times a second): clients still blocked on empty
+        queues keep asking other nodes for jobs (NEEDJOBS paces itself)."""
+        if self.cluster_size <= 1 or self.leaving:
+            return
+        for q in list(self.queues.values()):
+            if q.waiters and not q.jobs:
+                self.need_jobs(q.name)
 
     def receive(self, sender: str, msg: object) -> None:
-        """A job-level bus message from another node (cluster layer)."""
+        """A job-level bus message from another node."""
+        cj.receive(self, sender, msg)
+
+    def replicate(self, job: Job, count: int, noreply: bool) -> int:
+        return cj.replicate(self, job, count, noreply)
+
+    def start_sync_replication(self, job: Job, timeout_ms: int) -> Waiter:
+        return cj.start_sync_replication(self, job, timeout_ms)
+
+    def replication_aborted(self, job: Job) -> None:
+        cj.replication_aborted(self, job)
+
+    def need_jobs(self, name: str, reached_zero: bool = False) -> None:
+        cj.need_jobs(self, name, reached_zero)
+
+    def queue_drained(self, q: Queue) -> None:
+        cj.queue_drained(self, q)
 
     def broadcast_queued(self, job: Job, nack: bool) -> None:
-        """Tell other holders a job was (re)queued here (cluster layer)."""
+        cj.broadcast_queued(self, job, nack)
 
     def send_willqueue(self, job: Job) -> None:
-        """Tell other holders a re-queue is coming (cluster layer)."""
+        cj.send_willqueue(self, job)
 
     def send_setack(self, job: Job) -> None:
-        """Ask holders to confirm an ack (cluster layer)."""
+        cj.send_setack(self, job)
 
     def broadcast_deljob(self, job_id: str, job: Job | None) -> None:
-        """FASTACK: best-effort delete on the holders, or everyone (cluster layer)."""
+        cj.broadcast_deljob(self, job_id, job)
 
     def broadcast_working(self, job: Job) -> None:
-        """WORKING: tell holders to push their re-queue timers (cluster layer)."""
+        cj.broadcast_working(self, job)
 
     def broadcast_pause(self, name: str, pause: Pause) -> None:
-        """PAUSE ... BCAST: send the queue's pause state to every node."""
+        cj.broadcast_pause(self, name, pause)
 
     # -------------------------------------------------------------- timers
 
@@ -414,7 +443,8 @@ class Node:
             state = job.state
             if state == JobState.ACKED:
                 at = min(at, self.next_gc_time(job, now or self.now_ms()))
-            elif job.qtime and (state == JobState.QUEUED or state == JobState.ACTIVE):
+            elif job.qtime:
+                # WAIT_REPL jobs use qtime for "add one more node" (50 ms).
                 qtime = job.qtime
                 if job.flags & FLAG_BCAST_WILLQUEUE:
                     qtime -= WILLQUEUE_ADVANCE_MS
@@ -449,6 +479,11 @@ class Node:
         if job.etime * 1000 <= now:
             self.stats.expired_jobs += 1
             self.unregister(job)
+            return
+        if job.state == JobState.WAIT_REPL:
+            if job.qtime <= now:
+                cj.repl_tick(self, job, now)
+            self.update_awake(job)
             return
         in_play = job.state in (JobState.ACTIVE, JobState.QUEUED)
         if (

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..core.waiters import Waiter
-from ..protocol.replies import NULL_ARRAY, Reply, ReplyError
+from ..protocol.replies import Reply, ReplyError
 from ..protocol.resp import ProtocolError, encode_into, make_parser
 from .client import Client
 
@@ -136,12 +136,11 @@ async def _wait(
             nursery.cancel_scope.cancel()
     finally:
         client.blocked = None
-        if not waiter.done:
-            server.node.cancel_wait(waiter)
+        timeout_reply = server.node.cancel_wait(waiter)
     if gone.is_set() and not done.is_set():
         raise _Disconnected
     if not done.is_set():
-        return NULL_ARRAY
+        return timeout_reply
     return waiter.reply
 
 

@@ -316,6 +316,7 @@ class NodeServer:
             await trio.sleep(0.1)
             table = self.node.cluster
             table.cron(self.env.clock.wall_ms())
+            self.node.cron()
             for node_id in sorted(table.stuck_links):
                 self.bus.restart_link(node_id)
             table.stuck_links.clear()

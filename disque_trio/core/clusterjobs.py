@@ -1,0 +1,505 @@
+"""The node-to-node job protocol (SPEC section 5): functions of the Node.
+
+Rules, one per message:
+
+* REPLJOB: store the job as ``active`` (or merge the node list if known),
+  answer GOTJOB unless told not to. Refused for queues paused in input and
+  while leaving. Receivers never queue it: they re-queue after RETRY unless
+  told (QUEUED) that someone else did.
+* GOTJOB: the sender holds a copy. When REPLICATE nodes confirmed, the job
+  is replicated: queue it here and answer the waiting ADDJOB client.
+* WILLQUEUE: a holder will re-queue soon. If queued here, answer QUEUED
+  (it will dequeue its own); if acked here, answer SETACK.
+* QUEUED / WORKING: someone queued it (or a client works on it): push our
+  re-queue timer by RETRY; if also queued here, dequeue when the sender wins
+  the per-job comparison of node IDs (always for WORKING).
+* SETACK(may-have): acknowledge; GOTACK back when we know no more holders
+  than the sender, else collect the job ourselves.
+* GOTACK(known): the sender confirmed the ack; when every holder did, send
+  DELJOB to them all and delete. Dummy acks go once a holder answers, or once
+  every node said it does not know the job.
+* DELJOB: forget the job.
+* ENQUEUE: queue it now (or after the delay): the sender chose us.
+* NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
+  when short) in YOURJOBS; YOURJOBS: queue what arrived, remember the source.
+* PAUSE: set the queue's pause flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import bus
+from ..protocol.replies import ReplyError, Status
+from .job import FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobState
+from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
+from .waiters import Waiter
+
+if TYPE_CHECKING:
+    from .node import Node
+
+REPL_ADD_NODE_MS = 50  # while short of replicas, one more node this often
+NEEDJOBS_MIN_REQUEST = 5
+NEEDJOBS_MAX_REQUEST = 100
+NEEDJOBS_BCAST_MIN_MS = 2000
+NEEDJOBS_BCAST_MAX_MS = 30_000
+NEEDJOBS_ADHOC_MIN_MS = 25
+NEEDJOBS_ADHOC_MAX_MS = 2000
+RESPONDER_VALIDITY_S = 5
+
+NOREPL_TIMEOUT = ReplyError(
+    "NOREPL", "Timeout reached before replicating to the requested number of nodes"
+)
+NOREPL_EXPIRED = ReplyError(
+    "NOREPL",
+    "job removed (expired?) before the requested replication level was achieved",
+)
+
+
+def job_data(job: Job, now: int) -> bus.JobData:
+    """A job as it travels: TTL left instead of an absolute expire time,
+    because node clocks are not synchronised."""
+    return bus.JobData(
+        job.id,
+        job.queue,
+        job.body or b"",
+        job.repl,
+        job.ctime,
+        max(1, job.etime - now // 1000),
+        job.delay,
+        job.retry,
+        job.nacks,
+        job.deliveries,
+        job.nodes_delivered,
+    )
+
+
+def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
+    """Which of two nodes wins for this job: the IDs mixed with the job's
+    random part, so that no node always wins (like the original)."""
+    salt = job_id[11:35]
+    mix_a = bytes(ord(x) ^ ord(salt[i % 24]) for i, x in enumerate(a))
+    mix_b = bytes(ord(x) ^ ord(salt[i % 24]) for i, x in enumerate(b))
+    return (mix_a > mix_b) - (mix_a < mix_b)
+
+
+# ----------------------------------------------------------- replication
+
+
+def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
+    """Add up to ``count`` random reachable nodes to the job's holders
+    and (re)send REPLJOB to every holder. Returns how many were added."""
+    added = 0
+    if count > 0:
+        candidates = [n.node_id for n in node.cluster.reachable() if n.link_up]
+        node.rng.shuffle(candidates)
+        for node_id in candidates:
+            if added == count:
+                break
+            if node_id not in job.nodes_delivered:
+                job.nodes_delivered = (*job.nodes_delivered, node_id)
+                added += 1
+    data = job_data(job, node.now_ms())
+    confirmed = job.nodes_confirmed or ()
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            quiet = noreply or node_id in confirmed
+            node.outbox.append((node_id, bus.ReplJob(data, quiet)))
+    return added
+
+
+def start_sync_replication(node: Node, job: Job, timeout_ms: int) -> Waiter:
+    """ADDJOB without ASYNC and REPLICATE > 1: wait for GOTJOBs."""
+    job.state = JobState.WAIT_REPL
+    job.nodes_confirmed = node.myself_only
+    job.qtime = node.now_ms() + REPL_ADD_NODE_MS  # next "add a node" time
+    node.register(job)
+    waiter = Waiter(job_id=job.id, timeout_ms=timeout_ms)
+    node.repl_waiters[job.id] = waiter
+    node.replicate(job, job.repl - 1, noreply=False)
+    return waiter
+
+
+def replication_achieved(node: Node, job: Job) -> None:
+    job.state = JobState.ACTIVE
+    job.nodes_confirmed = None
+    waiter = node.repl_waiters.pop(job.id, None)
+    if waiter is not None and not waiter.done:
+        waiter.finish(Status(job.id))
+    # Everybody learns the final list of holders.
+    node.replicate(job, 0, noreply=True)
+    now = node.now_ms()
+    if job.delay == 0:
+        job.qtime = now + job.retry * 1000
+        node.enqueue(job, now=now)
+    else:
+        job.qtime = now + job.delay * 1000
+        node.update_awake(job)
+
+
+def repl_tick(node: Node, job: Job, now: int) -> None:
+    """A job still waiting for replication: try one more node."""
+    node.replicate(job, 1, noreply=False)
+    job.qtime = now + REPL_ADD_NODE_MS
+
+
+def replication_aborted(node: Node, job: Job) -> None:
+    """The job expired (or was deleted) while the client waited."""
+    waiter = node.repl_waiters.pop(job.id, None)
+    if waiter is not None and not waiter.done:
+        waiter.finish(NOREPL_EXPIRED)
+    job.state = JobState.ACTIVE
+    _deljob_to_holders(node, job)
+
+
+def replication_timed_out(node: Node, waiter: Waiter) -> ReplyError:
+    """ADDJOB's timeout passed: delete the copies (best effort)."""
+    assert waiter.job_id is not None
+    node.repl_waiters.pop(waiter.job_id, None)
+    job = node.jobs.get(waiter.job_id)
+    if job is not None and job.state == JobState.WAIT_REPL:
+        job.state = JobState.ACTIVE
+        _deljob_to_holders(node, job)
+        node.unregister(job)
+    return NOREPL_TIMEOUT
+
+
+def _deljob_to_holders(node: Node, job: Job) -> None:
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.outbox.append((node_id, bus.DelJob(job.id)))
+
+
+# ------------------------------------------------------ hooks from node
+
+
+def broadcast_queued(node: Node, job: Job, nack: bool) -> None:
+    flags = bus.FLAG_INCR_NACKS if nack else bus.FLAG_INCR_DELIV
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.outbox.append((node_id, bus.Queued(job.id, flags)))
+
+
+def send_willqueue(node: Node, job: Job) -> None:
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.outbox.append((node_id, bus.WillQueue(job.id)))
+
+
+def send_setack(node: Node, job: Job) -> None:
+    """Ask the holders that have not confirmed the ack (everyone, for a
+    dummy ack: we do not know who holds it)."""
+    confirmed = job.nodes_confirmed or ()
+    if job.is_dummy_ack:
+        targets = [n.node_id for n in node.cluster.others()]
+    else:
+        targets = [n for n in job.nodes_delivered if n != node.node_id]
+    may_have = len(job.nodes_delivered)
+    for node_id in targets:
+        if node_id not in confirmed:
+            node.outbox.append((node_id, bus.SetAck(job.id, may_have)))
+
+
+def broadcast_deljob(node: Node, job_id: str, job: Job | None) -> None:
+    if job is not None:
+        targets = [n for n in job.nodes_delivered if n != node.node_id]
+    else:
+        targets = [n.node_id for n in node.cluster.others()]
+    for node_id in targets:
+        node.outbox.append((node_id, bus.DelJob(job_id)))
+
+
+def broadcast_working(node: Node, job: Job) -> None:
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.outbox.append((node_id, bus.Working(job.id)))
+
+
+def broadcast_pause(node: Node, name: str, pause: Pause) -> None:
+    for peer in node.cluster.reachable():
+        node.outbox.append((peer.node_id, bus.Pause(name, int(pause))))
+
+
+# ------------------------------------------------------------ receiving
+
+
+def receive(node: Node, sender: str, msg: object) -> None:
+    """A job-level message from a known node."""
+    handler = _HANDLERS.get(type(msg))
+    if handler is not None:
+        handler(node, sender, msg)
+
+
+def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
+    if node.leaving:
+        return
+    data = msg.job
+    q = node.queues.get(data.queue)
+    if q is not None and q.pause & PAUSED_IN:
+        return
+    job = node.jobs.get(data.id)
+    if job is None:
+        job = _job_from_data(node, data)
+        job.flags |= FLAG_BCAST_QUEUED
+        node.register(job)
+    else:
+        merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
+        job.nodes_delivered = merged
+    if not msg.noreply:
+        node.outbox.append((sender, bus.GotJob(data.id)))
+
+
+def _job_from_data(node: Node, data: bus.JobData) -> Job:
+    now = node.now_ms()
+    queue = node.queue(data.queue, now).name
+    job = Job(
+        data.id,
+        queue,
+        data.body,
+        JobState.ACTIVE,
+        data.repl,
+        data.ctime,
+        now // 1000 + data.ttl,
+        data.delay,
+        data.retry,
+    )
+    job.nacks = data.nacks
+    job.deliveries = data.deliveries
+    job.nodes_delivered = tuple(data.nodes_delivered)
+    if data.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        job.qtime = now + (data.delay + data.retry) * 1000 + node.time_error()
+    else:
+        job.qtime = 0
+    return job
+
+
+def _on_gotjob(node: Node, sender: str, msg: bus.GotJob) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None or job.state != JobState.WAIT_REPL:
+        return
+    confirmed = job.nodes_confirmed or ()
+    if sender not in confirmed:
+        confirmed = job.nodes_confirmed = (*confirmed, sender)
+    if sender not in job.nodes_delivered:
+        job.nodes_delivered = (*job.nodes_delivered, sender)
+    if len(confirmed) >= job.repl:
+        replication_achieved(node, job)
+
+
+def _on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None or job.state not in (JobState.ACTIVE, JobState.WAIT_REPL):
+        return
+    q = node.queues.get(job.queue)
+    if q is not None and q.pause & PAUSED_IN:
+        return
+    job.flags &= ~FLAG_BCAST_QUEUED
+    if msg.delay == 0:
+        node.enqueue(job)
+    else:
+        node.set_requeue_time(job, node.now_ms() + msg.delay * 1000)
+
+
+def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None:
+        return
+    if job.state == JobState.ACKED:
+        node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
+        return
+    working = isinstance(msg, bus.Working)
+    if job.state == JobState.QUEUED and (
+        working or compare_ids_by_job(sender, node.node_id, job.id) > 0
+    ):
+        node.dequeue(job)
+        node.probe("queued-caused-dequeue", job)
+    if job.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
+    if isinstance(msg, bus.Queued):
+        if msg.flags & bus.FLAG_INCR_NACKS:
+            job.nacks += 1
+        if msg.flags & bus.FLAG_INCR_DELIV:
+            job.deliveries += 1
+
+
+def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None:
+        return
+    if job.state in (JobState.ACTIVE, JobState.QUEUED) and sender not in job.nodes_delivered:
+        job.nodes_delivered = (*job.nodes_delivered, sender)
+    if job.state == JobState.QUEUED:
+        node.outbox.append((sender, bus.Queued(job.id, 0)))
+        node.probe("willqueue-answered-queued", job)
+    elif job.state == JobState.ACKED:
+        node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
+
+
+def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is not None:
+        if job.state == JobState.WAIT_REPL:
+            replication_achieved(node, job)
+        node.acknowledge(job)
+    if job is None or len(job.nodes_delivered) <= msg.may_have:
+        node.outbox.append((sender, bus.GotAck(msg.job_id, job is not None)))
+        return
+    if msg.may_have == 0:
+        node.outbox.append((sender, bus.GotAck(msg.job_id, True)))
+    node.try_gc(job)
+
+
+def _on_gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None or job.state != JobState.ACKED:
+        return
+    dummy = job.is_dummy_ack
+    if dummy and msg.known:
+        node.unregister(job)  # a holder knows it: collecting is its job now
+        return
+    if msg.known or sender in job.nodes_delivered:
+        if sender not in job.nodes_delivered:
+            job.nodes_delivered = (*job.nodes_delivered, sender)
+        if job.nodes_confirmed is not None and sender not in job.nodes_confirmed:
+            job.nodes_confirmed = (*job.nodes_confirmed, sender)
+    if dummy:
+        confirmed = job.nodes_confirmed or node.myself_only
+        if sender not in confirmed:
+            confirmed = (*confirmed, sender)
+        job.nodes_confirmed = confirmed
+        if len(confirmed) >= len(node.cluster.nodes):
+            node.unregister(job)
+        return
+    if job.nodes_confirmed is not None and set(job.nodes_delivered) <= set(job.nodes_confirmed):
+        _deljob_to_holders(node, job)
+        node.probe("ack-collected", job)
+        node.unregister(job)
+
+
+def _on_deljob(node: Node, sender: str, msg: bus.DelJob) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is not None:
+        if job.state == JobState.WAIT_REPL:
+            # Our own ADDJOB still waiting: a DELJOB is a stray (FASTACK
+            # elsewhere); keep waiting, the timeout decides.
+            return
+        node.unregister(job)
+
+
+def _on_pause(node: Node, sender: str, msg: bus.Pause) -> None:
+    node.set_pause(msg.queue, Pause(msg.flags & 3))
+
+
+# ------------------------------------------------------------ federation
+
+
+def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
+    """Ask other nodes for jobs of a queue our clients wait on."""
+    if node.leaving or node.cluster_size <= 1:
+        return
+    now = node.now_ms()
+    q = node.queue(name, now)
+    rate = q.import_rate(now)
+    if reached_zero and rate == 0:
+        return
+    responders = _valid_responders(node, q, now)
+    to_fetch = NEEDJOBS_MIN_REQUEST
+    if responders:
+        to_fetch = rate // len(responders)
+    to_fetch = min(max(to_fetch, NEEDJOBS_MIN_REQUEST), NEEDJOBS_MAX_REQUEST)
+    bcast_delay = min(NEEDJOBS_BCAST_MIN_MS << q.needjobs_bcast_attempt, NEEDJOBS_BCAST_MAX_MS)
+    if now - q.needjobs_bcast_ms > bcast_delay:
+        q.needjobs_bcast_ms = now
+        q.needjobs_bcast_attempt = min(q.needjobs_bcast_attempt + 1, 16)
+        for peer in node.cluster.reachable():
+            node.outbox.append((peer.node_id, bus.NeedJobs(name, 1)))
+    adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
+    if responders and (reached_zero or now - q.needjobs_adhoc_ms > adhoc_delay):
+        q.needjobs_adhoc_ms = now
+        q.needjobs_adhoc_attempt = min(q.needjobs_adhoc_attempt + 1, 16)
+        for node_id in responders:
+            node.outbox.append((node_id, bus.NeedJobs(name, to_fetch)))
+
+
+def _valid_responders(node: Node, q: Queue, now: int) -> list[str]:
+    now_s = now // 1000
+    for node_id, seen in list(q.needjobs_responders.items()):
+        if now_s - seen > RESPONDER_VALIDITY_S:
+            del q.needjobs_responders[node_id]
+    return sorted(q.needjobs_responders)
+
+
+def queue_drained(node: Node, q: Queue) -> None:
+    need_jobs(node, q.name, reached_zero=True)
+
+
+def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
+    q = node.queues.get(msg.queue)
+    if q is None or not q.jobs or q.pause & PAUSED_OUT:
+        return
+    now = node.now_ms()
+    if q.import_rate(now) > 0:
+        return  # we import this queue ourselves: do not ping-pong jobs
+    count = msg.count
+    if len(q.jobs) < count * 2:
+        count = len(q.jobs) // 2
+    count = max(1, min(count, NEEDJOBS_MAX_REQUEST))
+    jobs = []
+    for _ in range(count):
+        job_id = q.pop_oldest()
+        if job_id is None:
+            break
+        job = node.jobs[job_id]
+        job.state = JobState.ACTIVE
+        job.flags |= FLAG_DELIVERED
+        q.jobs_out += 1
+        jobs.append(job)
+    node.outbox.append((sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs))))
+    for job in jobs:
+        if job.retry == 0:
+            node.unregister(job)  # at most once: it now lives there only
+        else:
+            node.update_awake(job)
+    if not q.jobs:
+        node.schedule_queue_gc(q)
+
+
+def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
+    now = node.now_ms()
+    for data in msg.jobs:
+        job = node.jobs.get(data.id)
+        if job is None:
+            job = _job_from_data(node, data)
+            node.register(job)
+        job.flags &= ~FLAG_BCAST_QUEUED
+        if job.retry == 0:
+            job.qtime = now  # any non-zero value lets enqueue() accept it
+            job.flags &= ~FLAG_DELIVERED
+        if not node.enqueue(job, now=now):
+            continue
+        node.probe("yourjobs-moved-a-job", job)
+        q = node.queue(job.queue, now)
+        if sender not in q.needjobs_responders:
+            q.needjobs_bcast_attempt = 0
+        q.needjobs_responders[sender] = now // 1000
+        q.count_import(now)
+        q.needjobs_adhoc_attempt = 0
+
+
+_HANDLERS: dict[type, Callable[[Node, str, Any], None]] = {
+    bus.ReplJob: _on_repljob,
+    bus.GotJob: _on_gotjob,
+    bus.Enqueue: _on_enqueue,
+    bus.Queued: _on_queued,
+    bus.Working: _on_queued,
+    bus.WillQueue: _on_willqueue,
+    bus.SetAck: _on_setack,
+    bus.GotAck: _on_gotack,
+    bus.DelJob: _on_deljob,
+    bus.NeedJobs: _on_needjobs,
+    bus.YourJobs: _on_yourjobs,
+    bus.Pause: _on_pause,
+}
