@@ -210,7 +210,11 @@ class ClusterTable:
         sender = self.nodes.get(msg.sender)
         if sender is None:
             return
-        if isinstance(msg, bus.Pong) or sender.ping_sent:
+        # Only a PONG answers our PING, like the original. Links are one-way:
+        # the sender's own PING or MEET comes over its link and says nothing
+        # of ours, and clearing ping_sent on it (as this did) kept a node
+        # whose messages to the sender are lost from ever suspecting it.
+        if isinstance(msg, bus.Pong):
             sender.ping_sent = 0
         self.heard_from(sender, now)
         sender.flags = (sender.flags & ~LEAVING) | (msg.flags & LEAVING)
@@ -347,7 +351,7 @@ class ClusterTable:
         return [
             ("cluster_state", "ok"),
             ("cluster_known_nodes", len(self.nodes)),
-            ("cluster_reachable_nodes", reachable + 1),
+            ("cluster_reachable_nodes", reachable),  # other nodes, like the original
             ("cluster_size", self.size),
             ("cluster_stats_messages_sent", self.stats_sent),
             ("cluster_stats_messages_received", self.stats_received),
@@ -384,8 +388,14 @@ class ClusterTable:
                 cport = int(cport_s) if cport_s else port + 10000
             except (IndexError, ValueError):
                 raise ValueError(f"line {number}: {line!r}") from None
-            if len(node_id) != 40:
+            # Only what the bus accepts (protocol/bus.py: 40 lowercase hex
+            # digits, 16-bit ports): a table entry it refuses would be
+            # gossiped anyway, and every frame naming it would be rejected
+            # by the receiver, which closes the link. Refuse it at load time.
+            if len(node_id) != 40 or node_id.strip("0123456789abcdef"):
                 raise ValueError(f"line {number}: bad node ID {node_id!r}")
+            if not (0 <= port <= 0xFFFF and 0 <= cport <= 0xFFFF):
+                raise ValueError(f"line {number}: bad port in {addr!r}")
             names = flags.split(",")
             rows.append((node_id, host, port, cport, "myself" in names, "leaving" in names))
         return rows
