@@ -110,6 +110,9 @@ class ClusterTable:
         self.outbox: list[tuple[str, object]] = []
         # Nodes whose link should be re-opened (see _check_node).
         self.stuck_links: set[str] = set()
+        # Bumped on every change nodes.conf records (membership, leaving):
+        # the shell saves the file when it moves.
+        self.version = 0
         self.stats_sent = 0
         self.stats_received = 0
         self._next_ping_ms = 0
@@ -160,6 +163,7 @@ class ClusterTable:
             return None
         node = PeerNode(node_id, ip, port, cport)
         self.nodes[node_id] = node
+        self.version += 1
         return node
 
     def forget(self, node_id: str, now: int) -> bool:
@@ -167,6 +171,7 @@ class ClusterTable:
         if node is None or node is self.myself:
             return False
         del self.nodes[node_id]
+        self.version += 1
         self.blacklist[node_id] = now + BLACKLIST_MS
         for other in self.nodes.values():
             other.fail_reports.pop(node_id, None)
@@ -184,6 +189,7 @@ class ClusterTable:
             self._send_heartbeat(node, bus.Ping, now)
 
     def set_leaving(self, leaving: bool) -> None:
+        self.version += 1
         if leaving:
             self.myself.flags |= LEAVING
         else:
@@ -194,6 +200,7 @@ class ClusterTable:
         if new_id is not None:
             self.myself.node_id = new_id
         self.nodes = {self.myself.node_id: self.myself}
+        self.version += 1
         self.blacklist.clear()
         self.myself.flags &= ~LEAVING
 

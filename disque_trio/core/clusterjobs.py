@@ -112,13 +112,22 @@ def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
 def start_sync_replication(node: Node, job: Job, timeout_ms: int) -> Waiter:
     """ADDJOB without ASYNC and REPLICATE > 1: wait for GOTJOBs."""
     job.state = JobState.WAIT_REPL
-    job.nodes_confirmed = node.myself_only
+    local = node.node_id in job.nodes_delivered
+    job.nodes_confirmed = node.myself_only if local else ()
     job.qtime = node.now_ms() + REPL_ADD_NODE_MS  # next "add a node" time
     node.register(job)
     waiter = Waiter(job_id=job.id, timeout_ms=timeout_ms)
     node.repl_waiters[job.id] = waiter
-    node.replicate(job, job.repl - 1, noreply=False)
+    node.replicate(job, job.repl - (1 if local else 0), noreply=False)
     return waiter
+
+
+def send_enqueue(node: Node, job: Job) -> None:
+    """Ask one random holder to queue the job (we keep no copy of it)."""
+    holders = [n for n in (job.nodes_confirmed or job.nodes_delivered) if n != node.node_id]
+    if holders:
+        target = holders[int(node.rng.random() * len(holders))]
+        node.outbox.append((target, bus.Enqueue(job.id, job.delay)))
 
 
 def replication_achieved(node: Node, job: Job) -> None:
@@ -129,6 +138,11 @@ def replication_achieved(node: Node, job: Job) -> None:
         waiter.finish(Status(job.id))
     # Everybody learns the final list of holders.
     node.replicate(job, 0, noreply=True)
+    if node.node_id not in job.nodes_delivered:
+        # Externally replicated: one holder queues it, we forget it.
+        send_enqueue(node, job)
+        node.unregister(job)
+        return
     now = node.now_ms()
     if job.delay == 0:
         job.qtime = now + job.retry * 1000
@@ -232,8 +246,8 @@ def receive(node: Node, sender: str, msg: object) -> None:
 
 
 def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
-    if node.leaving:
-        return
+    if node.leaving or node.memory_level() > 0:
+        return  # no new copies here: the sender will try another node
     data = msg.job
     q = node.queues.get(data.queue)
     if q is not None and q.pause & PAUSED_IN:

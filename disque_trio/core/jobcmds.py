@@ -99,11 +99,12 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     """ADDJOB queue body ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s]
     [MAXLEN n] [ASYNC]"""
     args = AddJobArgs(node, argv)
-    additional = args.replicate - 1
+    # Under memory pressure, or while leaving, this node keeps no copy: the
+    # job goes to REPLICATE other nodes ("external replication").
+    external = node.leaving or node.memory_level() > 0
+    additional = args.replicate if external else args.replicate - 1
     if additional > node.reachable_peers:
-        raise ReplyError(
-            "NOREPL", "Not enough reachable nodes for the requested replication level"
-        )
+        raise _norepl(node, external, additional)
     q = node.queues.get(args.queue)
     if args.maxlen and q is not None and len(q.jobs) >= args.maxlen:
         raise ReplyError("MAXLEN", "Queue is already longer than the specified MAXLEN count")
@@ -113,8 +114,15 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     # Jobs keep the queue's own name string: one copy per queue, not per job.
     job = create_job(node, args, node.queue(args.queue, now).name, now)
     node.stats.added_jobs += 1
-    if additional > 0 and not args.async_:
+    if external:
+        job.nodes_delivered = ()
+    if (additional > 0 or external) and not args.async_:
         return node.start_sync_replication(job, args.timeout)
+    if external:
+        # ASYNC and no local copy: replicate, have one holder queue it, forget.
+        node.replicate(job, additional, noreply=True)
+        node.send_enqueue(job)
+        return Status(job.id)
     if additional > 0:
         node.replicate(job, additional, noreply=True)
     if job.delay == 0:
@@ -123,6 +131,16 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     else:
         node.register(job)
     return Status(job.id)
+
+
+def _norepl(node: Node, external: bool, additional: int) -> ReplyError:
+    message = "Not enough reachable nodes for the requested replication level"
+    if external and additional - 1 == node.reachable_peers:
+        reason = "I'm leaving the cluster" if node.leaving else "I'm out of memory"
+        message += (
+            ", since I'm unable to hold a copy of the message for the following reason: " + reason
+        )
+    return ReplyError("NOREPL", message)
 
 
 def create_job(node: Node, args: AddJobArgs, queue: str, now: int) -> Job:

@@ -109,6 +109,7 @@ class Node:
         # Seconds an empty queue with no waiters and no pause stays in memory
         # (the cluster layer shortens it under memory pressure).
         self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
+        self.maxmemory = 1 << 30  # bytes; the shell keeps it equal to the config
 
     def refresh_cluster_view(self) -> None:
         self.cluster_size = self.cluster.size
@@ -391,6 +392,11 @@ class Node:
     def cron(self) -> None:
         """Periodic work (10 times a second): clients still blocked on empty
         queues keep asking other nodes for jobs (NEEDJOBS paces itself)."""
+        level = self.memory_level()
+        # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
+        self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]
+        if level >= 2:
+            self.evict_for_memory(self.now_ms())
         if self.cluster_size <= 1 or self.leaving:
             return
         for q in list(self.queues.values()):
@@ -415,6 +421,9 @@ class Node:
 
     def queue_drained(self, q: Queue) -> None:
         cj.queue_drained(self, q)
+
+    def send_enqueue(self, job: Job) -> None:
+        cj.send_enqueue(self, job)
 
     def broadcast_queued(self, job: Job, nack: bool) -> None:
         cj.broadcast_queued(self, job, nack)
@@ -522,6 +531,32 @@ class Node:
             self.awake.unschedule(q)
             del self.queues[q.name]
         return len(idle)
+
+    def memory_level(self) -> int:
+        """0 fine, 1 above 75 % of maxmemory (no new local copies), 2 above
+        95 % (evict what is safe to lose), 3 at 100 % (refuse growth)."""
+        used = self.memory_estimate()
+        if used >= self.maxmemory:
+            return 3
+        if used * 100 > self.maxmemory * 95:
+            return 2
+        if used * 100 > self.maxmemory * 75:
+            return 1
+        return 0
+
+    def evict_for_memory(self, now: int) -> int:
+        """At level 2 or more: drop what is safe to lose (acked jobs, RETRY 0
+        jobs already delivered, idle empty queues). Returns jobs dropped."""
+        victims = [
+            j
+            for j in self.jobs.values()
+            if j.state == JobState.ACKED
+            or (j.retry == 0 and j.flags & FLAG_DELIVERED and j.state == JobState.ACTIVE)
+        ]
+        for job in victims:
+            self.unregister(job)
+        self.evict_idle_queues(now, max_idle=2)
+        return len(victims)
 
     def memory_estimate(self) -> int:
         return (

@@ -45,6 +45,7 @@ VERSION = "1.0-rc1"  # the Disque version whose wire behaviour we follow
 PACKAGE_VERSION = "0.1.0"
 
 NOAUTH = ReplyError("NOAUTH", "Authentication required.")
+OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
 # Commands a client may send before AUTH.
 _NOAUTH_OK = frozenset({"auth", "hello", "quit"})
 
@@ -59,6 +60,7 @@ class NodeServer:
         # in-process test nodes share the test's working directory.
         self.persist_cluster = persist_cluster
         self._saved_cluster_config = ""
+        self._saved_cluster_version = -1
         node_id, peers = self._load_cluster_config()
         table = ClusterTable(
             node_id,
@@ -73,6 +75,7 @@ class NodeServer:
             if peer is not None and leaving:
                 peer.flags |= LEAVING
         self.node = Node(node_id, env.clock, env.rng, table)
+        self.node.maxmemory = config.maxmemory
         self.bus = Bus(self, table, self._dispatch)
         self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
         # Raw name bytes -> command, so the hot path skips decode and lower().
@@ -240,6 +243,8 @@ class NodeServer:
             return err(f"wrong number of arguments for '{cmd.name}' command")
         if not client.authenticated and cmd.name not in _NOAUTH_OK:
             return NOAUTH
+        if "denyoom" in cmd.flags and self.node.memory_level() >= 3:
+            return OOM
         started = time.perf_counter()
         try:
             if cmd.core:
@@ -363,6 +368,10 @@ class NodeServer:
                 self.bus.send(node_id, msg)
             self.node.outbox.clear()
         self.node.refresh_cluster_view()
+        if self.node.cluster.version != self._saved_cluster_version:
+            # Before anything else can happen: a node killed right after
+            # meeting a peer must come back with the same identity.
+            self.save_cluster_config()
         self.after_batch()
 
     def _load_cluster_config(self) -> tuple[str, list[tuple[str, str, int, int, bool]]]:
@@ -389,6 +398,7 @@ class NodeServer:
         """Write nodes.conf (atomically) when membership changed."""
         if not self.persist_cluster:
             return
+        self._saved_cluster_version = self.node.cluster.version
         text = self.node.cluster.to_config()
         if text == self._saved_cluster_config and not force:
             return
@@ -434,6 +444,8 @@ class NodeServer:
         """React to CONFIG SET of a directive that has a live effect."""
         if name == "loglevel":
             set_log_level(self.config.loglevel)
+        elif name == "maxmemory":
+            self.node.maxmemory = self.config.maxmemory
         elif name == "cluster-node-timeout":
             self.node.cluster.timeout_ms = self.config.cluster_node_timeout
         self._cache_config()

@@ -256,13 +256,14 @@ def test_cancel_wait() -> None:
 
 def test_leaving_node_refuses_to_block() -> None:
     node, _ = make_node()
+    a = add(node, "full")  # added before leaving: a leaving node keeps no new copies
     node.leaving = True
     assert error_line(run(node, "GETJOB", "FROM", "q")) == (
         "LEAVING This node is leaving the cluster, please connect to a different one"
     )
     assert run(node, "GETJOB", "NOHANG", "FROM", "q") is NULL_ARRAY
-    a = add(node)
-    assert get(node, "q")[0][1] == a  # jobs present: served as usual
+    assert get(node, "full")[0][1] == a  # jobs present: served as usual
+    assert error_line(run(node, "ADDJOB", "q", "x", 0)).startswith("NOREPL")
 
 
 def test_unblock_all() -> None:
