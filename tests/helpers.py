@@ -114,3 +114,83 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+class MemoryListener(trio.abc.Listener[trio.abc.Stream]):
+    """A listener fed by MemoryNet.connect()."""
+
+    def __init__(self, net: MemoryNet, key: tuple[str, int]) -> None:
+        self.net = net
+        self.key = key
+        # Unbounded is fine here: tests open a handful of connections.
+        self.send_channel, self.receive_channel = trio.open_memory_channel[trio.abc.Stream](1000)
+
+    async def accept(self) -> trio.abc.Stream:
+        return await self.receive_channel.receive()
+
+    async def aclose(self) -> None:
+        self.net.listeners.pop(self.key, None)
+        self.receive_channel.close()
+        await trio.lowlevel.checkpoint()
+
+
+class MemoryNet:
+    """Loopback in memory: nodes of one trio.run reach each other by
+    (host, port) over memory streams. ``down`` holds ports whose node is
+    unreachable (connections refused, existing ones broken)."""
+
+    def __init__(self) -> None:
+        self.listeners: dict[tuple[str, int], MemoryListener] = {}
+        self.streams: dict[int, list[trio.abc.Stream]] = {}
+        self.down: set[int] = set()
+
+    async def open_listeners(
+        self, host: str, port: int
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        listener = MemoryListener(self, (host, port))
+        self.listeners[(host, port)] = listener
+        return [listener]
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        listener = self.listeners.get((host, port))
+        if listener is None or port in self.down:
+            raise ConnectionRefusedError(f"nothing listens on {host}:{port}")
+        ours, theirs = trio.testing.memory_stream_pair()
+        listener.send_channel.send_nowait(theirs)
+        self.streams.setdefault(port, []).extend([ours, theirs])
+        return ours
+
+    async def cut(self, port: int) -> None:
+        """Make the node on this bus port unreachable."""
+        self.down.add(port)
+        for stream in self.streams.pop(port, []):
+            await stream.aclose()
+
+
+@asynccontextmanager
+async def memory_cluster(
+    count: int, seed: int = 1, **config: Any
+) -> AsyncIterator[list[MemoryNode]]:
+    """``count`` nodes in this trio.run, meshed by CLUSTER MEET over MemoryNet."""
+    net = MemoryNet()
+    nodes: list[MemoryNode] = []
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            port = 7711 + i
+            env = virtual_env(seed * 100 + i)
+            env.net = net
+            server = NodeServer(make_config(port=port, **config), env, persist_cluster=False)
+            bus_listeners = await net.open_listeners("127.0.0.1", port + 10000)
+            await nursery.start(server.run, [], bus_listeners)
+            nodes.append(MemoryNode(server, nursery))
+        first = await nodes[0].client()
+        for other in nodes[1:]:
+            await first.call("CLUSTER", "MEET", "127.0.0.1", other.server.config.port)
+        with trio.fail_after(30):
+            while any(len(n.server.node.cluster.reachable()) < count - 1 for n in nodes):
+                await trio.sleep(0.05)
+        yield nodes
+        for n in nodes:
+            n.server.shutdown()
+        nursery.cancel_scope.cancel()

@@ -274,7 +274,11 @@ class NodeServer:
             self.latency.add("command", unix_s, micros // 1000)
 
     def after_batch(self) -> None:
-        """Called after each batch of commands: move the timer if needed."""
+        """Called after each batch of commands (and after bus events and
+        timer runs): send what the core queued for other nodes, and move
+        the timer if a new deadline is earlier."""
+        if self.node.outbox or self.node.cluster.outbox:
+            self._flush_outboxes()
         due = self.node.next_deadline()
         if due is None or self._timer_scope is None:
             return
@@ -313,6 +317,8 @@ class NodeServer:
                 await trio.sleep_forever()
             self._timer_scope = None
             self.node.tick()
+            if self.node.outbox or self.node.cluster.outbox:
+                self._flush_outboxes()
 
     async def _cron_task(self) -> None:
         """Housekeeping ten times a second: cluster pings and failure
@@ -357,22 +363,20 @@ class NodeServer:
             self.node.receive(sender, msg)
 
     def after_bus_event(self) -> None:
-        """Send what the core and the cluster table queued; refresh views."""
-        table = self.node.cluster
-        if table.outbox:
-            for node_id, msg in table.outbox:
-                self.bus.send(node_id, msg)
-            table.outbox.clear()
-        if self.node.outbox:
-            for node_id, msg in self.node.outbox:
-                self.bus.send(node_id, msg)
-            self.node.outbox.clear()
+        """Refresh the cluster view, save nodes.conf if membership moved,
+        then send and reschedule (after_batch)."""
         self.node.refresh_cluster_view()
         if self.node.cluster.version != self._saved_cluster_version:
             # Before anything else can happen: a node killed right after
             # meeting a peer must come back with the same identity.
             self.save_cluster_config()
         self.after_batch()
+
+    def _flush_outboxes(self) -> None:
+        for outbox in (self.node.cluster.outbox, self.node.outbox):
+            for node_id, msg in outbox:
+                self.bus.send(node_id, msg)
+            outbox.clear()
 
     def _load_cluster_config(self) -> tuple[str, list[tuple[str, str, int, int, bool]]]:
         """Our node ID and known peers from nodes.conf, or a fresh ID."""

@@ -1,0 +1,165 @@
+"""Several whole nodes in one trio.run over in-memory streams (autojump
+clock): the node-to-node rules of SPEC section 5, fast and deterministic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from disque_trio.protocol.replies import NULL_ARRAY, ReplyError, Status
+
+from ..helpers import MemoryNode, memory_cluster
+
+
+def holders(nodes: list[MemoryNode], job_id: str) -> dict[int, str]:
+    """node index -> state label, for the nodes that hold the job."""
+    out = {}
+    for i, n in enumerate(nodes):
+        job = n.server.node.jobs.get(job_id)
+        if job is not None:
+            out[i] = job.state.label
+    return out
+
+
+async def eventually(predicate: Any, timeout: float = 30.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.05)
+
+
+async def test_sync_replication_reaches_three_nodes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_cluster(4) as nodes:
+        c = await nodes[0].client()
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 3)
+        assert isinstance(job_id, Status), job_id
+        states = holders(nodes, job_id)
+        assert len(states) == 3 and states[0] == "queued"
+        assert sorted(states.values()) == ["active", "active", "queued"]
+        show = await c.call("SHOW", job_id)
+        delivered = show[show.index(b"nodes-delivered") + 1]
+        assert len(delivered) == 3
+
+
+async def test_async_replication_returns_at_once(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        job_id = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", 3, "ASYNC")
+        assert holders(nodes, job_id) == {0: "queued"}
+        await eventually(lambda: len(holders(nodes, job_id)) == 3)
+
+
+async def test_not_enough_reachable_nodes_is_norepl(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        reply = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", 4)
+        assert isinstance(reply, ReplyError) and reply.code == "NOREPL"
+
+
+async def test_ack_is_collected_on_every_holder(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 3)
+        got = await c.call("GETJOB", "FROM", "q")
+        assert got[0][1] == job_id.encode()
+        assert await c.call("ACKJOB", job_id) == 1
+        await eventually(lambda: holders(nodes, job_id) == {})
+
+
+async def test_ack_on_a_node_that_never_saw_the_job(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_cluster(4) as nodes:
+        a, outsider = await nodes[0].client(), await nodes[3].client()
+        job_id = await a.call("ADDJOB", "q", "body", 5000, "REPLICATE", 2)
+        missing = [i for i in range(4) if i not in holders(nodes, job_id)]
+        outsider = await nodes[missing[0]].client()
+        # A dummy ack spreads the ack to the holders, then everything goes.
+        assert await outsider.call("ACKJOB", job_id) == 0
+        await eventually(lambda: holders(nodes, job_id) == {})
+
+
+async def test_fastack_deletes_everywhere(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 3)
+        assert await c.call("FASTACK", job_id) == 1
+        await eventually(lambda: holders(nodes, job_id) == {})
+
+
+async def test_unacked_job_is_requeued_by_one_node(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 3)
+        await c.call("GETJOB", "FROM", "q")  # delivered, never acked
+        await eventually(lambda: "queued" in holders(nodes, job_id).values())
+        await trio.sleep(1)
+        queued = [i for i, s in holders(nodes, job_id).items() if s == "queued"]
+        assert len(queued) == 1  # WILLQUEUE / QUEUED kept the others out
+
+
+async def test_federation_feeds_a_blocked_consumer(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        consumer, producer = await nodes[1].client(), await nodes[0].client()
+        await consumer.send("GETJOB", "TIMEOUT", 20_000, "FROM", "fed")
+        await trio.sleep(0.5)
+        job_id = await producer.call("ADDJOB", "fed", "far away", 0, "REPLICATE", 1)
+        reply = await consumer.read()
+        assert reply is not NULL_ARRAY and reply[0][1] == job_id.encode()
+        stat = await consumer.call("QSTAT", "fed")
+        import_from = stat[stat.index(b"import-from") + 1]
+        assert import_from == [nodes[0].server.node.node_id.encode()]
+
+
+async def test_pause_bcast_reaches_every_node(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        assert await c.call("PAUSE", "pq", "in", "bcast") == Status("in")
+        await trio.sleep(0.5)
+        for n in nodes:
+            assert (await (await n.client()).call("PAUSE", "pq", "state")) == Status("in")
+
+
+async def test_leaving_node_replicates_externally(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        assert await c.call("CLUSTER", "LEAVING", "yes") == Status("OK")
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 2)
+        assert isinstance(job_id, Status), job_id
+        await eventually(lambda: "queued" in holders(nodes, job_id).values())
+        assert 0 not in holders(nodes, job_id) and len(holders(nodes, job_id)) == 2
+        blocked = await c.call("GETJOB", "FROM", "empty")
+        assert isinstance(blocked, ReplyError) and blocked.code == "LEAVING"
+
+
+async def test_memory_pressure_means_external_replication(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        used = nodes[0].server.node.memory_estimate()
+        await c.call("CONFIG", "SET", "maxmemory", str(used * 100 // 80))  # level 1
+        job_id = await c.call("ADDJOB", "q", "body", 5000, "REPLICATE", 1)
+        assert isinstance(job_id, Status), job_id
+        await eventually(lambda: "queued" in holders(nodes, job_id).values())
+        assert 0 not in holders(nodes, job_id)
+        await c.call("CONFIG", "SET", "maxmemory", str(used // 2))  # level 3
+        refused = await c.call("ADDJOB", "q", "body", 0)
+        assert isinstance(refused, ReplyError) and refused.code == "OOM"
+        assert (await c.call("INFO", "memory")).startswith(b"# Memory")
+
+
+async def test_sync_replication_times_out(autojump_clock: trio.testing.MockClock) -> None:
+    async with memory_cluster(3, cluster_node_timeout=60_000) as nodes:
+        c = await nodes[0].client()
+        net = nodes[0].server.env.net
+        for n in nodes[1:]:
+            await net.cut(n.server.config.cluster_bus_port())  # type: ignore[attr-defined]
+        reply = await c.call("ADDJOB", "q", "body", 2000, "REPLICATE", 3)
+        assert isinstance(reply, ReplyError) and reply.code == "NOREPL"
+        assert nodes[0].server.node.jobs == {}
