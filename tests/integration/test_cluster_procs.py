@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ def flags_of(node: NodeProcess, port: int) -> str:
 
 def start_cluster(node_factory: object, count: int, *extra: str) -> list[NodeProcess]:
     nodes = [node_factory(*extra) for _ in range(count)]  # type: ignore[operator]
-    for a, b in zip(nodes, nodes[1:], strict=False):
+    for a, b in itertools.pairwise(nodes):
         assert client(a).execute_command("CLUSTER", "MEET", "127.0.0.1", b.port) == "OK"
     for n in nodes:
         wait_for(lambda n=n: len(nodes_lines(n)) == count, what="a full mesh")
