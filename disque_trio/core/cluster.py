@@ -184,6 +184,10 @@ class ClusterTable:
         node.link_up = up
         node.link_since = now
         if up:
+            # The node just answered our handshake: it is alive. A restarted
+            # node must be usable again at once, not after the next PONG.
+            node.flags &= ~(PFAIL | FAIL)
+            node.fail_reports.clear()
             # A fresh link: ping at once, failure detection needs a ping in
             # flight to notice anything.
             self._send_heartbeat(node, bus.Ping, now)
