@@ -8,8 +8,9 @@ errors are raised as :class:`ReplyError` and become the reply.
 
 from __future__ import annotations
 
+import bisect
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
@@ -350,7 +351,7 @@ def jscan(node: Node, argv: list[bytes]) -> Reply:
             return False
         return not states or job.state in states
 
-    cursor, found = scan.run(node.jobs, match)
+    cursor, found = scan.run(node.jobs, match, node.scan_snapshots, "jobs")
     items: list[Reply] = [job_info(node, node.jobs[k]) if reply_all else Status(k) for k in found]
     return [str(cursor), items]
 
@@ -362,6 +363,13 @@ class ScanArgs:
     value to look at (plus one; 0 = start/finished). Elements present for the
     whole scan are returned at least once whatever is added or removed in
     between, because the order does not depend on what else is present.
+
+    Sorting every key on every call would make a full scan quadratic, so a
+    call with cursor 0 takes a snapshot of the keys sorted by hash, and later
+    calls walk the newest snapshot. That is still correct for several scans
+    at once: the newest snapshot was taken at or after the start of every
+    scan in progress, so it holds every element present for their whole scan
+    (deleted ones are skipped when met).
     """
 
     def __init__(self) -> None:
@@ -387,23 +395,53 @@ class ScanArgs:
         self.cursor = parse_cursor(arg)
         self.cursor_set = True
 
-    def run(self, keys: Iterable[str], match: Callable[[str], bool]) -> tuple[int, list[str]]:
-        start = self.cursor - 1 if self.cursor else 0
-        hashed = [
-            (h, k)
-            for k in keys
-            if (h := zlib.crc32(k.encode("utf-8", "surrogateescape"))) >= start
-        ]
-        hashed.sort()
+    def run(
+        self,
+        keys: Mapping[str, object],
+        match: Callable[[str], bool],
+        snapshots: dict[str, ScanSnapshot] | None = None,
+        kind: str = "",
+    ) -> tuple[int, list[str]]:
+        snapshot = _snapshot(keys, self.cursor, snapshots, kind)
+        hashes, names = snapshot.hashes, snapshot.keys
+        i = bisect.bisect_left(hashes, self.cursor - 1 if self.cursor else 0)
         found: list[str] = []
-        limit = len(hashed) if self.busyloop else self.count
-        i = 0
-        while i < len(hashed) and len(found) < limit:
-            h = hashed[i][0]
+        limit = len(names) if self.busyloop else self.count
+        # Bound the work of one call, like the original (COUNT * 10 looks).
+        budget = len(names) if self.busyloop else self.count * 10
+        while i < len(names) and len(found) < limit and budget > 0:
+            h = hashes[i]
             # Never split a run of equal hashes across two calls.
-            while i < len(hashed) and hashed[i][0] == h:
-                if match(hashed[i][1]):
-                    found.append(hashed[i][1])
+            while i < len(names) and hashes[i] == h:
+                key = names[i]
+                if key in keys and match(key):
+                    found.append(key)
                 i += 1
-        cursor = hashed[i][0] + 1 if i < len(hashed) else 0
+                budget -= 1
+        cursor = hashes[i] + 1 if i < len(names) else 0
         return cursor, found
+
+
+class ScanSnapshot:
+    """Keys sorted by CRC32, with the hashes alongside for bisecting."""
+
+    __slots__ = ("hashes", "keys")
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        pairs = sorted((zlib.crc32(k.encode("utf-8", "surrogateescape")), k) for k in keys)
+        self.hashes = [h for h, _ in pairs]
+        self.keys = [k for _, k in pairs]
+
+
+def _snapshot(
+    keys: Mapping[str, object],
+    cursor: int,
+    snapshots: dict[str, ScanSnapshot] | None,
+    kind: str,
+) -> ScanSnapshot:
+    if snapshots is None:
+        return ScanSnapshot(keys)
+    snapshot = snapshots.get(kind)
+    if cursor == 0 or snapshot is None:
+        snapshot = snapshots[kind] = ScanSnapshot(keys)
+    return snapshot

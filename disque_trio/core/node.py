@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
@@ -45,6 +45,9 @@ from .job import (
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
 from .stats import NodeStats
 from .waiters import Waiter
+
+if TYPE_CHECKING:
+    from .jobcmds import ScanSnapshot
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 TIME_ERROR_MS = 500  # re-queue times are spread by +/- half of this
@@ -98,6 +101,9 @@ class Node:
         self.effects: list[Any] = []
         # Bus messages for the shell to send: (node id, message).
         self.outbox: list[tuple[str, object]] = []
+        # The newest QSCAN/JSCAN key order, "jobs" and "queues" (see
+        # jobcmds.ScanArgs for why one snapshot serves every scan).
+        self.scan_snapshots: dict[str, ScanSnapshot] = {}
         # ADDJOB clients waiting for synchronous replication, by job ID.
         self.repl_waiters: dict[str, Waiter] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
@@ -577,6 +583,7 @@ class Node:
         self.jobs.clear()
         self.queues.clear()
         self.awake.clear()
+        self.scan_snapshots.clear()
         self.body_bytes = 0
 
 

@@ -155,7 +155,7 @@ def qscan(node: Node, argv: list[bytes]) -> Reply:
             return False
         return rate == -1 or q.import_rate(now) >= rate
 
-    cursor, found = scan.run(node.queues, match)
+    cursor, found = scan.run(node.queues, match, node.scan_snapshots, "queues")
     items: list[Reply] = list(found)
     return [str(cursor), items]
 
