@@ -95,6 +95,12 @@ class Bus:
         for node_id in self.links.keys() - wanted:
             self.links.pop(node_id).cancel_scope.cancel()
 
+    async def wait_links_up(self) -> None:
+        """Return once every known peer has an outbound link (polling: this
+        runs once, at start-up)."""
+        while any(not n.link_up for n in self.table.wanted_links()):
+            await trio.sleep(0.01)
+
     def send(self, node_id: str, msg: object) -> None:
         link = self.links.get(node_id)
         if link is None:

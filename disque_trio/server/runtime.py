@@ -44,6 +44,7 @@ log = logging.getLogger("disque_trio")
 VERSION = "1.0-rc1"  # the Disque version whose wire behaviour we follow
 PACKAGE_VERSION = "0.1.0"
 
+STARTUP_LINK_WAIT_S = 1.0  # how long a starting node waits for its peers' links
 NOAUTH = ReplyError("NOAUTH", "Authentication required.")
 OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
 # Commands a client may send before AUTH.
@@ -150,9 +151,14 @@ class NodeServer:
     ) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.bus.run, bus_listeners)
+            # Rejoin first, then serve: a restarted node tells its peers it is
+            # back (clearing their FAIL flags) before its first client can
+            # count on it. Clients that connect meanwhile wait in the backlog.
+            with trio.move_on_after(STARTUP_LINK_WAIT_S):
+                await self.bus.wait_links_up()
             for listener in listeners:
                 nursery.start_soon(self._serve_listener, listener)
-            await nursery.start(self.bus.run, bus_listeners)
             nursery.start_soon(self._timer_task)
             nursery.start_soon(self._cron_task)
             addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
