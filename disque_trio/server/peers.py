@@ -68,6 +68,8 @@ class Bus:
         self.frames_in = 0
         self.frames_out = 0
         self.bad_frames = 0
+        # Set when an outbound link comes up (start-up waits on it).
+        self._link_up = trio.Event()
 
     # --------------------------------------------------------------- setup
 
@@ -96,10 +98,10 @@ class Bus:
             self.links.pop(node_id).cancel_scope.cancel()
 
     async def wait_links_up(self) -> None:
-        """Return once every known peer has an outbound link (polling: this
-        runs once, at start-up)."""
+        """Return once every known peer has an outbound link."""
         while any(not n.link_up for n in self.table.wanted_links()):
-            await trio.sleep(0.01)
+            self._link_up = trio.Event()
+            await self._link_up.wait()
 
     def send(self, node_id: str, msg: object) -> None:
         link = self.links.get(node_id)
@@ -150,6 +152,7 @@ class Bus:
             await trio.sleep(BACKOFF_MAX_S)
             return
         self.table.link_changed(link.node_id, True, self.server.env.clock.wall_ms())
+        self._link_up.set()
         self.server.after_bus_event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
