@@ -62,6 +62,7 @@ class NodeServer:
         self.persist_cluster = persist_cluster
         self._saved_cluster_config = ""
         self._saved_cluster_version = -1
+        self._node_flags: dict[str, str] = {}  # last logged flags per peer
         node_id, peers = self._load_cluster_config()
         table = ClusterTable(
             node_id,
@@ -372,11 +373,20 @@ class NodeServer:
         """Refresh the cluster view, save nodes.conf if membership moved,
         then send and reschedule (after_batch)."""
         self.node.refresh_cluster_view()
+        self._log_flag_changes()
         if self.node.cluster.version != self._saved_cluster_version:
             # Before anything else can happen: a node killed right after
             # meeting a peer must come back with the same identity.
             self.save_cluster_config()
         self.after_batch()
+
+    def _log_flag_changes(self) -> None:
+        """Log nodes turning fail?/fail/leaving and back, like the original."""
+        for node in self.node.cluster.others():
+            names = node.flag_names()
+            if self._node_flags.get(node.node_id, "noflags") != names:
+                self._node_flags[node.node_id] = names
+                log.info("node %s is now %s", node.node_id[:8], names)
 
     def _flush_outboxes(self) -> None:
         for outbox in (self.node.cluster.outbox, self.node.outbox):
