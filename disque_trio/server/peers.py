@@ -174,7 +174,10 @@ class Bus:
 
     async def _handshake(self, stream: trio.abc.Stream, initiator: bool) -> bus.Handshake | None:
         me = self.table.myself
-        mine = bus.Handshake(me.node_id, self.server.announce_ip(), me.port, me.cport)
+        config = self.server.config
+        # Behind NAT a node tells the address its peers must dial.
+        cport = config.cluster_announce_port or me.cport
+        mine = bus.Handshake(me.node_id, self.server.announce_ip(), me.port, cport)
         decoder = bus.FrameDecoder()
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             if initiator:

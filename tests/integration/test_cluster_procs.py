@@ -100,3 +100,44 @@ def test_reset_hard_takes_a_new_id(node_factory: object) -> None:
     assert r.execute_command("CLUSTER", "RESET", "HARD") == "OK"
     assert r.execute_command("CLUSTER", "MYID") != old
     assert len(nodes_lines(nodes[0])) == 1 and r.execute_command("QLEN", "q") == 0
+
+
+def test_killed_holder_job_is_requeued_elsewhere(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 3, "--cluster-node-timeout", "1000")
+    a, b = client(nodes[0]), client(nodes[1])
+    job_id = a.execute_command("ADDJOB", "q", "survivor", 5000, "REPLICATE", 3, "RETRY", 2)
+    nodes[0].kill(signal.SIGKILL)  # the node that had it queued
+    got = b.execute_command("GETJOB", "TIMEOUT", 20000, "FROM", "q")
+    assert got is not None and got[0][1] == job_id and got[0][2] == "survivor"
+
+
+def test_ack_made_while_a_holder_is_down_is_collected_after_it_returns(
+    node_factory: object,
+) -> None:
+    nodes = start_cluster(node_factory, 3, "--cluster-node-timeout", "1000")
+    a, b = client(nodes[0]), client(nodes[1])
+    job_id = a.execute_command("ADDJOB", "q", "x", 5000, "REPLICATE", 3)
+    nodes[2].kill(signal.SIGKILL)
+    assert a.execute_command("GETJOB", "FROM", "q")[0][1] == job_id
+    assert a.execute_command("ACKJOB", job_id) == 1
+    time.sleep(1.5)  # collection cannot finish: one holder cannot confirm
+    states = [c.execute_command("SHOW", job_id) for c in (a, b)]
+    assert all(s is not None and s[s.index("state") + 1] == "acked" for s in states)
+    nodes[2].start()
+    wait_for(
+        lambda: all(c.execute_command("SHOW", job_id) is None for c in (a, b)),
+        timeout=30,
+        what="the ack collected on every node",
+    )
+
+
+def test_federation_between_processes(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 3)
+    producer, consumer = client(nodes[0]), client(nodes[1])
+    consumer_conn = redis.Redis(port=nodes[1].port, socket_timeout=30, decode_responses=True)
+    for i in range(5):
+        producer.execute_command("ADDJOB", "fed", f"job-{i}", 0, "REPLICATE", 1)
+    got = consumer_conn.execute_command("GETJOB", "TIMEOUT", 20000, "COUNT", 5, "FROM", "fed")
+    assert got and all(entry[2].startswith("job-") for entry in got)
+    stat = consumer.execute_command("QSTAT", "fed")
+    assert stat[stat.index("import-from") + 1] == [producer.execute_command("CLUSTER", "MYID")]
