@@ -19,10 +19,13 @@ import trio
 
 from .config import Config, ConfigError, parse_argv
 from .env import real_env
+from .protocol import aof as aof_records
+from .server.aof import AofLoadError
 from .server.runtime import PACKAGE_VERSION, VERSION, NodeServer, set_log_level
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
+       disque-trio check-aof [--fix] FILE
        disque-trio --version
        disque-trio --help
 
@@ -39,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0
+    if args and args[0] == "check-aof":
+        return check_aof(args[1:])
     if args and args[0] in ("-v", "--version"):
         print(f"disque-trio v={PACKAGE_VERSION} (Disque {VERSION} compatible)")
         return 0
@@ -57,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         trio.run(_serve, config)
+    except AofLoadError as e:
+        logging.getLogger("disque_trio").error("%s", e)
+        return 1
     except OSError as e:
         logging.getLogger("disque_trio").error(
             "Could not start: %s", _describe_os_error(e, config)
@@ -64,6 +72,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def check_aof(args: list[str]) -> int:
+    """``disque-trio check-aof [--fix] FILE``: verify an AOF record by
+    record; with --fix, cut it at the end of the last good record."""
+    fix = "--fix" in args
+    paths = [a for a in args if a != "--fix"]
+    if len(paths) != 1:
+        print("Usage: disque-trio check-aof [--fix] FILE", file=sys.stderr)
+        return 2
+    path = paths[0]
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        print(f"Cannot read {path}: {e.strerror}", file=sys.stderr)
+        return 1
+    good, damage = aof_records.scan(data)
+    print(f"AOF analyzed: size={len(data)}, ok_up_to={good}, diff={len(data) - good}")
+    if good == len(data):
+        print("AOF is valid")
+        return 0
+    print(damage if damage is not None else f"torn last record at byte offset {good}")
+    if not fix:
+        print("AOF is not valid. Use the --fix option to try fixing it.")
+        return 1
+    with open(path, "r+b") as f:
+        f.truncate(good)
+    print(f"Successfully truncated AOF to {good} bytes ({len(data) - good} bytes cut)")
     return 0
 
 
@@ -114,9 +152,13 @@ def _describe_os_error(e: OSError, config: Config) -> str:
 
 async def _serve(config: Config) -> None:
     server = NodeServer(config, real_env())
+    # Load and bind before the nursery exists, so that a bad AOF or a port
+    # in use surfaces as itself (main() turns it into one line), not wrapped.
+    server.load()
+    listeners, bus_listeners = await server.bind()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, server)
-        await nursery.start(server.run)
+        await nursery.start(server.run, listeners, bus_listeners)
         await server.finished.wait()
         nursery.cancel_scope.cancel()
 

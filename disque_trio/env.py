@@ -13,7 +13,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import attrs
 import trio
@@ -53,6 +53,10 @@ class Disk(Protocol):
         ...
 
     def fsync(self, path: str) -> None: ...
+
+    def close(self, path: str) -> None:
+        """Stop appending to a file (its handle, if any, is released)."""
+        ...
 
     def size(self, path: str) -> int: ...
 
@@ -99,6 +103,7 @@ class FileDisk:
             return None
 
     def replace(self, path: str, data: bytes) -> None:
+        self.close(path)  # an append handle would keep writing the old file
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -106,16 +111,33 @@ class FileDisk:
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    def __init__(self) -> None:
+        # Files being appended to stay open: the AOF appends after every
+        # batch of commands, and an open() per batch would dominate.
+        self._open: dict[str, BinaryIO] = {}
+
     def append(self, path: str, data: bytes) -> None:
-        with open(path, "ab") as f:
-            f.write(data)
+        f = self._open.get(path)
+        if f is None:
+            f = self._open[path] = open(path, "ab")  # noqa: SIM115 (kept open)
+        f.write(data)
+        f.flush()
 
     def fsync(self, path: str) -> None:
+        f = self._open.get(path)
+        if f is not None:
+            os.fsync(f.fileno())
+            return
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def close(self, path: str) -> None:
+        f = self._open.pop(path, None)
+        if f is not None:
+            f.close()
 
     def size(self, path: str) -> int:
         try:

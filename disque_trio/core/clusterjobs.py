@@ -143,6 +143,7 @@ def replication_achieved(node: Node, job: Job) -> None:
         send_enqueue(node, job)
         node.unregister(job)
         return
+    node.persist(job)
     now = node.now_ms()
     if job.delay == 0:
         job.qtime = now + job.retry * 1000

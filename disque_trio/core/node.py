@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..protocol import aof
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
@@ -104,6 +105,9 @@ class Node:
         # The newest QSCAN/JSCAN key order, "jobs" and "queues" (see
         # jobcmds.ScanArgs for why one snapshot serves every scan).
         self.scan_snapshots: dict[str, ScanSnapshot] = {}
+        # AOF records waiting to be written, or None while the AOF is off.
+        # The shell writes them after each batch, before sending replies.
+        self.aof: list[bytes] | None = None
         # ADDJOB clients waiting for synchronous replication, by job ID.
         self.repl_waiters: dict[str, Waiter] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
@@ -177,9 +181,16 @@ class Node:
             self.body_bytes += len(job.body)
         if schedule:
             self.update_awake(job)
+        if self.aof is not None and job.state != JobState.WAIT_REPL:
+            self.persist(job)
         if self.observers:
             self._notify("registered", job)
         return True
+
+    def persist(self, job: Job) -> None:
+        """Record the job's whole state in the AOF (when it is on)."""
+        if self.aof is not None and job.body is not None:
+            self.aof.append(aof.loadjob(job_record(job)))
 
     def unregister(self, job: Job) -> None:
         """Forget a job whatever its state (expiry, collection, DELJOB)."""
@@ -189,6 +200,8 @@ class Node:
             self.dequeue(job)
         if job.state == JobState.WAIT_REPL:
             self.replication_aborted(job)
+        elif self.aof is not None and job.body is not None:
+            self.aof.append(aof.deljob(job.id))
         self.awake.unschedule(job)
         del self.jobs[job.id]
         if job.body is not None:
@@ -372,6 +385,8 @@ class Node:
         job.state = JobState.ACKED
         job.nodes_confirmed = None
         self.update_awake(job)
+        if self.aof is not None and job.body is not None:
+            self.aof.append(aof.ackjob(job.id))
         self._notify("acked", job)
 
     def try_gc(self, job: Job) -> None:
@@ -601,3 +616,23 @@ def job_reply(job: Job, withcounters: bool) -> list[Reply]:
             job.deliveries,
         ]
     return [job.queue, job.id, body]
+
+
+def job_record(job: Job) -> aof.JobRecord:
+    """The job as the AOF stores it."""
+    return aof.JobRecord(
+        job.id,
+        job.queue,
+        job.body or b"",
+        int(job.state),
+        job.repl,
+        job.ctime,
+        job.etime,
+        job.delay,
+        job.retry,
+        job.nacks,
+        job.deliveries,
+        job.nodes_delivered,
+        job.qtime,
+        job.flags,
+    )

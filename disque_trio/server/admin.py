@@ -357,9 +357,27 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
     mode = option(argv[1]) if len(argv) > 1 else b""
     if len(argv) > 2 or mode not in (b"", b"nosave", b"save", b"rewrite-aof"):
         return SYNTAX_ERROR
+    aof = ctx.server.aof
+    try:
+        if mode == b"rewrite-aof":
+            # Controlled restart: every job with its queue state, so that
+            # aof-enqueue-jobs-once can put the queues back exactly.
+            aof.shutdown_rewrite()
+        elif mode != b"nosave" and aof.state == "on":
+            ctx.server.env.disk.fsync(aof.path)
+    except OSError as e:
+        return err(f"Errors trying to SHUTDOWN. Check logs. ({e.strerror or e})")
     ctx.server.shutdown()
     ctx.client.close_after_reply = True
     return OK
+
+
+def bgrewriteaof(ctx: Context, argv: list[bytes]) -> Reply:
+    """BGREWRITEAOF: compact the AOF in the background."""
+    if ctx.server.aof.rewriting:
+        return err("Background append only file rewriting already in progress")
+    ctx.server.spawn(ctx.server.aof.rewrite)
+    return Status("Background append only file rewriting started")
 
 
 def _shell(
@@ -385,6 +403,7 @@ SHELL_COMMANDS: dict[str, Command] = {
         _shell("latency", -2, "admin loading", latency),
         _shell("hello", -1, "fast loading", hello),
         _shell("cluster", -2, "admin", clustercmds.cluster),
+        _shell("bgrewriteaof", 1, "admin", bgrewriteaof),
         _shell("quit", -1, "fast loading", quit_),
     )
 }

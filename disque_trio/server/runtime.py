@@ -33,6 +33,7 @@ from ..env import Env
 from ..protocol import bus
 from ..protocol.replies import Reply, ReplyError, err
 from . import admin
+from .aof import AppendOnlyFile
 from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
@@ -79,6 +80,8 @@ class NodeServer:
         self.node = Node(node_id, env.clock, env.rng, table)
         self.node.maxmemory = config.maxmemory
         self.bus = Bus(self, table, self._dispatch)
+        self.aof = AppendOnlyFile(self)
+        self._loaded = False
         self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
         # Raw name bytes -> command, so the hot path skips decode and lower().
         self._by_raw_name: dict[bytes, Command] = {}
@@ -119,16 +122,28 @@ class NodeServer:
 
         Raises OSError if a port is taken.
         """
+        self.load()
         if listeners is None:
-            listeners = await self._bind()
-            if bus_listeners is None:
-                bus_listeners = await self._bind_bus(listeners)
+            listeners, bus_listeners = await self.bind()
         else:
             self.bound = [_listener_name(listener) for listener in listeners]
         try:
             await self._serve(listeners, bus_listeners or [], task_status)
         finally:
             self.finished.set()
+
+    async def bind(
+        self,
+    ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], list[trio.abc.Listener[trio.abc.Stream]]]:
+        """Client and bus listeners (OSError if a port is taken)."""
+        listeners = await self._bind()
+        return listeners, await self._bind_bus(listeners)
+
+    def load(self) -> None:
+        """Load the AOF if configured (once; AofLoadError if unusable)."""
+        if not self._loaded:
+            self._loaded = True
+            self._load_aof()
 
     async def _bind_bus(
         self, client_listeners: list[trio.abc.Listener[trio.abc.Stream]]
@@ -201,7 +216,7 @@ class NodeServer:
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
-    def spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+    def spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         """Run a background task in the node's nursery (CLUSTER MEET)."""
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
@@ -252,6 +267,10 @@ class NodeServer:
             return NOAUTH
         if "denyoom" in cmd.flags and self.node.memory_level() >= 3:
             return OOM
+        if self.aof.last_write_error is not None and "write" in cmd.flags:
+            misconf = self.aof.misconf()
+            if misconf is not None:
+                return misconf
         started = time.perf_counter()
         try:
             if cmd.core:
@@ -282,8 +301,10 @@ class NodeServer:
 
     def after_batch(self) -> None:
         """Called after each batch of commands (and after bus events and
-        timer runs): send what the core queued for other nodes, and move
-        the timer if a new deadline is earlier."""
+        timer runs), before replies are sent: write the AOF records, send
+        what the core queued for other nodes, move the timer if needed."""
+        if self.node.aof:
+            self.aof.write_pending()
         if self.node.outbox or self.node.cluster.outbox:
             self._flush_outboxes()
         due = self.node.next_deadline()
@@ -324,12 +345,12 @@ class NodeServer:
                 await trio.sleep_forever()
             self._timer_scope = None
             self.node.tick()
-            if self.node.outbox or self.node.cluster.outbox:
-                self._flush_outboxes()
+            self.after_batch()
 
     async def _cron_task(self) -> None:
         """Housekeeping ten times a second: cluster pings and failure
-        detection, rate samples, peak memory, nodes.conf."""
+        detection, rate samples, peak memory, nodes.conf, AOF fsync."""
+        ticks = 0
         while True:
             await trio.sleep(0.1)
             table = self.node.cluster
@@ -343,6 +364,11 @@ class NodeServer:
             del self._ops_samples[:-16]
             self.peak_memory = max(self.peak_memory, self.used_memory())
             self.save_cluster_config()
+            ticks += 1
+            if ticks % 10 == 0:
+                self.aof.fsync_if_due()
+            if self.aof.rewrite_due():
+                self.spawn(self.aof.rewrite)
 
     # -------------------------------------------------------------- cluster
 
@@ -441,17 +467,32 @@ class NodeServer:
         return self.node.memory_estimate()
 
     def persistence_info(self) -> list[tuple[str, object]]:
-        return [
-            ("loading", 0),
-            ("aof_enabled", 0),
-            ("aof_state", "off"),
-            ("aof_rewrite_in_progress", 0),
-            ("aof_rewrite_scheduled", 0),
-            ("aof_last_rewrite_time_sec", -1),
-            ("aof_current_rewrite_time_sec", -1),
-            ("aof_last_bgrewrite_status", "ok"),
-            ("aof_last_write_status", "ok"),
-        ]
+        return self.aof.info()
+
+    def _load_aof(self) -> None:
+        """Rebuild jobs from the AOF before serving. A controlled restart
+        (aof-enqueue-jobs-once) loads it even with appendonly no, then turns
+        the option off again."""
+        config = self.config
+        if not (config.appendonly or config.aof_enqueue_jobs_once):
+            return
+        if config.appendonly:
+            self.node.aof = []
+        self.aof.loading = True
+        try:
+            count = self.aof.load()
+        finally:
+            self.aof.loading = False
+        if not config.appendonly:
+            self.aof.turn_off()
+        log.info("DB loaded from append only file: %d jobs", count)
+        if config.aof_enqueue_jobs_once:
+            config.config_set("aof-enqueue-jobs-once", "no")
+            if config.path is not None:
+                try:
+                    config.rewrite()
+                except ConfigError as e:
+                    log.warning("could not turn aof-enqueue-jobs-once off in the config: %s", e)
 
     def extra_info_sections(self, section: str) -> list[str]:
         """Sections other layers add to INFO default/all (cluster, ...)."""
@@ -464,6 +505,11 @@ class NodeServer:
         """React to CONFIG SET of a directive that has a live effect."""
         if name == "loglevel":
             set_log_level(self.config.loglevel)
+        elif name == "appendonly":
+            if self.config.appendonly:
+                self.spawn(self.aof.turn_on)
+            else:
+                self.aof.turn_off()
         elif name == "maxmemory":
             self.node.maxmemory = self.config.maxmemory
         elif name == "cluster-node-timeout":

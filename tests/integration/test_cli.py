@@ -57,7 +57,8 @@ def test_bad_value_on_command_line(tmp_path: Path) -> None:
 def test_port_in_use(node: NodeProcess, tmp_path: Path) -> None:
     result = run_cli("--port", str(node.port), cwd=tmp_path)
     assert result.returncode == 1
-    assert "already in use" in result.stderr + result.stdout
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:

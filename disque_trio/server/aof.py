@@ -1,0 +1,302 @@
+"""The append-only file: write, fsync, load, rewrite.
+
+The core queues records (``node.aof``) as jobs are created, acknowledged and
+deleted. :meth:`AppendOnlyFile.write_pending` appends them through the disk
+seam after every batch of commands and before the batch's replies are sent
+(fsyncing first with ``appendfsync always``), so a client never holds a job
+ID whose record could be lost by ``kill -9``. With ``everysec`` the cron
+fsyncs once a second; with ``no`` the kernel decides.
+
+A rewrite snapshots every job into a fresh file in steps (yielding to other
+tasks between chunks), keeps the records produced meanwhile in a buffer,
+appends them after the snapshot and swaps the file atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+import trio.lowlevel
+
+from ..core.job import Job, JobState
+from ..core.node import job_record
+from ..env import Disk
+from ..protocol import aof as records
+from ..protocol.replies import ReplyError
+
+if TYPE_CHECKING:
+    from .runtime import NodeServer
+
+log = logging.getLogger("disque_trio.aof")
+
+REWRITE_CHUNK = 1000  # jobs serialised between two yields of a rewrite
+
+
+class AofLoadError(Exception):
+    """The AOF cannot be loaded; the message says what to do."""
+
+
+class AppendOnlyFile:
+    def __init__(self, server: NodeServer) -> None:
+        self.server = server
+        self.state = "off"  # off | on | wait-rewrite (turning on)
+        self.current_size = 0
+        self.base_size = 0  # size after the last rewrite, for auto-rewrite
+        self.rewriting = False
+        self.rewrite_buffer: list[bytes] | None = None
+        self.last_rewrite_ok = True
+        self.last_rewrite_seconds = -1
+        self.last_write_error: str | None = None
+        self.loading = False
+        self._since_fsync = 0
+
+    @property
+    def path(self) -> str:
+        return self.server.config.appendfilename
+
+    @property
+    def disk(self) -> Disk:
+        return self.server.env.disk
+
+    # -------------------------------------------------------------- writing
+
+    def write_pending(self) -> None:
+        """Append what the core queued; fsync now with ``always``."""
+        node = self.server.node
+        pending = node.aof
+        if not pending:
+            return
+        data = b"".join(pending)
+        pending.clear()
+        if self.rewrite_buffer is not None:
+            self.rewrite_buffer.append(data)
+        if self.state != "on":
+            return
+        try:
+            self.disk.append(self.path, data)
+            if self.server.config.appendfsync == "always":
+                self.disk.fsync(self.path)
+            else:
+                self._since_fsync += len(data)
+        except OSError as e:
+            self._write_failed(e)
+            return
+        self.current_size += len(data)
+        self.last_write_error = None
+
+    def _write_failed(self, e: OSError) -> None:
+        if self.last_write_error is None:
+            log.warning("Error writing to the AOF file %s: %s", self.path, e.strerror or e)
+        self.last_write_error = e.strerror or str(e)
+
+    def misconf(self) -> ReplyError | None:
+        """The refusal for write commands while the AOF cannot be written."""
+        if self.last_write_error is None or self.state == "off":
+            return None
+        return ReplyError("MISCONF", f"Errors writing to the AOF file: {self.last_write_error}")
+
+    def fsync_if_due(self) -> None:
+        """everysec: called once a second by the cron."""
+        if self.state != "on" or self.server.config.appendfsync != "everysec":
+            return
+        if not self._since_fsync:
+            return
+        try:
+            self.disk.fsync(self.path)
+            self._since_fsync = 0
+        except OSError as e:
+            self._write_failed(e)
+
+    # -------------------------------------------------------------- loading
+
+    def load(self) -> int:
+        """At start-up with appendonly yes: rebuild the jobs. Returns jobs loaded."""
+        data = self.disk.read(self.path)
+        if data is None:
+            self.state = "on"
+            return 0
+        good, damage = records.scan(data)
+        if damage is not None:
+            raise AofLoadError(
+                f"Bad file format reading the append only file {self.path}: {damage}. "
+                f"Make a backup of your AOF file, then use "
+                f"'disque-trio check-aof --fix {self.path}'"
+            )
+        if good < len(data):
+            if not self.server.config.aof_load_truncated:
+                raise AofLoadError(
+                    f"Unexpected end of file reading the append only file {self.path} "
+                    f"at byte offset {good}. Use 'disque-trio check-aof --fix {self.path}' "
+                    "or set aof-load-truncated yes"
+                )
+            log.warning(
+                "!!! Warning: short read while loading the AOF file %s: the last %d "
+                "bytes are a torn record and are cut off (AOF loaded up to offset %d)",
+                self.path,
+                len(data) - good,
+                good,
+            )
+            data = data[:good]
+            self.disk.replace(self.path, data)
+        count = self._replay(data)
+        self.current_size = self.base_size = len(data)
+        self.state = "on"
+        return count
+
+    def _replay(self, data: bytes) -> int:
+        node = self.server.node
+        saved, node.aof = node.aof, None  # replaying must not log again
+        enqueue_once = self.server.config.aof_enqueue_jobs_once
+        now = node.now_ms()
+        try:
+            for _, _, (kind, payload) in records.records(data):
+                if kind == records.LOADJOB:
+                    assert isinstance(payload, records.JobRecord)
+                    self._restore(payload, enqueue_once, now)
+                else:
+                    job = node.jobs.get(str(payload))
+                    if job is None:
+                        continue
+                    if kind == records.ACKJOB:
+                        node.acknowledge(job)
+                    else:
+                        node.unregister(job)
+        finally:
+            node.aof = saved
+        return len(node.jobs)
+
+    def _restore(self, rec: records.JobRecord, enqueue_once: bool, now: int) -> None:
+        node = self.server.node
+        old = node.jobs.get(rec.id)
+        if old is not None:
+            node.unregister(old)
+        if rec.etime * 1000 <= now:
+            return  # expired while we were down
+        queue = node.queue(rec.queue, now).name
+        job = Job(
+            rec.id,
+            queue,
+            rec.body,
+            JobState.ACTIVE,
+            rec.repl,
+            rec.ctime,
+            rec.etime,
+            rec.delay,
+            rec.retry,
+        )
+        job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags
+        job.nodes_delivered = rec.nodes_delivered or node.myself_only
+        state = JobState(rec.state)
+        if state == JobState.ACKED:
+            job.state = JobState.ACKED
+        elif rec.retry:
+            # Back as active: the retry timer re-queues it (SPEC section 6).
+            job.qtime = now + rec.retry * 1000
+        else:
+            job.qtime = 0  # RETRY 0: a reload never queues it again
+        node.register(job)
+        if enqueue_once and state == JobState.QUEUED:
+            job.qtime = job.qtime or now
+            job.flags &= ~1  # not delivered yet: it was waiting in the queue
+            node.enqueue(job, now=now)
+
+    # ------------------------------------------------------------ rewriting
+
+    async def rewrite(self) -> bool:
+        """Compact the file from memory without stopping the node."""
+        if self.rewriting:
+            return False
+        self.rewriting = True
+        started = trio.current_time()
+        self.rewrite_buffer = []
+        node = self.server.node
+        try:
+            snapshot = list(node.jobs.values())
+            parts: list[bytes] = []
+            for i in range(0, len(snapshot), REWRITE_CHUNK):
+                for job in snapshot[i : i + REWRITE_CHUNK]:
+                    live = node.jobs.get(job.id) is job and job.body is not None
+                    if live and job.state != JobState.WAIT_REPL:
+                        parts.append(records.loadjob(job_record(job)))
+                await trio.lowlevel.checkpoint()
+            self.write_pending()  # records of this very moment go in the buffer
+            data = b"".join(parts) + b"".join(self.rewrite_buffer)
+            self.disk.replace(self.path, data)
+            self.disk.fsync(self.path)
+        except OSError as e:
+            log.warning("Background AOF rewrite failed: %s", e)
+            self.last_rewrite_ok = False
+            return False
+        finally:
+            self.rewrite_buffer = None
+            self.rewriting = False
+        self.current_size = self.base_size = len(data)
+        self.last_rewrite_ok = True
+        self.last_rewrite_seconds = int(trio.current_time() - started)
+        log.info("Background AOF rewrite finished successfully (%d bytes)", len(data))
+        return True
+
+    def rewrite_due(self) -> bool:
+        config = self.server.config
+        pct = config.auto_aof_rewrite_percentage
+        if self.state != "on" or self.rewriting or not pct:
+            return False
+        if self.current_size < config.auto_aof_rewrite_min_size:
+            return False
+        base = self.base_size or 1
+        return (self.current_size - base) * 100 // base >= pct
+
+    async def turn_on(self) -> None:
+        """CONFIG SET appendonly yes: write a fresh file from memory first."""
+        if self.state != "off":
+            return
+        self.state = "wait-rewrite"
+        self.server.node.aof = []
+        if await self.rewrite():
+            self.state = "on"
+        else:
+            self.state = "off"
+            self.server.node.aof = None
+
+    def turn_off(self) -> None:
+        self.state = "off"
+        self.server.node.aof = None
+        self.disk.close(self.path)
+
+    def shutdown_rewrite(self) -> None:
+        """SHUTDOWN REWRITE-AOF: a synchronous snapshot with queue states."""
+        node = self.server.node
+        data = b"".join(
+            records.loadjob(job_record(j))
+            for j in node.jobs.values()
+            if j.body is not None and j.state != JobState.WAIT_REPL
+        )
+        self.disk.replace(self.path, data)
+
+    # ----------------------------------------------------------------- info
+
+    def info(self) -> list[tuple[str, object]]:
+        fields: list[tuple[str, object]] = [
+            ("loading", int(self.loading)),
+            ("aof_enabled", int(self.state != "off")),
+            ("aof_state", self.state),
+            ("aof_rewrite_in_progress", int(self.rewriting)),
+            ("aof_rewrite_scheduled", 0),
+            ("aof_last_rewrite_time_sec", self.last_rewrite_seconds),
+            ("aof_current_rewrite_time_sec", -1),
+            ("aof_last_bgrewrite_status", "ok" if self.last_rewrite_ok else "err"),
+            ("aof_last_write_status", "ok" if self.last_write_error is None else "err"),
+        ]
+        if self.state != "off":
+            fields += [
+                ("aof_current_size", self.current_size),
+                ("aof_base_size", self.base_size),
+                ("aof_pending_rewrite", 0),
+                ("aof_buffer_length", 0),
+                ("aof_rewrite_buffer_length", len(self.rewrite_buffer or ())),
+                ("aof_pending_bio_fsync", 0),
+                ("aof_delayed_fsync", 0),
+            ]
+        return fields
