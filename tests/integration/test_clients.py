@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 
 import pytest
 import redis
@@ -112,3 +113,26 @@ def test_redis_cli(node: NodeProcess) -> None:
     assert "queued" in cli("SHOW", job_id)
     assert cli("PAUSE", "cliq", "in") == "in"
     assert cli("ADDJOB", "cliq", "x", "0").startswith("PAUSED")
+
+
+def test_bulk_longer_than_proto_max_bulk_len_is_refused(node_factory: object) -> None:
+    node = node_factory("--proto-max-bulk-len", "1mb")  # type: ignore[operator]
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"*3\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$2000000\r\n")
+        assert s.recv(200) == b"-ERR Protocol error: invalid bulk length\r\n"
+        assert s.recv(200) == b""
+
+
+def test_debug_sleep_stops_the_whole_node(node: NodeProcess) -> None:
+    sleeper = redis.Redis(port=node.port, socket_timeout=10)
+    other = redis.Redis(port=node.port, socket_timeout=10)
+    other.ping()
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"DEBUG SLEEP 0.5\r\n")
+        time.sleep(0.05)
+        started = time.monotonic()
+        assert other.ping()
+        waited = time.monotonic() - started
+        assert s.recv(100) == b"+OK\r\n"
+    assert waited >= 0.3  # PING had to wait for the sleep to end
+    assert sleeper.ping()
