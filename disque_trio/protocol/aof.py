@@ -29,6 +29,7 @@ from .resp import ProtocolError, RequestParser, encode
 LOADJOB = b"LOADJOB"
 ACKJOB = b"ACKJOB"
 DELJOB = b"DELJOB"
+_RECORD = b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"  # every record, as encode() writes it
 
 
 @attrs.frozen
@@ -134,6 +135,12 @@ def records(data: bytes) -> Iterator[tuple[int, int, Record]]:
     end = 0
     while True:
         start = end
+        # Only RESP arrays are ever written. The request parser alone would
+        # take other bytes for an inline command or skip them as a blank
+        # line: a run of NUL bytes up to a newline vanished silently and
+        # check-aof called the file valid.
+        if data[start : start + 1] not in (b"", b"*"):
+            raise AofError(start, f"expected '*', got {data[start : start + 1]!r}")
         try:
             argv = parser.next_command()
         except ProtocolError as e:
@@ -141,6 +148,16 @@ def records(data: bytes) -> Iterator[tuple[int, int, Record]]:
         if argv is None:
             return
         end = len(data) - parser.buffered()
+        # The parser neither checks the CRLF after a bulk nor objects to a
+        # "*0" header (it skips it): a record must be exactly what encode()
+        # writes (other argument counts are refused by _decode).
+        if len(argv) == 2 and data[start:end] != _RECORD % (
+            len(argv[0]),
+            argv[0],
+            len(argv[1]),
+            argv[1],
+        ):
+            raise AofError(start, "not a well-formed record (bad CRLF or header)")
         yield start, end, _decode(argv, start)
 
 

@@ -300,6 +300,7 @@ def debug(ctx: Context, argv: list[bytes]) -> Reply:
     sub = option(argv[1])
     if sub == b"flushall":
         ctx.server.node.flush_all()
+        ctx.server.aof.flushed()
         return OK
     if sub == b"sleep" and len(argv) == 3:
         try:

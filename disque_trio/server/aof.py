@@ -51,6 +51,7 @@ class AppendOnlyFile:
         self.last_write_error: str | None = None
         self.loading = False
         self._since_fsync = 0
+        self._turn_on_id = 0  # which turn_on() call is the current one
 
     @property
     def path(self) -> str:
@@ -193,7 +194,9 @@ class AppendOnlyFile:
             job.state = JobState.ACKED
         elif rec.retry:
             # Back as active: the retry timer re-queues it (SPEC section 6).
-            job.qtime = now + rec.retry * 1000
+            # Not before its recorded queue time: a job still waiting for its
+            # DELAY used to come back RETRY seconds after the load instead.
+            job.qtime = max(now + rec.retry * 1000, rec.qtime)
         else:
             job.qtime = 0  # RETRY 0: a reload never queues it again
         node.register(job)
@@ -250,15 +253,47 @@ class AppendOnlyFile:
 
     async def turn_on(self) -> None:
         """CONFIG SET appendonly yes: write a fresh file from memory first."""
-        if self.state != "off":
+        # Spawned by CONFIG SET: by the time this runs, appendonly may be no again.
+        if self.state != "off" or not self.server.config.appendonly:
             return
         self.state = "wait-rewrite"
         self.server.node.aof = []
-        if await self.rewrite():
+        self._turn_on_id += 1
+        mine = self._turn_on_id
+
+        def still_wanted() -> bool:
+            return self._turn_on_id == mine and self.state == "wait-rewrite"
+
+        # A rewrite already running (BGREWRITEAOF) made rewrite() return
+        # False at once: the AOF stayed off while appendonly said yes.
+        while self.rewriting:
+            await trio.sleep(0.01)
+            if not still_wanted():
+                return
+        ok = await self.rewrite()
+        # CONFIG SET appendonly no (and maybe yes again) while the file was
+        # written: setting "on" here left INFO saying on with nothing written
+        # (node.aof was None), and every later turn_on returned at once.
+        if not still_wanted():
+            return
+        if ok:
             self.state = "on"
         else:
             self.state = "off"
             self.server.node.aof = None
+
+    def flushed(self) -> None:
+        """DEBUG FLUSHALL: the jobs are gone, so is the file's content
+        (otherwise they would come back at the next start)."""
+        if self.server.node.aof is not None:
+            self.server.node.aof.clear()
+        if self.state == "on":
+            try:
+                self.disk.replace(self.path, b"")
+            except OSError as e:
+                self._write_failed(e)
+                return
+            self.current_size = self.base_size = 0
 
     def turn_off(self) -> None:
         self.state = "off"

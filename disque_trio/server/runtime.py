@@ -213,6 +213,7 @@ class NodeServer:
             hook()
         self.node.unblock_all(None)
         self.save_cluster_config()
+        self.env.disk.close(self.aof.path)  # flushed by write_pending already
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 

@@ -1,0 +1,475 @@
+"""The append-only file with real processes: kill -9 and restart, controlled
+restarts, turning it on at run time, rewrites under load, torn tails, damage."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import trio
+import trio.testing
+
+from disque_trio import cli
+from disque_trio.protocol import aof as aof_records
+from disque_trio.protocol.resp import encode
+
+from ..helpers import MemoryNode, RespClient, free_port, memory_node
+from .conftest import NodeProcess
+
+AOF = "disque.aof"
+
+
+def connect(node: NodeProcess) -> redis.Redis:
+    # No retries: a command the node never answered must fail, not be resent.
+    return redis.Redis(port=node.port, socket_timeout=10, decode_responses=True, retry=None)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def persistence(r: redis.Redis) -> dict[str, Any]:
+    return r.info("persistence")
+
+
+def add_jobs(r: redis.Redis, queue: str, n: int, retry: int = 1, body: str = "b") -> list[str]:
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        pipe.execute_command("ADDJOB", queue, f"{body}{i}", 0, "RETRY", retry)
+    return list(pipe.execute())
+
+
+def shows(r: redis.Redis, ids: list[str]) -> list[Any]:
+    pipe = r.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.execute_command("SHOW", job_id)
+    return list(pipe.execute())
+
+
+def state(show: list[Any] | None) -> str | None:
+    return None if show is None else dict(zip(show[::2], show[1::2], strict=True))["state"]
+
+
+def shutdown(r: redis.Redis, *args: str) -> None:
+    """SHUTDOWN closes the connection without a reply, like Redis."""
+    with pytest.raises(redis.ConnectionError):
+        r.execute_command("SHUTDOWN", *args)
+
+
+def record_ends(data: bytes) -> list[int]:
+    return [end for _, end, _ in aof_records.records(data)]
+
+
+def aof_node(node_factory: Any, policy: str = "always", *extra: str) -> NodeProcess:
+    node: NodeProcess = node_factory("--appendonly", "yes", "--appendfsync", policy, *extra)
+    return node
+
+
+@pytest.fixture
+def conf_nodes(tmp_path: Path) -> Iterator[Callable[..., NodeProcess]]:
+    """Nodes started from a config file in their own directory (so that
+    CONFIG REWRITE has a file to rewrite)."""
+    started: list[NodeProcess] = []
+
+    def make(*lines: str) -> NodeProcess:
+        port = free_port()
+        workdir = tmp_path / f"conf-node-{port}"
+        workdir.mkdir()
+        conf = workdir / "disque.conf"
+        conf.write_text("\n".join([f"port {port}", "bind 127.0.0.1", *lines]) + "\n")
+        node = NodeProcess(port, workdir, [str(conf)])
+        started.append(node)
+        node.start()
+        return node
+
+    yield make
+    for node in started:
+        node.stop()
+
+
+# ---------------------------------------------------------------- kill -9
+
+
+@pytest.mark.parametrize("policy", ["always", "everysec", "no"])
+def test_kill9_keeps_every_acknowledged_job(node_factory: Any, policy: str) -> None:
+    node = aof_node(node_factory, policy)
+    r = connect(node)
+    ids = add_jobs(r, "q", 8)
+    [acked] = add_jobs(r, "qa", 1)
+    [(_, got, _)] = r.execute_command("GETJOB", "FROM", "qa")
+    assert got == acked and r.execute_command("ACKJOB", acked) == 1
+    [once] = add_jobs(r, "q0", 1, retry=0)
+    [(_, got, _)] = r.execute_command("GETJOB", "FROM", "q0")
+    assert got == once
+    # kill -9 right after the replies: the process dies, the page cache
+    # survives, so even appendfsync no loses nothing a client was told.
+    assert node.kill() == -9
+    node.start()
+    r = connect(node)
+
+    # Back as active (not queued): RETRY re-queues them, one second after load.
+    assert [state(s) for s in shows(r, ids)] == ["active"] * len(ids)
+    assert state(shows(r, [once])[0]) == "active"
+    assert r.execute_command("QLEN", "q") == 0
+    assert r.info()["registered_jobs"] == len(ids) + 1
+
+    delivered: set[str] = set()
+    deadline = time.monotonic() + 8
+    while len(delivered) < len(ids) and time.monotonic() < deadline:
+        reply = r.execute_command("GETJOB", "TIMEOUT", 3000, "COUNT", 100, "FROM", "q")
+        delivered.update(job_id for _, job_id, _ in reply or ())
+    assert delivered == set(ids)
+    # By now the re-queue time of everything loaded has passed: the acked
+    # job is gone and the delivered RETRY 0 job stays out of its queue.
+    assert r.execute_command("GETJOB", "NOHANG", "FROM", "qa", "q0") is None
+    assert shows(r, [acked]) == [None]
+    assert state(shows(r, [once])[0]) == "active"
+
+
+# ----------------------------------------------------------- controlled restart
+
+
+@pytest.mark.parametrize("appendonly", ["yes", "no"])
+def test_controlled_restart_puts_queues_back(
+    conf_nodes: Callable[..., NodeProcess], appendonly: str
+) -> None:
+    node = conf_nodes(f"appendonly {appendonly}")
+    conf = Path(node.args[0])
+    r = connect(node)
+    ids = add_jobs(r, "q1", 12, retry=60)
+    once = add_jobs(r, "q2", 3, retry=0)
+    # Two delivered jobs are active, not queued: they must stay out.
+    taken = [j for _, j, _ in r.execute_command("GETJOB", "COUNT", 2, "FROM", "q1")]
+    assert taken == ids[:2]
+    before = {q: r.execute_command("QLEN", q) for q in ("q1", "q2")}
+    assert before == {"q1": 10, "q2": 3}
+
+    assert r.config_set("aof-enqueue-jobs-once", "yes")
+    r.execute_command("CONFIG", "REWRITE")
+    assert "aof-enqueue-jobs-once yes" in conf.read_text()
+    shutdown(r, "REWRITE-AOF")
+    assert node.proc is not None and node.proc.wait(timeout=15) == 0
+    assert (node.workdir / AOF).stat().st_size > 0
+
+    node.start()
+    r = connect(node)
+    # Right after start, long before any retry: queues exactly as they were.
+    assert {q: r.execute_command("QLEN", q) for q in ("q1", "q2")} == before
+    assert state(shows(r, [taken[0]])[0]) == "active"
+    assert r.config_get("aof-enqueue-jobs-once") == {"aof-enqueue-jobs-once": "no"}
+    text = conf.read_text()
+    assert "aof-enqueue-jobs-once yes" not in text and f"port {node.port}" in text
+    assert persistence(r)["aof_enabled"] == (1 if appendonly == "yes" else 0)
+    for queue, expected in (("q1", ids[2:]), ("q2", once)):
+        got = r.execute_command("GETJOB", "NOHANG", "COUNT", 100, "FROM", queue)
+        assert [j for _, j, _ in got] == expected  # same jobs, same order
+
+    # The option is off now: a second restart reloads jobs as active only.
+    if appendonly == "yes":
+        assert node.kill() == -9
+        node.start()
+        r = connect(node)
+        assert r.execute_command("QLEN", "q1") == 0
+        assert r.info()["registered_jobs"] == len(ids) + len(once)
+
+
+# ------------------------------------------------------ turning it on and off
+
+
+def test_config_set_appendonly_at_runtime(node_factory: Any) -> None:
+    node: NodeProcess = node_factory()
+    r = connect(node)
+    info = persistence(r)
+    assert (info["aof_enabled"], info["aof_state"]) == (0, "off")
+    assert "aof_current_size" not in info
+    before = add_jobs(r, "q", 5, retry=60)
+    assert r.config_set("appendonly", "yes")
+    wait_for(lambda: persistence(r)["aof_state"] == "on", what="aof_state on")
+    assert persistence(r)["aof_enabled"] == 1
+    path = node.workdir / AOF
+    # Turning it on writes every job held so far.
+    loaded = [rec for _, _, (_, rec) in aof_records.records(path.read_bytes())]
+    assert {rec.id for rec in loaded if isinstance(rec, aof_records.JobRecord)} == set(before)
+    after = add_jobs(r, "q", 2, retry=60)
+
+    assert node.kill() == -9
+    node.args += ["--appendonly", "yes"]
+    node.start()
+    r = connect(node)
+    assert r.info()["registered_jobs"] == 7
+    assert None not in shows(r, before + after)
+
+    # And off again: the file stays, nothing is appended any more.
+    size = path.stat().st_size
+    assert r.config_set("appendonly", "no")
+    info = persistence(r)
+    assert (info["aof_enabled"], info["aof_state"]) == (0, "off")
+    add_jobs(r, "q", 3)
+    assert path.stat().st_size == size
+
+
+async def fill(c: RespClient, n: int) -> list[str]:
+    await c.send_raw(b"".join(encode([b"ADDJOB", b"q", b"x", b"0"]) for _ in range(n)))
+    return [str(await c.read()) for _ in range(n)]
+
+
+@asynccontextmanager
+async def aof_memory_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **config: Any
+) -> AsyncIterator[MemoryNode]:
+    """An in-process node (it writes its AOF in the working directory)."""
+    monkeypatch.chdir(tmp_path)
+    async with memory_node(**config) as node:
+        try:
+            yield node
+        finally:
+            # Shutting down leaves the append handle to the process exit.
+            node.server.env.disk.close(AOF)
+
+
+async def settle(node: MemoryNode) -> None:
+    with trio.fail_after(30):
+        while node.server.aof.rewriting or node.server.aof.state == "wait-rewrite":
+            await trio.sleep(0.01)
+
+
+def ids_in_file(path: Path) -> set[str]:
+    return {
+        rec.id
+        for _, _, (_, rec) in aof_records.records(path.read_bytes())
+        if isinstance(rec, aof_records.JobRecord)
+    }
+
+
+async def test_appendonly_yes_during_a_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with aof_memory_node(tmp_path, monkeypatch) as node:
+        c = await node.client()
+        ids = await fill(c, 5000)  # a rewrite of several steps
+        assert await c.call("BGREWRITEAOF")
+        assert node.server.aof.rewriting
+        # Used to return at once (a rewrite is running): AOF off, config yes.
+        assert await c.call("CONFIG", "SET", "appendonly", "yes")
+        await settle(node)
+        assert node.server.aof.state == "on" and node.server.node.aof is not None
+        [late] = await fill(c, 1)
+        assert ids_in_file(tmp_path / AOF) == {*ids, late}
+
+
+async def test_appendonly_yes_then_no_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with aof_memory_node(tmp_path, monkeypatch) as node:
+        aof = node.server.aof
+        c = await node.client()
+        await fill(c, 3000)
+        # In one batch: turning on is spawned, and runs after the "no".
+        await c.send_raw(
+            encode([b"CONFIG", b"SET", b"appendonly", b"yes"])
+            + encode([b"CONFIG", b"SET", b"appendonly", b"no"])
+        )
+        assert [await c.read(), await c.read()] == ["OK", "OK"]
+        await settle(node)
+        assert (aof.state, node.server.node.aof) == ("off", None)
+        # Off while the fresh file is being written, then on again.
+        assert await c.call("CONFIG", "SET", "appendonly", "yes")
+        with trio.fail_after(10):
+            while not aof.rewriting:
+                await trio.sleep(0)
+        assert await c.call("CONFIG", "SET", "appendonly", "no")
+        assert (aof.state, node.server.node.aof) == ("off", None)
+        await settle(node)
+        # Used to end "on" with nothing written, and no way to turn it on again.
+        assert (aof.state, node.server.node.aof) == ("off", None)
+        assert await c.call("CONFIG", "SET", "appendonly", "yes")
+        await settle(node)
+        assert aof.state == "on" and node.server.node.aof is not None
+        [late] = await fill(c, 1)
+        assert late in ids_in_file(tmp_path / AOF)
+
+
+async def test_delay_survives_a_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        delayed = str(await c.call("ADDJOB", "q", "b", 0, "DELAY", 60, "RETRY", 5))
+        plain = str(await c.call("ADDJOB", "p", "b", 0, "RETRY", 5))
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        t0 = trio.current_time()
+        [[_, got, _]] = await c.call("GETJOB", "TIMEOUT", 0, "FROM", "p")
+        # RETRY seconds after the load
+        assert got.decode() == plain and 4.5 <= trio.current_time() - t0 <= 6
+        # Used to come back RETRY seconds after the load too, ignoring DELAY.
+        [[_, got, _]] = await c.call("GETJOB", "TIMEOUT", 0, "FROM", "q")
+        assert got.decode() == delayed and 59 <= trio.current_time() - t0 <= 61
+
+
+def test_info_persistence_fields(node_factory: Any) -> None:
+    node = aof_node(node_factory)
+    r = connect(node)
+    path = node.workdir / AOF
+    info = persistence(r)
+    assert info["aof_enabled"] == 1 and info["aof_state"] == "on"
+    assert info["aof_rewrite_in_progress"] == 0
+    assert info["aof_last_bgrewrite_status"] == "ok"
+    assert info["aof_last_write_status"] == "ok"
+    assert info["aof_current_size"] == info["aof_base_size"] == 0
+
+    ids = add_jobs(r, "q", 20, retry=60)
+    r.execute_command("ACKJOB", *ids[:10])
+    info = persistence(r)
+    assert info["aof_current_size"] == path.stat().st_size > 0
+    assert info["aof_base_size"] == 0
+
+    assert r.execute_command("BGREWRITEAOF")
+    wait_for(lambda: persistence(r)["aof_rewrite_in_progress"] == 0, what="rewrite")
+    info = persistence(r)
+    assert info["aof_last_bgrewrite_status"] == "ok"
+    # The rewrite keeps only the 10 jobs still held: smaller than before.
+    assert info["aof_current_size"] == info["aof_base_size"] == path.stat().st_size
+    assert len(record_ends(path.read_bytes())) == 10
+    add_jobs(r, "q", 1)
+    info = persistence(r)
+    assert info["aof_current_size"] == path.stat().st_size > info["aof_base_size"]
+
+    # Automatic rewrite once the file doubled since the last one.
+    base = info["aof_base_size"]
+    r.execute_command("ACKJOB", *add_jobs(r, "q", 20, retry=60))
+    assert persistence(r)["aof_current_size"] > 2 * base
+    assert r.config_set("auto-aof-rewrite-min-size", "1kb")  # default 64mb
+    info = wait_for(
+        lambda: (i := persistence(r))["aof_base_size"] != base and i, what="auto rewrite"
+    )
+    assert info["aof_base_size"] < base * 2 and info["aof_last_bgrewrite_status"] == "ok"
+    assert len(record_ends(path.read_bytes())) == 11
+
+
+# ------------------------------------------------------------- rewrite under load
+
+
+def test_bgrewriteaof_under_load(node_factory: Any) -> None:
+    node = aof_node(node_factory, "everysec")
+    r = connect(node)
+    # Enough jobs that a rewrite takes several steps (1000 jobs each) and
+    # commands are served between them.
+    prefill = add_jobs(r, "q", 10_000, retry=60)
+    added: list[str] = []
+    acked: list[str] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    during = 0  # jobs added while a rewrite ran (give or take one)
+
+    def writer() -> None:
+        w = connect(node)
+        try:
+            i = 0
+            while not stop.is_set():
+                job_id = w.execute_command("ADDJOB", "w", f"x{i}", 0, "RETRY", 60)
+                added.append(job_id)
+                if i % 10 == 0:
+                    assert w.execute_command("ACKJOB", job_id) == 1
+                    acked.append(job_id)
+                i += 1
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for _ in range(3):
+            n = len(added)
+            wait_for(lambda n=n: len(added) > n + 20, what="writes before a rewrite")
+            n = len(added)
+            assert r.execute_command("BGREWRITEAOF")  # redis-py: "+Background ..." -> True
+            wait_for(lambda: persistence(r)["aof_rewrite_in_progress"] == 0, what="rewrite")
+            assert persistence(r)["aof_last_bgrewrite_status"] == "ok"
+            during += len(added) - n
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert during > 0
+    assert node.kill() == -9
+    node.start()
+    r = connect(node)
+    kept = [j for j in added if j not in set(acked)]
+    assert r.info()["registered_jobs"] == len(prefill) + len(kept)
+    assert None not in shows(r, prefill + kept)
+    assert shows(r, acked) == [None] * len(acked)
+
+
+# -------------------------------------------------------- torn tail and damage
+
+
+def test_torn_tail_is_cut_with_a_warning(node_factory: Any) -> None:
+    node = aof_node(node_factory)
+    r = connect(node)
+    ids = add_jobs(r, "q", 4, retry=60)
+    assert node.kill() == -9
+    path = node.workdir / AOF
+    data = path.read_bytes()
+    ends = record_ends(data)
+    assert len(ends) == 4 and ends[-1] == len(data)
+    cut = (ends[-2] + ends[-1]) // 2  # in the middle of the last record
+    path.write_bytes(data[:cut])
+
+    node.start()
+    r = connect(node)
+    assert [s is not None for s in shows(r, ids)] == [True, True, True, False]
+    assert path.stat().st_size == ends[-2]
+    # The node goes on appending after the cut.
+    [extra] = add_jobs(r, "q", 1)
+    assert node.kill() == -9
+    out = node.output()
+    assert "short read" in out and f"offset {ends[-2]}" in out
+    node.start()
+    assert None not in shows(connect(node), [*ids[:3], extra])
+
+
+def test_damage_stops_the_node_with_one_line(node_factory: Any) -> None:
+    node = aof_node(node_factory)
+    ids = add_jobs(connect(node), "q", 3, retry=60)
+    assert node.kill() == -9
+    path = node.workdir / AOF
+    data = path.read_bytes()
+    at = record_ends(data)[0]
+    path.write_bytes(data[:at] + b"\x00\x07garbage\r\n" + data[at:])
+
+    args = ["--port", str(node.port), "--bind", "127.0.0.1", "--appendonly", "yes"]
+    result = subprocess.run(
+        [sys.executable, "-m", "disque_trio", *args],
+        cwd=node.workdir,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(lines) == 1, result.stderr
+    assert f"byte offset {at}" in lines[0] and "check-aof --fix" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert path.read_bytes()[at : at + 2] == b"\x00\x07"  # left alone
+
+    assert cli.main(["check-aof", "--fix", os.fspath(path)]) == 0
+    assert path.stat().st_size == at
+    node.start()
+    assert [s is not None for s in shows(connect(node), ids)] == [True, False, False]
