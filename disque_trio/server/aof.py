@@ -49,6 +49,7 @@ class AppendOnlyFile:
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self.last_write_error: str | None = None
+        self.write_failures = 0  # connections compare it around each batch
         self.loading = False
         self._since_fsync = 0
         self._turn_on_id = 0  # which turn_on() call is the current one
@@ -88,6 +89,7 @@ class AppendOnlyFile:
         self.last_write_error = None
 
     def _write_failed(self, e: OSError) -> None:
+        self.write_failures += 1
         if self.last_write_error is None:
             log.warning("Error writing to the AOF file %s: %s", self.path, e.strerror or e)
         self.last_write_error = e.strerror or str(e)

@@ -88,7 +88,13 @@ async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stre
                 await _monitor_loop(server, client, stream)
                 return
         client.qbuf = parser.buffered()
+        failures = server.aof.write_failures
         server.after_batch()
+        if server.aof.write_failures != failures:
+            # The AOF records of this batch could not be written: its replies
+            # may acknowledge jobs a crash would lose. Send none of them; the
+            # client sees the connection drop, and later writes get -MISCONF.
+            return
         await _flush(server, stream, out)
 
 

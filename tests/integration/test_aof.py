@@ -3,6 +3,7 @@ restarts, turning it on at run time, rewrites under load, torn tails, damage."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import trio.testing
 
 from disque_trio import cli
 from disque_trio.protocol import aof as aof_records
+from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.protocol.resp import encode
 
 from ..helpers import MemoryNode, RespClient, free_port, memory_node
@@ -473,3 +475,33 @@ def test_damage_stops_the_node_with_one_line(node_factory: Any) -> None:
     assert path.stat().st_size == at
     node.start()
     assert [s is not None for s in shows(connect(node), ids)] == [True, False, False]
+
+
+async def test_unwritable_aof_never_acknowledges_a_job(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from disque_trio.env import FileDisk
+
+    class FullDisk(FileDisk):
+        full = False
+
+        def append(self, path: str, data: bytes) -> None:
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            super().append(path, data)
+
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        disk = FullDisk()
+        node.server.env.disk = disk
+        node.server.aof.state = "on"
+        c = await node.client()
+        assert isinstance(await c.call("ADDJOB", "q", "ok", 0), Status)
+        disk.full = True
+        await c.send("ADDJOB", "q", "lost", 0)
+        assert await c.closed()  # no job ID for a job that is not on disk
+        other = await node.client()
+        refused = await other.call("ADDJOB", "q", "x", 0)
+        assert isinstance(refused, ReplyError) and refused.code == "MISCONF"
+        assert "No space left" in refused.message
+        assert await other.call("QLEN", "q") >= 1  # reads still work
+        disk.close(node.server.aof.path)
