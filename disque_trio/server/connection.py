@@ -77,8 +77,12 @@ async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stre
                 break
             reply = server.execute(client, argv)
             if isinstance(reply, Waiter):
+                # Listen before the first await: the job may reach the waiter
+                # while the earlier replies are being sent.
+                done = trio.Event()
+                reply.notify = done.set
                 await _flush(server, stream, out)
-                reply = await _wait(server, client, stream, parser, reply)
+                reply = await _wait(server, client, stream, parser, reply, done)
             encode_into(out, reply, client.proto)
             if client.close_after_reply:
                 await _flush(server, stream, out)
@@ -125,12 +129,17 @@ async def _try_send(stream: trio.abc.Stream, data: bytes) -> None:
 
 
 async def _wait(
-    server: NodeServer, client: Client, stream: trio.abc.Stream, parser: object, waiter: Waiter
+    server: NodeServer,
+    client: Client,
+    stream: trio.abc.Stream,
+    parser: object,
+    waiter: Waiter,
+    done: trio.Event,
 ) -> Reply:
     """Wait for the core to answer a blocked command, or its timeout."""
     server.after_batch()
-    done = trio.Event()
-    waiter.notify = done.set
+    if waiter.done:
+        done.set()  # answered already (during the flush before this wait)
     client.blocked = waiter
     timeout = waiter.timeout_ms / 1000 if waiter.timeout_ms else float("inf")
     gone = trio.Event()

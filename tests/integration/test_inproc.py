@@ -7,12 +7,16 @@ client handler quickly.
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 
+from disque_trio.core.commands import CORE_COMMANDS
 from disque_trio.protocol.replies import NULL_ARRAY, ReplyError, Status
+from disque_trio.server.connection import serve_client
 
-from ..helpers import memory_node
+from ..helpers import RespClient, memory_node
 
 
 async def test_ping_and_pipelining(autojump_clock: trio.testing.MockClock) -> None:
@@ -152,3 +156,46 @@ async def test_hello_3_switches_to_resp3(autojump_clock: trio.testing.MockClock)
         assert await c.call("CLIENT", "GETNAME") == b"worker"
         bare = await c.call("HELLO")
         assert bare[0] == 1 and bare[1] == node.server.node.node_id.encode()
+
+
+class _HookedStream(trio.abc.Stream):
+    """The node's end of a connection that runs a hook on its first send."""
+
+    def __init__(self, inner: trio.abc.Stream, hook: Any) -> None:
+        self.inner, self.hook = inner, hook
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_job_arriving_while_earlier_replies_are_sent_wakes_the_waiter(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_node() as node:
+        ours, theirs = trio.testing.memory_stream_pair()
+        addjob = CORE_COMMANDS["addjob"].handler
+
+        def another_client_adds_a_job() -> None:
+            addjob(node.server.node, [b"ADDJOB", b"q", b"racing", b"0"])
+
+        node.nursery.start_soon(
+            serve_client, node.server, _HookedStream(theirs, another_client_adds_a_job)
+        )
+        c = RespClient(ours)
+        start = trio.current_time()
+        await c.send_raw(b"PING\r\nGETJOB TIMEOUT 10000 FROM q\r\n")
+        assert await c.read() == Status("PONG")
+        assert (await c.read())[0][2] == b"racing"
+        assert trio.current_time() - start < 1  # not after the 10 s timeout
