@@ -63,7 +63,14 @@ def _myid(ctx: Context, argv: list[bytes]) -> Reply:
 
 
 def _info(ctx: Context, argv: list[bytes]) -> Reply:
-    fields = ctx.server.node.cluster.info()
+    bus = ctx.server.bus
+    fields = [
+        *ctx.server.node.cluster.info(),
+        ("cluster_stats_frames_sent", bus.frames_out),
+        ("cluster_stats_frames_received", bus.frames_in),
+        ("cluster_stats_frames_dropped", bus.dropped()),
+        ("cluster_stats_bad_frames", bus.bad_frames),
+    ]
     return "".join(f"{k}:{v}\r\n" for k, v in fields)
 
 

@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("disque_trio.bus")
 
-# 4096 frames of slack per peer: a burst of replication for a few thousand
-# jobs fits; beyond that the peer is too slow and messages are dropped.
-OUTBOX_SIZE = 4096
+# 65,536 frames of slack per peer (about 15 MB of REPLJOBs at worst): a
+# burst of ASYNC replication for tens of thousands of jobs fits; beyond that
+# the peer is too slow and messages are dropped (and counted).
+OUTBOX_SIZE = 65_536
+# The writer sends what is queued in one system call, up to this many frames.
+SEND_BATCH = 256
 READ_SIZE = 64 * 1024
 HANDSHAKE_TIMEOUT_S = 5.0
 BACKOFF_MIN_S = 0.05
@@ -52,7 +55,11 @@ class PeerLink:
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](OUTBOX_SIZE)
+        # Cancelled when the node is forgotten: ends the link for good.
         self.cancel_scope = trio.CancelScope()
+        # Cancelled to drop just the current connection (a stuck link): the
+        # outbox survives and the link task reconnects.
+        self.connection_scope = trio.CancelScope()
         self.dropped = 0
 
 
@@ -132,8 +139,10 @@ class Bus:
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                     continue
                 backoff = BACKOFF_MIN_S
-                async with stream:
-                    await self._serve_link(link, stream)
+                link.connection_scope = trio.CancelScope()
+                with link.connection_scope:
+                    async with stream:
+                        await self._serve_link(link, stream)
                 self.table.link_changed(link.node_id, False, self.server.env.clock.wall_ms())
                 await trio.sleep(BACKOFF_MIN_S)
 
@@ -158,19 +167,31 @@ class Bus:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
             try:
                 async for frame in link.receive_channel:
-                    self.frames_out += 1
-                    await stream.send_all(frame)
+                    await stream.send_all(self._batch(link, frame))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
             nursery.cancel_scope.cancel()
 
+    def _batch(self, link: PeerLink, first: bytes) -> bytes:
+        """The first frame and whatever else is already queued (one send)."""
+        frames = [first]
+        while len(frames) < SEND_BATCH:
+            try:
+                frames.append(link.receive_channel.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        self.frames_out += len(frames)
+        return b"".join(frames)
+
     def restart_link(self, node_id: str) -> None:
-        """Drop a link that looks stuck; sync_links() opens a fresh one."""
-        link = self.links.pop(node_id, None)
+        """Drop a connection that looks stuck; its link task reconnects and
+        the messages still queued go out on the new connection."""
+        link = self.links.get(node_id)
         if link is not None:
-            link.cancel_scope.cancel()
-            self.table.link_changed(node_id, False, self.server.env.clock.wall_ms())
-        self.sync_links()
+            link.connection_scope.cancel()
+
+    def dropped(self) -> int:
+        return sum(link.dropped for link in self.links.values())
 
     async def _handshake(self, stream: trio.abc.Stream, initiator: bool) -> bus.Handshake | None:
         me = self.table.myself
