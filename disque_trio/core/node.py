@@ -120,6 +120,7 @@ class Node:
         # (the cluster layer shortens it under memory pressure).
         self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
         self.maxmemory = 1 << 30  # bytes; the shell keeps it equal to the config
+        self._next_eviction_ms = 0
 
     def refresh_cluster_view(self) -> None:
         self.cluster_size = self.cluster.size
@@ -416,8 +417,11 @@ class Node:
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]
-        if level >= 2:
-            self.evict_for_memory(self.now_ms())
+        now = self.now_ms()
+        if level >= 2 and now >= self._next_eviction_ms:
+            # A pass looks at every job: once a second is enough.
+            self._next_eviction_ms = now + 1000
+            self.evict_for_memory(now)
         if self.cluster_size <= 1 or self.leaving:
             return
         for q in list(self.queues.values()):
