@@ -1,0 +1,1 @@
+"""Deterministic simulator: whole nodes (shell included) in one trio.run."""

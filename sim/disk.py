@@ -1,0 +1,44 @@
+"""An in-memory disk implementing the Env disk seam.
+
+Each file has a durable part (survives a crash) and a pending part (written
+but not fsynced). ``crash()`` drops every pending part, like a power loss.
+"""
+
+from __future__ import annotations
+
+
+class SimDisk:
+    def __init__(self) -> None:
+        self.durable: dict[str, bytes] = {}
+        self.pending: dict[str, bytearray] = {}
+        self.fsyncs = 0
+
+    def read(self, path: str) -> bytes | None:
+        if path not in self.durable and path not in self.pending:
+            return None
+        return self.durable.get(path, b"") + bytes(self.pending.get(path, b""))
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Atomic and durable (temp file, fsync, rename)."""
+        self.pending.pop(path, None)
+        self.durable[path] = bytes(data)
+
+    def append(self, path: str, data: bytes) -> None:
+        self.durable.setdefault(path, b"")
+        self.pending.setdefault(path, bytearray()).extend(data)
+
+    def fsync(self, path: str) -> None:
+        self.fsyncs += 1
+        pending = self.pending.pop(path, None)
+        if pending:
+            self.durable[path] = self.durable.get(path, b"") + bytes(pending)
+
+    def close(self, path: str) -> None:
+        """Closing does not make data durable."""
+
+    def size(self, path: str) -> int:
+        return len(self.durable.get(path, b"")) + len(self.pending.get(path, b""))
+
+    def crash(self) -> None:
+        """Lose everything that was not fsynced."""
+        self.pending.clear()

@@ -1,0 +1,227 @@
+"""A simulated network implementing the Env net seam.
+
+Every connection is two one-way pipes. A sender's bytes go into its pipe's
+queue with a delivery time (now + a delay drawn from the net's seeded
+random.Random, never earlier than the previous chunk: TCP keeps order); a
+delivery task per pipe sleeps until then and hands them to the receiver.
+So ``send_all`` never blocks on the peer, and under MockClock delays cost
+no wall time.
+
+Endpoints are owned by nodes (identified by their client port) or by
+nobody (workload clients, which partitions do not touch).
+``partition(a, b)`` breaks the existing connections between the two groups
+and refuses new ones until ``heal()``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import trio
+import trio.testing
+
+from .trace import Trace
+
+Owner = int | None
+
+
+class _Pipe:
+    """One direction of a connection."""
+
+    def __init__(self, net: SimNet, src: str, dst: str) -> None:
+        self.net = net
+        self.src = src
+        self.dst = dst
+        self.receiver = trio.testing.MemoryReceiveStream()
+        # Unbounded: this queue is the data in flight on the wire; the
+        # sender must not block on it (a real socket buffer is large, and
+        # bus outboxes bound what nodes send).
+        self._send, self._recv = trio.open_memory_channel[tuple[float, bytes | None]](math.inf)
+        self._last_due = 0.0
+        self.scope = trio.CancelScope()
+        self.broken = False
+
+    def push(self, data: bytes | None) -> None:
+        delay = self.net.rng.uniform(self.net.min_delay, self.net.max_delay)
+        due = max(self._last_due, trio.current_time() + delay)
+        self._last_due = due
+        self._send.send_nowait((due, data))
+
+    async def run(self) -> None:
+        with self.scope:
+            async for due, data in self._recv:
+                await trio.sleep_until(due)
+                if data is None:
+                    self.receiver.put_eof()
+                    return
+                self.net.trace.record(
+                    "net", "deliver", {"src": self.src, "dst": self.dst, "len": len(data)}
+                )
+                try:
+                    self.receiver.put_data(data)
+                except trio.ClosedResourceError:
+                    return  # the receiving side closed its end
+
+    def break_(self) -> None:
+        self.broken = True
+        self.scope.cancel()
+        try:
+            self.receiver.put_eof()
+        except trio.ClosedResourceError:
+            pass
+
+
+class SimStream(trio.abc.Stream):
+    def __init__(self, outgoing: _Pipe, incoming: _Pipe) -> None:
+        self.outgoing = outgoing
+        self.incoming = incoming
+        self.closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.closed:
+            raise trio.ClosedResourceError("stream closed")
+        await trio.lowlevel.checkpoint()
+        if self.outgoing.broken:
+            raise trio.BrokenResourceError("connection reset (partition)")
+        if data:
+            self.outgoing.push(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self.closed:
+            raise trio.ClosedResourceError("stream closed")
+        data = await self.incoming.receiver.receive_some(max_bytes)
+        if not data and self.incoming.broken:
+            raise trio.BrokenResourceError("connection reset (partition)")
+        return bytes(data)
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.outgoing.broken:
+                self.outgoing.push(None)  # FIN after the data in flight
+            self.incoming.receiver.close()
+        await trio.lowlevel.checkpoint()
+
+
+class SimListener(trio.abc.Listener[trio.abc.Stream]):
+    def __init__(self, net: SimNet, port: int, owner: Owner) -> None:
+        self.net = net
+        self.port = port
+        self.owner = owner
+        # A listen backlog; the simulator opens few connections at once.
+        self.send_channel, self.receive_channel = trio.open_memory_channel[trio.abc.Stream](1000)
+
+    async def accept(self) -> trio.abc.Stream:
+        return await self.receive_channel.receive()
+
+    async def aclose(self) -> None:
+        if self.net.listeners.get(self.port) is self:
+            del self.net.listeners[self.port]
+        self.receive_channel.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _Connection:
+    def __init__(self, a: Owner, b: Owner, pipes: tuple[_Pipe, _Pipe]) -> None:
+        self.a = a
+        self.b = b
+        self.pipes = pipes
+
+
+class SimNet:
+    """The shared network. Give each node ``net.view(port)`` as its Env net."""
+
+    def __init__(
+        self, rng: random.Random, trace: Trace, min_delay: float = 0.0005, max_delay: float = 0.005
+    ) -> None:
+        self.rng = rng
+        self.trace = trace
+        self.min_delay = min_delay
+        self.max_delay = max_delay
+        self.listeners: dict[int, SimListener] = {}
+        self.connections: list[_Connection] = []
+        self.blocked: set[tuple[int, int]] = set()
+        self.nursery: trio.Nursery | None = None
+        self._conn_ids = 0
+
+    def view(self, owner: Owner) -> NodeNet:
+        return NodeNet(self, owner)
+
+    def _cut(self, a: Owner, b: Owner) -> bool:
+        return a is not None and b is not None and (a, b) in self.blocked
+
+    async def open_listeners(
+        self, owner: Owner, port: int
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        await trio.lowlevel.checkpoint()
+        if port in self.listeners:
+            raise OSError(f"port {port} in use")
+        listener = SimListener(self, port, owner)
+        self.listeners[port] = listener
+        return [listener]
+
+    async def connect(self, owner: Owner, host: str, port: int) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        listener = self.listeners.get(port)
+        if listener is None or self._cut(owner, listener.owner):
+            self.trace.record(str(owner), "net", {"ev": "refused", "port": port})
+            raise ConnectionRefusedError(f"nothing reachable on {host}:{port}")
+        assert self.nursery is not None, "SimNet.nursery must be set"
+        self._conn_ids += 1
+        cid = self._conn_ids
+        src, dst = f"{owner}#{cid}", f"{port}#{cid}"
+        there, back = _Pipe(self, src, dst), _Pipe(self, dst, src)
+        self.nursery.start_soon(there.run)
+        self.nursery.start_soon(back.run)
+        ours, theirs = SimStream(there, back), SimStream(back, there)
+        try:
+            listener.send_channel.send_nowait(theirs)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            there.break_()
+            back.break_()
+            raise ConnectionRefusedError(f"{host}:{port} not accepting") from e
+        self.connections.append(_Connection(owner, listener.owner, (there, back)))
+        self.trace.record(str(owner), "net", {"ev": "connect", "port": port, "conn": cid})
+        return ours
+
+    def partition(self, a_ports: list[int], b_ports: list[int]) -> None:
+        """Cut every link between the two groups of nodes (both ways)."""
+        for a in a_ports:
+            for b in b_ports:
+                self.blocked.add((a, b))
+                self.blocked.add((b, a))
+        self.trace.record(
+            "net", "fault", {"ev": "partition", "a": sorted(a_ports), "b": sorted(b_ports)}
+        )
+        kept: list[_Connection] = []
+        for conn in self.connections:
+            if self._cut(conn.a, conn.b):
+                for pipe in conn.pipes:
+                    pipe.break_()
+            elif not all(p.broken for p in conn.pipes):
+                kept.append(conn)
+        self.connections = kept
+
+    def heal(self) -> None:
+        self.blocked.clear()
+        self.trace.record("net", "fault", {"ev": "heal"})
+
+
+class NodeNet:
+    """One endpoint's view of the SimNet (the Env ``net`` seam)."""
+
+    def __init__(self, net: SimNet, owner: Owner) -> None:
+        self.net = net
+        self.owner = owner
+
+    async def open_listeners(
+        self, host: str, port: int
+    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
+        return await self.net.open_listeners(self.owner, port)
+
+    async def connect(self, host: str, port: int) -> trio.abc.Stream:
+        return await self.net.connect(self.owner, host, port)
