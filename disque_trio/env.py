@@ -154,6 +154,9 @@ class Env:
     disk: Disk
     # Resident memory in bytes, or None where it cannot be read (simulation).
     rss: Callable[[], int | None] = lambda: None
+    # A high-resolution timer for measuring how long a command took (SLOWLOG,
+    # LATENCY). The simulator passes one that follows virtual time.
+    perf: Callable[[], float] = time.perf_counter
     # Stop the whole node for that many seconds (DEBUG SLEEP). In production
     # the event loop really stops; the simulator freezes the node instead.
     block: Callable[[float], None] = lambda seconds: None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -272,7 +271,7 @@ class NodeServer:
             misconf = self.aof.misconf()
             if misconf is not None:
                 return misconf
-        started = time.perf_counter()
+        started = self.env.perf()
         try:
             if cmd.core:
                 reply = cmd.handler(self.node, argv)
@@ -280,7 +279,7 @@ class NodeServer:
                 reply = cmd.handler(admin.Context(self, client), argv)
         except ReplyError as e:
             reply = e
-        micros = int((time.perf_counter() - started) * 1_000_000)
+        micros = int((self.env.perf() - started) * 1_000_000)
         if micros > self._slow_us >= 0 or (self._latency_ms and micros >= self._latency_ms * 1000):
             self._record_slow(client, argv, micros)
         return reply
