@@ -42,3 +42,34 @@ class SimDisk:
     def crash(self) -> None:
         """Lose everything that was not fsynced."""
         self.pending.clear()
+
+
+class DiskHandle:
+    """One node incarnation's view of its SimDisk. After a crash the dead
+    incarnation's tasks may still run cleanup code while being cancelled:
+    ``alive = False`` makes their writes vanish, as if the process were gone."""
+
+    def __init__(self, disk: SimDisk) -> None:
+        self.disk = disk
+        self.alive = True
+
+    def read(self, path: str) -> bytes | None:
+        return self.disk.read(path)
+
+    def replace(self, path: str, data: bytes) -> None:
+        if self.alive:
+            self.disk.replace(path, data)
+
+    def append(self, path: str, data: bytes) -> None:
+        if self.alive:
+            self.disk.append(path, data)
+
+    def fsync(self, path: str) -> None:
+        if self.alive:
+            self.disk.fsync(path)
+
+    def close(self, path: str) -> None:
+        pass
+
+    def size(self, path: str) -> int:
+        return self.disk.size(path)

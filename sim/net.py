@@ -10,7 +10,13 @@ no wall time.
 Endpoints are owned by nodes (identified by their client port) or by
 nobody (workload clients, which partitions do not touch).
 ``partition(a, b)`` breaks the existing connections between the two groups
-and refuses new ones until ``heal()``.
+and refuses new ones until ``heal()``. ``one_way(a, b)`` drops a -> b only:
+new connections between the groups are refused (the handshake needs both
+directions) and existing ones stall in the a -> b direction (TCP keeps
+retransmitting) while b -> a flows; the stalled bytes arrive after ``heal()``
+unless a side closed the connection meanwhile. ``fence(port)`` (a crashed
+node) breaks every connection of that node, client ones included, drops its
+listeners and refuses connections to or from it until ``unfence(port)``.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ Owner = int | None
 class _Pipe:
     """One direction of a connection."""
 
-    def __init__(self, net: SimNet, src: str, dst: str) -> None:
+    def __init__(
+        self, net: SimNet, src: str, dst: str, owners: tuple[Owner, Owner] = (None, None)
+    ) -> None:
         self.net = net
         self.src = src
         self.dst = dst
+        self.owners = owners  # (sender, receiver)
         self.receiver = trio.testing.MemoryReceiveStream()
         # Unbounded: this queue is the data in flight on the wire; the
         # sender must not block on it (a real socket buffer is large, and
@@ -52,6 +61,8 @@ class _Pipe:
         with self.scope:
             async for due, data in self._recv:
                 await trio.sleep_until(due)
+                while self.net.stalled(*self.owners):
+                    await self.net.healed.wait()
                 if data is None:
                     self.receiver.put_eof()
                     return
@@ -144,7 +155,9 @@ class SimNet:
         self.max_delay = max_delay
         self.listeners: dict[int, SimListener] = {}
         self.connections: list[_Connection] = []
-        self.blocked: set[tuple[int, int]] = set()
+        self.blocked: set[tuple[int, int]] = set()  # (a, b): a -> b is dropped
+        self.fenced: set[int] = set()
+        self.healed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._conn_ids = 0
 
@@ -152,7 +165,19 @@ class SimNet:
         return NodeNet(self, owner)
 
     def _cut(self, a: Owner, b: Owner) -> bool:
-        return a is not None and b is not None and (a, b) in self.blocked
+        """No connection can be made or kept between a and b."""
+        if a in self.fenced or b in self.fenced:
+            return True
+        if a is None or b is None:
+            return False
+        return (a, b) in self.blocked and (b, a) in self.blocked
+
+    def stalled(self, src: Owner, dst: Owner) -> bool:
+        """Bytes from src to dst are held back (one-way partition)."""
+        return src is not None and dst is not None and (src, dst) in self.blocked
+
+    def _refused(self, a: Owner, b: Owner) -> bool:
+        return self._cut(a, b) or self.stalled(a, b) or self.stalled(b, a)
 
     async def open_listeners(
         self, owner: Owner, port: int
@@ -167,14 +192,15 @@ class SimNet:
     async def connect(self, owner: Owner, host: str, port: int) -> trio.abc.Stream:
         await trio.lowlevel.checkpoint()
         listener = self.listeners.get(port)
-        if listener is None or self._cut(owner, listener.owner):
+        if listener is None or self._refused(owner, listener.owner):
             self.trace.record(str(owner), "net", {"ev": "refused", "port": port})
             raise ConnectionRefusedError(f"nothing reachable on {host}:{port}")
         assert self.nursery is not None, "SimNet.nursery must be set"
         self._conn_ids += 1
         cid = self._conn_ids
         src, dst = f"{owner}#{cid}", f"{port}#{cid}"
-        there, back = _Pipe(self, src, dst), _Pipe(self, dst, src)
+        there = _Pipe(self, src, dst, (owner, listener.owner))
+        back = _Pipe(self, dst, src, (listener.owner, owner))
         self.nursery.start_soon(there.run)
         self.nursery.start_soon(back.run)
         ours, theirs = SimStream(there, back), SimStream(back, there)
@@ -197,6 +223,34 @@ class SimNet:
         self.trace.record(
             "net", "fault", {"ev": "partition", "a": sorted(a_ports), "b": sorted(b_ports)}
         )
+        self._break_cut()
+
+    def one_way(self, a_ports: list[int], b_ports: list[int]) -> None:
+        """Drop traffic from group a to group b; b -> a still flows."""
+        if self.healed.is_set():
+            self.healed = trio.Event()
+        for a in a_ports:
+            for b in b_ports:
+                self.blocked.add((a, b))
+        self.trace.record(
+            "net",
+            "fault",
+            {"ev": "partition", "oneway": True, "a": sorted(a_ports), "b": sorted(b_ports)},
+        )
+
+    def fence(self, port: int) -> None:
+        """A crashed node: drop its listeners, break and refuse its connections."""
+        self.fenced.add(port)
+        for listen_port, listener in list(self.listeners.items()):
+            if listener.owner == port:
+                del self.listeners[listen_port]  # its owner closes it
+        self.trace.record("net", "fault", {"ev": "fence", "port": port})
+        self._break_cut()
+
+    def unfence(self, port: int) -> None:
+        self.fenced.discard(port)
+
+    def _break_cut(self) -> None:
         kept: list[_Connection] = []
         for conn in self.connections:
             if self._cut(conn.a, conn.b):
@@ -208,6 +262,7 @@ class SimNet:
 
     def heal(self) -> None:
         self.blocked.clear()
+        self.healed.set()
         self.trace.record("net", "fault", {"ev": "heal"})
 
 

@@ -1,5 +1,6 @@
-"""A simple workload: producers ADDJOB, consumers GETJOB + ACKJOB, an
-optional partition in the middle, then a drain phase.
+"""A simple workload: producers ADDJOB, consumers GETJOB + ACKJOB, a fault
+schedule in the middle (partitions, one-way partitions, node crashes and
+restarts), then a drain phase.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
@@ -18,6 +19,13 @@ from .world import RespClient, World
 
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
+# What a client sees when its node crashes or refuses it.
+CONN_ERRORS = (
+    EOFError,
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+)
 
 
 @attrs.define
@@ -39,8 +47,9 @@ class Workload:
     duration: float = 10.0
     producers: int = 2
     consumers: int = 2
-    partition: bool = True
-    drain_timeout: float = 60.0
+    partition: bool = True  # the fault schedule's partitions (both kinds)
+    crashes: bool = True
+    drain_timeout: float = 30.0
     retry0_fraction: float = 0.2
     history: list[Event] = attrs.field(factory=list)
     drained: bool = False
@@ -80,13 +89,7 @@ class Workload:
             async with trio.open_nursery() as producers:
                 for i in range(self.producers):
                     producers.start_soon(self._producer, world, f"p{i}", rngs[i])
-                if self.partition and world.count > 1:
-                    await trio.sleep(self.duration * 0.3)
-                    cut = faults.randrange(world.count)
-                    ports = world.ports()
-                    world.net.partition([ports[cut]], [p for p in ports if p != ports[cut]])
-                    await trio.sleep(self.duration * 0.3)
-                    world.net.heal()
+                await self._faults(world, faults, start)
                 await trio.sleep_until(start + self.duration)
                 self._stop_producing.set()
             # Every producer has its last ADDJOB answer: drain.
@@ -99,24 +102,71 @@ class Workload:
             world.trace.record("workload", "phase", {"ev": "end", "drained": self.drained})
             nursery.cancel_scope.cancel()
 
+    async def _faults(self, world: World, rng: random.Random, start: float) -> None:
+        """Faults one at a time between 20% and 85% of the duration: at least
+        one crash (if enabled) and one partition (two-way or one-way, if
+        enabled), plus maybe one more, in a seeded order. Everything is
+        healed and every node is back up before the duration ends."""
+        if world.count < 2:
+            return
+        kinds: list[str] = []
+        if self.crashes:
+            kinds.append("crash")
+        if self.partition:
+            kinds.append(rng.choice(["partition", "oneway"]))
+        if kinds and rng.random() < 0.5:
+            kinds.append(rng.choice([*kinds, "oneway"] if self.partition else kinds))
+        rng.shuffle(kinds)
+        slot = self.duration * 0.65 / max(1, len(kinds))
+        for k, kind in enumerate(kinds):
+            slot_start = start + self.duration * 0.2 + k * slot
+            await trio.sleep_until(slot_start + rng.uniform(0.0, slot * 0.2))
+            length = rng.uniform(slot * 0.3, slot * 0.7)
+            victim = rng.randrange(world.count)
+            ports = world.ports()
+            others = [p for p in ports if p != ports[victim]]
+            if kind == "crash":
+                await world.crash(victim)
+                await trio.sleep(length)
+                await world.restart(victim)
+                continue
+            if kind == "partition":
+                world.net.partition([ports[victim]], others)
+            elif rng.random() < 0.5:
+                world.net.one_way([ports[victim]], others)
+                world.probes["one-way-partition"] += 1
+            else:
+                world.net.one_way(others, [ports[victim]])
+                world.probes["one-way-partition"] += 1
+            await trio.sleep(length)
+            world.net.heal()
+
     async def _producer(self, world: World, name: str, rng: random.Random) -> None:
         clients: dict[int, RespClient] = {}
         replicate = min(3, world.count)
         n = 0
         while not self._stop_producing.is_set():
             index = rng.randrange(world.count)
-            client = clients.get(index)
-            if client is None:
-                client = clients[index] = await world.client(index)
             retry = 0 if rng.random() < self.retry0_fraction else 2
             body = f"{name}-{n}"
             n += 1
-            self.record(name, "invoke", {"node": index, "body": body, "retry": retry})
             # At-most-once (RETRY 0) requires REPLICATE 1, as in Disque.
             copies = replicate if retry else 1
-            reply = await client.call(
-                "ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, "REPLICATE", copies, "RETRY", retry
+            self.record(
+                name, "invoke", {"node": index, "body": body, "retry": retry, "copies": copies}
             )
+            try:
+                client = clients.get(index)
+                if client is None:
+                    client = clients[index] = await world.client(index)
+                reply: Any = await client.call(
+                    "ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, "REPLICATE", copies, "RETRY", retry
+                )
+            except CONN_ERRORS as e:
+                # Unknown outcome: the job may exist (not OK, so not checked
+                # for loss; a delivery of it is still legal).
+                clients.pop(index, None)
+                reply = f"connection error: {type(e).__name__}"
             ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
             self.record(
                 name,
@@ -126,14 +176,23 @@ class Workload:
             await trio.sleep(rng.uniform(0.05, 0.2))
 
     async def _consumer(self, world: World, name: str, index: int, rng: random.Random) -> None:
-        client = await world.client(index)
+        client: RespClient | None = None
         while True:
-            reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
-            if not isinstance(reply, list) or not reply:
-                continue
-            for _queue, job_id, body in reply:
-                jid, text = _text(job_id), _text(body)
-                self.record(name, "get", {"node": index, "id": jid, "body": text})
-                await trio.sleep(rng.uniform(0.0, 0.05))
-                acked = await client.call("ACKJOB", jid)
-                self.record(name, "ack", {"node": index, "id": jid, "reply": _text(acked)})
+            try:
+                if client is None:
+                    client = await world.client(index)
+                reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
+                if not isinstance(reply, list) or not reply:
+                    continue
+                for _queue, job_id, body in reply:
+                    jid, text = _text(job_id), _text(body)
+                    self.record(name, "get", {"node": index, "id": jid, "body": text})
+                    await trio.sleep(rng.uniform(0.0, 0.05))
+                    acked = await client.call("ACKJOB", jid)
+                    self.record(name, "ack", {"node": index, "id": jid, "reply": _text(acked)})
+            except CONN_ERRORS as e:
+                # Its node crashed: consume from another node meanwhile.
+                self.record(name, "error", {"node": index, "error": type(e).__name__})
+                client = None
+                index = (index + 1) % world.count
+                await trio.sleep(rng.uniform(0.1, 0.3))

@@ -12,9 +12,9 @@ import pytest
 import trio
 import trio.testing
 
-from sim.__main__ import run_once
-from sim.checkers import check
-from sim.disk import SimDisk
+from sim.__main__ import check_world, run_once, sweep_nodes
+from sim.checkers import Crashes, check
+from sim.disk import DiskHandle, SimDisk
 from sim.net import SimNet
 from sim.trace import Trace
 from sim.workload import Event
@@ -31,6 +31,35 @@ def test_seed_1_three_nodes_passes_the_checkers() -> None:
         1 for e in workload.history if e.op == "add" and e.data["ok"] and e.data["retry"] == 0
     )
     assert any('"partition"' in line for line in world.trace.lines)
+
+
+@pytest.mark.parametrize("seed", range(1, 13))
+def test_seeds_with_crashes_and_partitions_pass_the_checkers(seed: int) -> None:
+    world, workload = run_once(seed, nodes=sweep_nodes(seed), duration=5)
+    report = check_world(world, workload)
+    assert report.ok, report.violations
+    assert world.probes["crash"] >= 1
+    assert any('"partition"' in line for line in world.trace.lines)
+    restarted = [line for line in world.trace.lines if '"incarnation":1' in line]
+    assert restarted, "the crashed node came back"
+    assert all(n.up for n in world.nodes)
+
+
+def test_restarted_node_keeps_its_id_and_fsynced_jobs() -> None:
+    world, workload = run_once(2, nodes=3, duration=5, partition=False)
+    assert world.appendfsync in ("always", "everysec")
+    crashed = [line for line in world.trace.lines if '"crashed"' in line]
+    assert len(crashed) == 1
+    ids: dict[str, set[str]] = {}
+    for line in world.trace.lines:
+        if '"ev":"started"' in line:
+            data = line.split('"id":"')[1].split('"')[0]
+            node = line.split('"node":"')[1].split('"')[0]
+            ids.setdefault(node, set()).add(data)
+    assert all(len(v) == 1 for v in ids.values()), ids  # nodes.conf recovered
+    if world.appendfsync == "always":
+        assert not world.amnesia
+    assert check_world(world, workload).ok
 
 
 def test_same_seed_same_digest() -> None:
@@ -102,6 +131,77 @@ def test_sim_net_partition_breaks_and_refuses() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_sim_net_one_way_partition_stalls_one_direction() -> None:
+    async def main() -> None:
+        net = SimNet(random.Random(1), Trace())
+        async with trio.open_nursery() as nursery:
+            net.nursery = nursery
+            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
+            client = await net.view(2).connect("127.0.0.1", 10001)
+            server = await listener.accept()
+            net.one_way([2], [1])  # 2 -> 1 dropped
+            await server.send_all(b"flows")
+            assert await client.receive_some(100) == b"flows"
+            await client.send_all(b"stalled")
+            with trio.move_on_after(5) as waited:
+                await server.receive_some(100)
+            assert waited.cancelled_caught
+            with pytest.raises(ConnectionRefusedError):
+                await net.view(2).connect("127.0.0.1", 10001)
+            net.heal()
+            assert await server.receive_some(100) == b"stalled"
+            net.fence(1)
+            with pytest.raises(trio.BrokenResourceError):
+                await client.receive_some(100)
+            with pytest.raises(ConnectionRefusedError):
+                await net.view(None).connect("127.0.0.1", 10001)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_dead_disk_handle_writes_nothing() -> None:
+    disk = SimDisk()
+    handle = DiskHandle(disk)
+    handle.append("aof", b"a")
+    handle.fsync("aof")
+    handle.alive = False
+    handle.append("aof", b"b")
+    handle.replace("nodes.conf", b"x")
+    assert disk.read("aof") == b"a"
+    assert disk.read("nodes.conf") is None
+
+
+def test_checker_excuses_losses_only_with_amnesia_below_replicate() -> None:
+    history = [
+        Event(0.0, "p", "invoke", {"body": "j", "retry": 2, "copies": 2}),
+        Event(0.1, "p", "add", {"body": "j", "retry": 2, "ok": True, "reply": "D-1"}),
+    ]
+    holders = {"D-1": {"n0", "n1"}}
+    forgot = {"D-1": {"n0"}}
+    everysec = check(history, crashes=Crashes("everysec", holders, forgot))
+    assert everysec.ok and len(everysec.excused) == 1
+    always = check(history, crashes=Crashes("always", holders, forgot))
+    assert not always.ok
+    no_amnesia = check(history, crashes=Crashes("everysec", holders, {}))
+    assert not no_amnesia.ok
+
+
+def test_sweep_cli_reports_and_writes_regressions(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sim", "run", "--seeds", "1..2", "--jobs", "2", "--duration", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "seeds: 2 passed, 0 failed", out.stdout + out.stderr
+    assert out.returncode == 0
+    assert sum(1 for line in lines if line.startswith("seed ")) == 2
 
 
 def test_checker_flags_lost_phantom_and_retry0_duplicates() -> None:
