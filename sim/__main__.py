@@ -110,7 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-partition", action="store_true")
     run.add_argument("--no-crash", action="store_true")
     run.add_argument("--trace", help="write the trace (JSON lines) to this file")
+    mut = sub.add_parser("mutants", help="run the mutants (sim/mutants.py) until caught")
+    mut.add_argument("names", nargs="*", help="only these mutants")
+    mut.add_argument("--seeds", default="1..30", help="A..B: seeds tried per mutant")
     args = parser.parse_args(argv)
+    if args.cmd == "mutants":
+        from . import mutants
+
+        return mutants.main(args.names or None, tuple(_parse_range(args.seeds)))
     if args.seeds is not None:
         return _sweep(args)
     nodes = args.nodes if args.nodes is not None else 3

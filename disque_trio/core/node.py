@@ -253,8 +253,8 @@ class Node:
 
     def enqueue(self, job: Job, nack: bool = False, now: int = 0) -> bool:
         """Put a held job in its queue; False if it must not be queued."""
-        if job.state == JobState.QUEUED or job.qtime == 0:
-            return False
+        if job.state in (JobState.QUEUED, JobState.ACKED) or job.qtime == 0:
+            return False  # ACKED is absorbing: a late YOURJOBS must not revive it
         if job.retry == 0 and job.flags & FLAG_DELIVERED:
             return False
         now = now or self.now_ms()
