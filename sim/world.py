@@ -20,10 +20,10 @@ import trio
 import trio._core._run as trio_run
 import trio.testing
 
+from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.core.job import Job, JobState
 from disque_trio.env import Env, TrioClock
-from disque_trio.protocol.resp import NOT_READY, ReplyReader, encode
 from disque_trio.server.runtime import NodeServer
 
 from .disk import DiskHandle, SimDisk
@@ -42,32 +42,6 @@ CORE_PROBES = (
 )
 PROBES = (*CORE_PROBES, "one-way-partition", "crash", "aof-reload-requeued-job")
 MESH_TIMEOUT_S = 30.0
-
-
-class RespClient:
-    """A minimal RESP client over any trio Stream."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.reader = ReplyReader()
-
-    async def call(self, *args: Any) -> Any:
-        await self.stream.send_all(encode([_arg(a) for a in args]))
-        while True:
-            reply = self.reader.next_reply()
-            if reply is not NOT_READY:
-                return reply
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise EOFError("connection closed by the node")
-            self.reader.feed(bytes(data))
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-
-def _arg(a: Any) -> bytes:
-    return a if isinstance(a, bytes) else str(a).encode()
 
 
 class SimNode:

@@ -11,57 +11,11 @@ from typing import Any
 import trio
 import trio.testing
 
+from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
-from disque_trio.protocol.resp import NOT_READY, ReplyReader, encode
 from disque_trio.server.connection import serve_client
 from disque_trio.server.runtime import NodeServer
-
-
-class RespClient:
-    """Talks RESP over any trio Stream; decodes replies with ReplyReader."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.reader = ReplyReader()
-
-    async def send(self, *args: Any) -> None:
-        await self.stream.send_all(encode([_arg(a) for a in args]))
-
-    async def send_raw(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
-    async def read(self) -> Any:
-        while True:
-            reply = self.reader.next_reply()
-            if reply is not NOT_READY:
-                return reply
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise EOFError("connection closed by the node")
-            self.reader.feed(data)
-
-    async def call(self, *args: Any) -> Any:
-        await self.send(*args)
-        return await self.read()
-
-    async def closed(self) -> bool:
-        """True when the node closed the connection (reads to EOF)."""
-        try:
-            while await self.stream.receive_some(65536):
-                pass
-        except trio.BrokenResourceError:
-            pass
-        return True
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-
-def _arg(a: Any) -> bytes:
-    if isinstance(a, bytes):
-        return a
-    return str(a).encode()
 
 
 def make_config(**overrides: Any) -> Config:
