@@ -7,25 +7,31 @@ Like ``disque-server``: an optional config file first, then any directive as a
 
 from __future__ import annotations
 
+import base64
 import errno
 import gc
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import trio
+import trio_websocket
 
 from .config import Config, ConfigError, parse_argv
 from .env import real_env
 from .protocol import aof as aof_records
 from .server.aof import AofLoadError
 from .server.runtime import PACKAGE_VERSION, VERSION, NodeServer, set_log_level
+from .server.web import WebPortError
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
        disque-trio check-aof [--fix] FILE
+       disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]
        disque-trio --version
        disque-trio --help
 
@@ -34,7 +40,10 @@ Examples:
        disque-trio /etc/disque/disque.conf
        disque-trio --port 7777 --bind 127.0.0.1 --dir ./data --loglevel notice
        disque-trio /etc/disque.conf --loglevel verbose
+       disque-trio ws ws://127.0.0.1:8711/ws QSTAT myqueue
 """
+WS_USAGE = "Usage: disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]"
+WS_CONNECT_TIMEOUT_S = 10.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args and args[0] == "check-aof":
         return check_aof(args[1:])
+    if args and args[0] == "ws":
+        return ws_command(args[1:])
     if args and args[0] in ("-v", "--version"):
         print(f"disque-trio v={PACKAGE_VERSION} (Disque {VERSION} compatible)")
         return 0
@@ -105,6 +116,55 @@ def check_aof(args: list[str]) -> int:
     return 0
 
 
+def ws_command(args: list[str]) -> int:
+    """``disque-trio ws [--auth PW] URL CMD [ARG...]``: run one command over
+    the WebSocket JSON protocol, print its result as JSON; exit 1 on an
+    error reply or when the node cannot be reached."""
+    password = None
+    if args[:1] == ["--auth"] and len(args) >= 2:
+        password, args = args[1], args[2:]
+    if len(args) < 2:
+        print(WS_USAGE, file=sys.stderr)
+        return 2
+    url, cmd = args[0], args[1:]
+    try:
+        reply = trio.run(_ws_call, url, cmd, password)
+    except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed) as e:
+        print(f"Could not talk to {url}: {e}", file=sys.stderr)
+        return 1
+    if "error" in reply:
+        print(reply["error"], file=sys.stderr)
+        return 1
+    print(json.dumps(reply.get("result"), ensure_ascii=False, indent=2))
+    return 0
+
+
+async def _ws_call(url: str, cmd: list[str], password: str | None) -> dict[str, Any]:
+    async with trio_websocket.open_websocket_url(url, connect_timeout=WS_CONNECT_TIMEOUT_S) as ws:
+        if password is not None:
+            auth = await _ws_request(ws, ["AUTH", password])
+            if "error" in auth:
+                return auth
+        return await _ws_request(ws, cmd)
+
+
+async def _ws_request(ws: trio_websocket.WebSocketConnection, cmd: list[str]) -> dict[str, Any]:
+    args = [_ws_arg(a) for a in cmd]
+    await ws.send_message(json.dumps({"id": 1, "cmd": args}))
+    reply: dict[str, Any] = json.loads(await ws.get_message())
+    return reply
+
+
+def _ws_arg(arg: str) -> str | dict[str, str]:
+    """A command-line argument; bytes that are not text go as base64."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = arg.encode("utf-8", "surrogateescape")
+        return {"base64": base64.b64encode(raw).decode("ascii")}
+    return arg
+
+
 def _tune_gc() -> None:
     """A node keeps millions of long-lived objects (jobs): with CPython's
     default thresholds the cycle collector runs every 700 allocations and
@@ -143,6 +203,9 @@ def _setup_logging(config: Config) -> None:
 
 
 def _describe_os_error(e: OSError, config: Config) -> str:
+    if isinstance(e, WebPortError):
+        what = "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
+        return f"web port {e.port} {what} (set web-port, or web-port 0 to disable it)"
     if e.errno == errno.EADDRINUSE:
         return f"port {config.port} is already in use (bind {' '.join(config.bind)})"
     if e.errno == errno.EADDRNOTAVAIL:
@@ -155,10 +218,10 @@ async def _serve(config: Config) -> None:
     # Load and bind before the nursery exists, so that a bad AOF or a port
     # in use surfaces as itself (main() turns it into one line), not wrapped.
     server.load()
-    listeners, bus_listeners = await server.bind()
+    bound = await server.bind()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, server)
-        await nursery.start(server.run, listeners, bus_listeners)
+        await nursery.start(server.run, bound.client, bound.bus, bound.web)
         await server.finished.wait()
         nursery.cancel_scope.cancel()
 

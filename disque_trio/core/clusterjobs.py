@@ -163,6 +163,7 @@ def replication_aborted(node: Node, job: Job) -> None:
     """The job expired (or was deleted) while the client waited."""
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
+        node.stats.replication_failures += 1
         waiter.finish(NOREPL_EXPIRED)
     job.state = JobState.ACTIVE
     _deljob_to_holders(node, job)
@@ -171,6 +172,7 @@ def replication_aborted(node: Node, job: Job) -> None:
 def replication_timed_out(node: Node, waiter: Waiter) -> ReplyError:
     """ADDJOB's timeout passed: delete the copies (best effort)."""
     assert waiter.job_id is not None
+    node.stats.replication_failures += 1
     node.repl_waiters.pop(waiter.job_id, None)
     job = node.jobs.get(waiter.job_id)
     if job is not None and job.state == JobState.WAIT_REPL:

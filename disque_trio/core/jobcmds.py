@@ -105,6 +105,7 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     external = node.leaving or node.memory_level() > 0
     additional = args.replicate if external else args.replicate - 1
     if additional > node.reachable_peers:
+        node.stats.replication_failures += 1
         raise _norepl(node, external, additional)
     q = node.queues.get(args.queue)
     if args.maxlen and q is not None and len(q.jobs) >= args.maxlen:

@@ -12,6 +12,9 @@ class NodeStats:
     acked_jobs: int = 0  # ACKJOB that acknowledged a known job
     added_jobs: int = 0  # jobs created by ADDJOB on this node
     delivered_jobs: int = 0  # jobs handed to GETJOB clients
+    # ADDJOBs answered -NOREPL: too few reachable nodes, or the replication
+    # timed out or the job expired before enough copies were confirmed.
+    replication_failures: int = 0
 
     def reset(self) -> None:
         """CONFIG RESETSTAT: zero the counters, keep the gauges."""

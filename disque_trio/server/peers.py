@@ -75,6 +75,11 @@ class Bus:
         self.frames_in = 0
         self.frames_out = 0
         self.bad_frames = 0
+        # Messages by class (bus.Ping, bus.ReplJob...): sent counts those
+        # queued on a link (the dropped ones are in PeerLink.dropped),
+        # received those decoded from a known node. /metrics reads them.
+        self.sent_by_type: dict[type, int] = {}
+        self.received_by_type: dict[type, int] = {}
         # Set when an outbound link comes up (start-up waits on it).
         self._link_up = trio.Event()
 
@@ -118,6 +123,9 @@ class Bus:
             link.send_channel.send_nowait(bus.encode_frame(msg))  # type: ignore[arg-type]
         except trio.WouldBlock:
             link.dropped += 1
+            return
+        kind = type(msg)
+        self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
 
     def close_all(self) -> None:
         for link in self.links.values():
@@ -248,6 +256,8 @@ class Bus:
             decoder.feed(bytes(data))
             while (msg := decoder.next_message()) is not None:
                 self.frames_in += 1
+                kind = type(msg)
+                self.received_by_type[kind] = self.received_by_type.get(kind, 0) + 1
                 if peer.node_id not in self.table.nodes:
                     if not isinstance(msg, bus.Meet):
                         continue
@@ -268,6 +278,7 @@ class Bus:
             if peer is None:
                 raise OSError("the node closed the connection during the handshake")
             await stream.send_all(bus.encode_frame(self.table.heartbeat(bus.Meet)))  # type: ignore[arg-type]
+            self.sent_by_type[bus.Meet] = self.sent_by_type.get(bus.Meet, 0) + 1
         if peer.node_id != self.table.node_id:
             self.table.add(peer.node_id, peer.ip or ip, peer.port, peer.cluster_port)
             self.sync_links()

@@ -4,6 +4,7 @@ Task tree::
 
     NodeServer.run                       (the node's nursery)
       +-- serve_listeners(RESP port)     (one task per connected client)
+      +-- WebServer.serve(web port)      (HTTP, dashboard, /metrics, /ws sessions)
       +-- timer task                     (sleeps until core.next_deadline())
       +-- signal watcher (CLI only)      (SIGINT/SIGTERM -> shutdown)
 
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 import trio
 
 from ..config import Config, ConfigError
@@ -38,6 +40,7 @@ from .connection import serve_client
 from .latency import LatencyMonitor
 from .peers import Bus
 from .slowlog import SlowLog
+from .web import WebPortError, WebServer
 
 log = logging.getLogger("disque_trio")
 
@@ -49,6 +52,17 @@ NOAUTH = ReplyError("NOAUTH", "Authentication required.")
 OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
 # Commands a client may send before AUTH.
 _NOAUTH_OK = frozenset({"auth", "hello", "quit"})
+
+Listeners = list[trio.abc.Listener[trio.abc.Stream]]
+
+
+@attrs.frozen
+class BoundListeners:
+    """What :meth:`NodeServer.bind` opened: client, bus and web listeners."""
+
+    client: Listeners
+    bus: Listeners
+    web: Listeners
 
 
 class NodeServer:
@@ -98,6 +112,9 @@ class NodeServer:
         self.stat_net_out = 0
         self.monitors: dict[int, trio.MemorySendChannel[bytes]] = {}
         self.bound: list[tuple[str, int]] = []
+        # (host, port) of each web listener, once serving (web_port below).
+        self.web_bound: list[tuple[str, int]] = []
+        self.web = WebServer(self)
         self.shutdown_requested = False
         self.finished = trio.Event()  # set when run() returns
         self._next_client_id = 0
@@ -112,31 +129,37 @@ class NodeServer:
 
     async def run(
         self,
-        listeners: list[trio.abc.Listener[trio.abc.Stream]] | None = None,
-        bus_listeners: list[trio.abc.Listener[trio.abc.Stream]] | None = None,
+        listeners: Listeners | None = None,
+        bus_listeners: Listeners | None = None,
+        web_listeners: Listeners | None = None,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Bind (unless given listeners), serve until shutdown, return.
 
+        Given listeners (the CLI after :meth:`bind`, tests, the simulator),
+        the node serves exactly those: no web port unless ``web_listeners``.
         Raises OSError if a port is taken.
         """
         self.load()
         if listeners is None:
-            listeners, bus_listeners = await self.bind()
+            bound = await self.bind()
+            listeners, bus_listeners, web_listeners = bound.client, bound.bus, bound.web
         else:
             self.bound = [_listener_name(listener) for listener in listeners]
+        web_listeners = web_listeners or []
+        self.web_bound = [_listener_name(listener) for listener in web_listeners]
         try:
-            await self._serve(listeners, bus_listeners or [], task_status)
+            await self._serve(listeners, bus_listeners or [], web_listeners, task_status)
         finally:
             self.finished.set()
 
-    async def bind(
-        self,
-    ) -> tuple[list[trio.abc.Listener[trio.abc.Stream]], list[trio.abc.Listener[trio.abc.Stream]]]:
-        """Client and bus listeners (OSError if a port is taken)."""
+    async def bind(self) -> BoundListeners:
+        """Client, bus and web listeners (OSError if a port is taken)."""
         listeners = await self._bind()
-        return listeners, await self._bind_bus(listeners)
+        bus_listeners = await self._bind_bus(listeners)
+        web_listeners = await self._bind_web(listeners + bus_listeners)
+        return BoundListeners(listeners, bus_listeners, web_listeners)
 
     def load(self) -> None:
         """Load the AOF if configured (once; AofLoadError if unusable)."""
@@ -158,10 +181,29 @@ class NodeServer:
             raise
         return listeners
 
+    async def _bind_web(self, others: Listeners) -> Listeners:
+        """The web port's listeners on every bind address; none when the
+        web port is disabled (web-port 0, or port 0 with web-port auto)."""
+        port = self.config.web_listen_port()
+        listeners: Listeners = []
+        if port is None:
+            return listeners
+        try:
+            for host in self.config.bind:
+                listeners += await self.env.net.open_listeners(host, port)
+        except BaseException as e:
+            for listener in listeners + others:
+                await listener.aclose()
+            if isinstance(e, OSError):
+                raise WebPortError(port, e) from e
+            raise
+        return listeners
+
     async def _serve(
         self,
-        listeners: list[trio.abc.Listener[trio.abc.Stream]],
-        bus_listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        listeners: Listeners,
+        bus_listeners: Listeners,
+        web_listeners: Listeners,
         task_status: trio.TaskStatus[None],
     ) -> None:
         async with trio.open_nursery() as nursery:
@@ -176,6 +218,10 @@ class NodeServer:
                 nursery.start_soon(self._serve_listener, listener)
             nursery.start_soon(self._timer_task)
             nursery.start_soon(self._cron_task)
+            if web_listeners:
+                await nursery.start(self.web.serve, web_listeners)
+                web = ", ".join(f"{h}:{p}" for h, p in self.web_bound)
+                log.info("web listener on %s (dashboard, /metrics, /ws)", web)
             addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
             log.info(
                 "Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs
@@ -201,6 +247,11 @@ class NodeServer:
     def port(self) -> int:
         """The port actually bound (useful with --port 0 in tests)."""
         return self.bound[0][1] if self.bound else self.config.port
+
+    @property
+    def web_port(self) -> int | None:
+        """The web port actually bound, None when there is no web listener."""
+        return self.web_bound[0][1] if self.web_bound else None
 
     def shutdown(self) -> None:
         """Stop serving: close listeners and connections, end :meth:`run`."""

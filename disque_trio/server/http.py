@@ -1,0 +1,155 @@
+"""A small HTTP/1.1 server connection on h11, for the web port.
+
+h11 does the parsing; this module does the I/O around it: read the next
+request (keeping its raw bytes, so that a WebSocket upgrade can be replayed
+to trio-websocket), answer it, and go on to the next request of a keep-alive
+connection. Request bodies are read and thrown away up to a small limit: no
+route of the web port takes one.
+"""
+
+from __future__ import annotations
+
+import h11
+import trio
+
+READ_SIZE = 16 * 1024
+MAX_HEAD_BYTES = 16 * 1024  # request line and headers
+MAX_BODY_BYTES = 64 * 1024  # read and discarded; larger bodies close the connection
+SERVER_NAME = b"disque-trio"
+
+
+class HttpError(Exception):
+    """The peer broke HTTP: answer with ``status`` (if still possible), close."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class HttpConnection:
+    """Requests in, responses out, one at a time, on one stream."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        # Every byte read since the current request began: an upgrade hands
+        # them, unparsed, to the WebSocket handshake.
+        self._raw = bytearray()
+
+    async def next_request(self) -> h11.Request | None:
+        """The next request with its body consumed; None when the peer
+        closed the connection between requests. HttpError on bad input."""
+        request: h11.Request | None = None
+        body = 0
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as e:
+                raise HttpError(e.error_status_hint, str(e)) from None
+            if event is h11.NEED_DATA:
+                await self._receive()
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += len(event.data)
+                if body > MAX_BODY_BYTES:
+                    raise HttpError(413, "request body too large")
+            elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
+                # PAUSED: an Upgrade request waits for our answer.
+                return request
+            elif isinstance(event, h11.ConnectionClosed):
+                if request is not None:
+                    raise HttpError(400, "connection closed in the middle of a request")
+                return None
+
+    async def _receive(self) -> None:
+        data = bytes(await self.stream.receive_some(READ_SIZE))
+        self._raw += data
+        self.h11.receive_data(data)
+
+    def raw_request(self) -> bytes:
+        """The bytes of the current request as they came (an Upgrade's
+        handshake, plus anything the client sent right after it)."""
+        return bytes(self._raw)
+
+    async def respond(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "text/plain; charset=utf-8",
+        headers: list[tuple[str, str]] | None = None,
+        head_only: bool = False,
+    ) -> None:
+        """Send a whole response (Content-Length framed)."""
+        all_headers = [
+            ("server", SERVER_NAME.decode()),
+            ("content-type", content_type),
+            ("content-length", str(len(body))),
+            ("cache-control", "no-store"),
+            *(headers or []),
+        ]
+        await self._send(h11.Response(status_code=status, headers=all_headers))
+        if body and not head_only:
+            await self._send(h11.Data(data=body))
+        await self._send(h11.EndOfMessage())
+
+    async def _send(self, event: h11.Event) -> None:
+        data = self.h11.send(event)
+        if data:
+            await self.stream.send_all(data)
+
+    def can_respond(self) -> bool:
+        return self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE)
+
+    def next_cycle(self) -> bool:
+        """Get ready for the next request of a keep-alive connection; False
+        when the connection must close instead."""
+        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            return False
+        self.h11.start_next_cycle()
+        self._raw = bytearray(self.h11.trailing_data[0])
+        return True
+
+
+class ReplayStream(trio.abc.Stream):
+    """A stream whose first bytes are ones already read from it.
+
+    The web port reads a request with h11 before it knows it is a WebSocket
+    upgrade; trio-websocket then reads the same handshake again from this.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, already_read: bytes) -> None:
+        self.inner = stream
+        self._pending = already_read
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._pending:
+            await trio.lowlevel.checkpoint()
+            size = len(self._pending) if max_bytes is None else max_bytes
+            data, self._pending = self._pending[:size], self._pending[size:]
+            return data
+        return bytes(await self.inner.receive_some(max_bytes))
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        send_eof = getattr(self.inner, "send_eof", None)
+        if send_eof is not None:
+            await send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def header(request: h11.Request, name: bytes) -> str | None:
+    """A request header's value (the last one if repeated), or None."""
+    value = None
+    for key, raw in request.headers:
+        if key == name:
+            value = raw.decode("latin-1")
+    return value

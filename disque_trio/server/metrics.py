@@ -1,0 +1,197 @@
+"""GET /metrics: the node's figures in Prometheus' text exposition format 0.0.4.
+
+Every family has HELP and TYPE lines and a name starting with ``disque_``;
+counters end in ``_total``. Per-queue families carry a ``queue`` label, bus
+message counters a ``type`` label (the message name: ping, repljob, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .observe import NodeView
+
+if TYPE_CHECKING:
+    from .runtime import NodeServer
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Sample = tuple[dict[str, str], float]
+
+
+class Exposition:
+    """Families of samples, rendered as exposition text."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []
+
+    def add(self, name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> None:
+        self._lines.append(f"# HELP {name} {_escape_help(help_text)}")
+        self._lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            self._lines.append(f"{name}{_labels(labels)} {_number(value)}")
+
+    def one(self, name: str, kind: str, help_text: str, value: float) -> None:
+        self.add(name, kind, help_text, [({}, value)])
+
+    def text(self) -> str:
+        return "\n".join(self._lines) + "\n"
+
+
+def render(server: NodeServer, view: NodeView) -> str:
+    out = Exposition()
+    _jobs(out, server, view)
+    _queues(out, server, view)
+    _clients(out, server)
+    _cluster(out, server, view)
+    _persistence(out, server)
+    return out.text()
+
+
+def _jobs(out: Exposition, server: NodeServer, view: NodeView) -> None:
+    counts = view.job_counts()
+    out.add(
+        "disque_jobs",
+        "gauge",
+        "Jobs held by this node, by state.",
+        [({"state": s}, n) for s, n in counts.items() if s != "total"],
+    )
+    st = server.node.stats
+    out.one("disque_jobs_added_total", "counter", "Jobs created by ADDJOB here.", st.added_jobs)
+    out.one(
+        "disque_jobs_delivered_total",
+        "counter",
+        "Jobs handed to GETJOB clients.",
+        st.delivered_jobs,
+    )
+    out.one("disque_jobs_acked_total", "counter", "Jobs acknowledged here.", st.acked_jobs)
+    out.one(
+        "disque_jobs_expired_total",
+        "counter",
+        "Jobs dropped when their TTL ran out.",
+        st.expired_jobs,
+    )
+    out.one(
+        "disque_replication_failures_total",
+        "counter",
+        "ADDJOBs answered NOREPL (too few nodes reachable, timeout, or expiry).",
+        st.replication_failures,
+    )
+
+
+def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
+    now = server.env.clock.wall_ms()
+    rows = [(_label_text(q.name), view.queue_row(q, now)) for q in view.queues()]
+    for name, kind, key, help_text in (
+        ("disque_queue_length", "gauge", "len", "Jobs waiting in the queue."),
+        ("disque_queue_jobs_in_total", "counter", "jobs_in", "Jobs ever queued."),
+        ("disque_queue_jobs_out_total", "counter", "jobs_out", "Jobs ever delivered."),
+        (
+            "disque_queue_import_rate",
+            "gauge",
+            "import_rate",
+            "Jobs per second imported from other nodes.",
+        ),
+        ("disque_queue_blocked_clients", "gauge", "blocked", "Clients blocked in GETJOB on it."),
+    ):
+        out.add(name, kind, help_text, [({"queue": q}, row[key]) for q, row in rows])
+
+
+def _clients(out: Exposition, server: NodeServer) -> None:
+    out.one(
+        "disque_clients_connected",
+        "gauge",
+        "Clients connected (RESP and WebSocket).",
+        len(server.clients),
+    )
+    out.one(
+        "disque_blocked_clients",
+        "gauge",
+        "Commands blocked in GETJOB right now.",
+        server.node.stats.blocked_clients,
+    )
+    out.one(
+        "disque_commands_processed_total", "counter", "Commands executed.", server.stat_commands
+    )
+    out.one(
+        "disque_connections_received_total",
+        "counter",
+        "Client connections accepted.",
+        server.stat_connections,
+    )
+    out.one("disque_memory_used_bytes", "gauge", "Memory used (estimate).", server.used_memory())
+    out.one("disque_uptime_seconds", "gauge", "Seconds since the node started.", server.uptime_s())
+
+
+def _cluster(out: Exposition, server: NodeServer, view: NodeView) -> None:
+    bus = server.bus
+    for name, counts, help_text in (
+        ("disque_bus_messages_sent_total", bus.sent_by_type, "Bus messages queued to peers."),
+        (
+            "disque_bus_messages_received_total",
+            bus.received_by_type,
+            "Bus messages received from peers.",
+        ),
+    ):
+        samples = sorted((cls.__name__.lower(), n) for cls, n in counts.items())
+        out.add(name, "counter", help_text, [({"type": t}, n) for t, n in samples])
+    out.one(
+        "disque_bus_messages_dropped_total",
+        "counter",
+        "Bus messages dropped because a peer's outbox was full.",
+        bus.dropped(),
+    )
+    cluster = server.node.cluster
+    out.one(
+        "disque_cluster_nodes_known",
+        "gauge",
+        "Nodes known, this one included.",
+        len(cluster.nodes),
+    )
+    out.one(
+        "disque_cluster_nodes_failing",
+        "gauge",
+        "Nodes flagged PFAIL or FAIL.",
+        view.failing_nodes(),
+    )
+
+
+def _persistence(out: Exposition, server: NodeServer) -> None:
+    aof = server.aof
+    out.one(
+        "disque_aof_enabled", "gauge", "1 when the append-only file is on.", aof.state != "off"
+    )
+    out.one("disque_aof_size_bytes", "gauge", "Size of the append-only file.", aof.current_size)
+    out.one(
+        "disque_aof_rewrite_in_progress", "gauge", "1 while the AOF is rewritten.", aof.rewriting
+    )
+    out.one("disque_loading", "gauge", "1 while the AOF is loaded at start-up.", aof.loading)
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
+    return "{" + inner + "}"
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _label_text(name: str) -> str:
+    """A queue name as valid UTF-8 (names may hold arbitrary bytes)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))

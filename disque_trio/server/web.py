@@ -1,0 +1,297 @@
+"""The web port: the dashboard, health, metrics and the WebSocket gateway.
+
+One listener (``web-port``, default client port + 1000) serves::
+
+    GET /            the dashboard page (package data static/dashboard.html)
+    GET /static/...  the other files of static/
+    GET /healthz     200 "ok"; 503 "loading" while the AOF loads
+    GET /metrics     Prometheus text format (server/metrics.py)
+    GET /ws          WebSocket upgrade -> server/websocket.py
+
+Every connection is read with h11 (``http.py``). trio-websocket alone would
+answer a plain GET with 400, so only a request that is an upgrade to /ws is
+handed over: the bytes h11 already read are replayed to trio-websocket's
+server handshake through a :class:`ReplayStream`. Browsers may only connect
+from an allowed Origin (``web-allowed-origins``; empty means the page's own
+host:port), which stops any web page from driving a local node; clients that
+send no Origin (command-line tools) are let in. The ``requirepass`` rule is
+enforced per command, exactly as on the RESP port.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import mimetypes
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import h11
+import trio
+import trio_websocket
+
+from . import metrics
+from .http import HttpConnection, HttpError, ReplayStream, header
+from .observe import NodeView
+from .websocket import Hub, Session
+
+if TYPE_CHECKING:
+    from .runtime import NodeServer
+
+log = logging.getLogger("disque_trio.web")
+
+KEEPALIVE_S = 60.0  # an idle HTTP connection (or a slow request head) is closed
+HANDSHAKE_TIMEOUT_S = 10.0
+# The largest WebSocket message a client may send; larger ones close the
+# socket with 1009 (trio-websocket enforces it). Requests are small: 1 MiB
+# leaves room for big job bodies.
+MAX_MESSAGE_BYTES = 1 << 20
+# Frames trio-websocket buffers between its reader and ours: the session's
+# reader never waits long (commands run in their own tasks), so a few do.
+WS_RECEIVE_QUEUE = 4
+STATIC_PACKAGE = "disque_trio"
+STATIC_DIR = "static"
+DASHBOARD = "dashboard.html"
+_PLACEHOLDER = b"""<!doctype html>
+<html><head><meta charset="utf-8"><title>disque-trio</title></head>
+<body><h1>disque-trio</h1>
+<p>The dashboard page is not installed. The node still serves
+<a href="/healthz">/healthz</a>, <a href="/metrics">/metrics</a> and the
+WebSocket at /ws.</p></body></html>
+"""
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".json": "application/json",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
+_GET = ("GET", "HEAD")
+
+
+class WebPortError(OSError):
+    """The web port could not be bound (the CLI says which port)."""
+
+    def __init__(self, port: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.port = port
+
+
+class WebServer:
+    """Everything on the web port of one node."""
+
+    def __init__(self, server: NodeServer) -> None:
+        self.server = server
+        self.view = NodeView(server)
+        self.hub = Hub(server, self.view)
+
+    async def serve(
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.hub.run)
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, nursery)
+            task_status.started()
+
+    async def _accept_loop(
+        self, listener: trio.abc.Listener[trio.abc.Stream], nursery: trio.Nursery
+    ) -> None:
+        async with listener:
+            while True:
+                stream = await listener.accept()
+                nursery.start_soon(self.handle, stream)
+
+    async def handle(self, stream: trio.abc.Stream) -> None:
+        """One HTTP connection, maybe upgraded; never raises into the node."""
+        async with stream:
+            http = HttpConnection(stream)
+            try:
+                await self._requests(http)
+            except HttpError as e:
+                if http.can_respond():
+                    await http.respond(e.status, f"{e.reason}\n".encode())
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+            except Exception:
+                log.exception("web connection: unexpected error, connection closed")
+
+    async def _requests(self, http: HttpConnection) -> None:
+        """Serve the requests of a keep-alive connection until it closes,
+        idles for KEEPALIVE_S, or turns into a WebSocket."""
+        while True:
+            request = None
+            with trio.move_on_after(KEEPALIVE_S):
+                request = await http.next_request()
+            if request is None:
+                return
+            path = urlsplit(request.target.decode("latin-1")).path
+            if path == "/ws":
+                await self._websocket(http, request)
+                return
+            await self._route(http, request, path)
+            if not http.next_cycle():
+                return
+
+    # ------------------------------------------------------------ routes
+
+    async def _route(self, http: HttpConnection, request: h11.Request, path: str) -> None:
+        method = request.method.decode("latin-1")
+        head = method == "HEAD"
+        if path == "/" or path.startswith("/static/"):
+            found = self._static(path)
+            if found is None:
+                await http.respond(404, b"not found\n", head_only=head)
+            elif await _allow(http, method, _GET):
+                await http.respond(200, found[0], found[1], head_only=head)
+        elif path == "/healthz":
+            if await _allow(http, method, _GET):
+                status, text = self.health()
+                await http.respond(status, text.encode() + b"\n", head_only=head)
+        elif path == "/metrics":
+            if await _allow(http, method, _GET):
+                body = metrics.render(self.server, self.view).encode()
+                await http.respond(200, body, metrics.CONTENT_TYPE, head_only=head)
+        else:
+            await http.respond(404, b"not found\n", head_only=head)
+
+    def health(self) -> tuple[int, str]:
+        if self.server.aof.loading:
+            return 503, "loading"
+        if self.server.shutdown_requested:
+            return 503, "shutting down"
+        return 200, "ok"
+
+    def _static(self, path: str) -> tuple[bytes, str] | None:
+        """(content, content type) of a packaged static file, or None."""
+        name = DASHBOARD if path == "/" else path[len("/static/") :]
+        parts = name.split("/")
+        if any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts):
+            return None  # no traversal, no directories
+        files = importlib.resources.files(STATIC_PACKAGE).joinpath(STATIC_DIR, *parts)
+        try:
+            data = files.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            if name == DASHBOARD:
+                return _PLACEHOLDER, _TYPES[".html"]
+            return None
+        except OSError:
+            return None
+        return data, _content_type(name)
+
+    # --------------------------------------------------------- websocket
+
+    async def _websocket(self, http: HttpConnection, request: h11.Request) -> None:
+        method = request.method.decode("latin-1")
+        if not await _allow(http, method, ("GET",)):
+            return
+        problem = _upgrade_problem(request)
+        if problem is not None:
+            status, reason = problem
+            extra = [("sec-websocket-version", "13")] if status == 426 else []
+            await http.respond(status, f"{reason}\n".encode(), headers=extra)
+            return
+        stream = ReplayStream(http.stream, http.raw_request())
+        async with trio.open_nursery() as nursery:
+            with trio.move_on_after(HANDSHAKE_TIMEOUT_S) as handshake:
+                ws_request = await trio_websocket.wrap_server_stream(
+                    nursery,
+                    stream,
+                    message_queue_size=WS_RECEIVE_QUEUE,
+                    max_message_size=MAX_MESSAGE_BYTES,
+                )
+            if handshake.cancelled_caught:
+                nursery.cancel_scope.cancel()
+                return
+            await self._session(ws_request, request, http.stream)
+            nursery.cancel_scope.cancel()
+
+    async def _session(
+        self,
+        ws_request: trio_websocket.WebSocketRequest,
+        request: h11.Request,
+        stream: trio.abc.Stream,
+    ) -> None:
+        if not self.origin_allowed(request):
+            origin = header(request, b"origin")
+            body = f"origin {origin} is not allowed (web-allowed-origins)\n".encode()
+            await ws_request.reject(403, body=body)
+            return
+        client = self.server.new_client(stream, "websocket")
+        if client is None:
+            await ws_request.reject(503, body=b"max number of clients reached\n")
+            return
+        try:
+            ws = await ws_request.accept()
+            with trio.CancelScope() as scope:
+                client.cancel_scope = scope  # CLIENT KILL, shutdown
+                await Session(self.server, self.hub, ws, client).run()
+            with trio.move_on_after(1.0) as closing:
+                closing.shield = True
+                await ws.aclose()
+        finally:
+            self.server.drop_client(client)
+
+    def origin_allowed(self, request: h11.Request) -> bool:
+        origin = header(request, b"origin")
+        if origin is None:
+            return True  # not a browser: the origin rule protects browsers
+        allowed = self.server.config.web_allowed_origins
+        if allowed:
+            wanted = _normal_origin(origin)
+            return any(a == "*" or _normal_origin(a) == wanted for a in allowed)
+        host = header(request, b"host")
+        return host is not None and _origin_host(origin) == _host_port(host, 80)
+
+
+def _upgrade_problem(request: h11.Request) -> tuple[int, str] | None:
+    """Why a request to /ws is not a WebSocket handshake we accept."""
+    upgrade = (header(request, b"upgrade") or "").lower()
+    connection = (header(request, b"connection") or "").lower()
+    if "websocket" not in upgrade or "upgrade" not in (t.strip() for t in connection.split(",")):
+        return 426, "this endpoint speaks WebSocket only (Upgrade: websocket)"
+    if header(request, b"sec-websocket-version") != "13":
+        return 426, "unsupported WebSocket version (13 only)"
+    if not header(request, b"sec-websocket-key"):
+        return 400, "missing Sec-WebSocket-Key"
+    return None
+
+
+def _normal_origin(origin: str) -> str:
+    return origin.strip().rstrip("/").lower()
+
+
+def _origin_host(origin: str) -> tuple[str, int] | None:
+    """(host, port) of an Origin header, the scheme's port when unsaid."""
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None  # "null" (file:// pages, sandboxed frames) never matches
+    return _host_port(parts.netloc, 443 if parts.scheme == "https" else 80)
+
+
+def _host_port(netloc: str, default_port: int) -> tuple[str, int] | None:
+    parts = urlsplit("//" + netloc.strip())
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        return None
+    return (parts.hostname or "", port)
+
+
+def _content_type(name: str) -> str:
+    dot = name.rfind(".")
+    ext = name[dot:].lower() if dot >= 0 else ""
+    return _TYPES.get(ext) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+async def _allow(http: HttpConnection, method: str, allowed: tuple[str, ...]) -> bool:
+    """Answer 405 (and False) unless the method is one of ``allowed``."""
+    if method in allowed:
+        return True
+    await http.respond(405, b"method not allowed\n", headers=[("allow", ", ".join(allowed))])
+    return False

@@ -1,0 +1,561 @@
+"""The web port: the WebSocket JSON protocol (through trio-websocket's own
+client), HTTP routes, /metrics, origin checks, and the ``ws`` subcommand.
+
+Nodes run in this trio.run on real loopback sockets bound to port 0; every
+wait is bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import h11
+import pytest
+import trio
+import trio_websocket
+from prometheus_client.parser import text_string_to_metric_families
+
+from disque_trio.client import RespClient
+from disque_trio.server import websocket
+from disque_trio.server.runtime import NodeServer
+
+from ..helpers import make_config, virtual_env
+from .conftest import NodeProcess
+
+WAIT_S = 10  # the bound on every wait for a reply or an event
+
+
+class WebNode:
+    def __init__(self, server: NodeServer) -> None:
+        self.server = server
+        assert server.web_port is not None
+        self.web_port = server.web_port
+        self.url = f"ws://127.0.0.1:{self.web_port}/ws"
+
+    @asynccontextmanager
+    async def ws(self, **kwargs: Any) -> AsyncIterator[WsClient]:
+        async with trio_websocket.open_websocket_url(self.url, **kwargs) as conn:
+            yield WsClient(conn)
+
+    async def resp(self) -> RespClient:
+        return RespClient(await trio.open_tcp_stream("127.0.0.1", self.server.port))
+
+
+class WsClient:
+    """Requests with ids 1, 2, 3...; replies and events as parsed JSON."""
+
+    def __init__(self, conn: trio_websocket.WebSocketConnection) -> None:
+        self.conn = conn
+        self.next_id = 0
+        self.events: list[Any] = []  # events that arrived while call() waited
+
+    async def send(self, **request: Any) -> int:
+        self.next_id += 1
+        await self.conn.send_message(json.dumps({"id": self.next_id, **request}))
+        return self.next_id
+
+    async def recv(self) -> Any:
+        with trio.fail_after(WAIT_S):
+            return json.loads(await self.conn.get_message())
+
+    async def call(self, *cmd: Any) -> Any:
+        """The reply to one command (events that arrive first are kept)."""
+        request_id = await self.send(cmd=list(cmd))
+        while True:
+            message = await self.recv()
+            if "event" in message:
+                self.events.append(message)
+            elif message.get("id") == request_id:
+                return message
+
+    async def result(self, *cmd: Any) -> Any:
+        reply = await self.call(*cmd)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    async def closed_by_node(self) -> trio_websocket.ConnectionClosed:
+        """Wait for the node to close the socket; return how it closed."""
+        with pytest.raises(trio_websocket.ConnectionClosed) as closed, trio.fail_after(WAIT_S):
+            while True:
+                await self.conn.get_message()
+        # trio-websocket 0.12's client leaves its TCP stream open when the
+        # server closed first (aclose() returns early): close it here.
+        await self.conn._stream.aclose()
+        return closed.value
+
+    async def event(self, name: str) -> Any:
+        """The data of the next event of that name (kept ones first)."""
+        while self.events:
+            message = self.events.pop(0)
+            if message["event"] == name:
+                return message["data"]
+        while True:
+            message = await self.recv()
+            if message.get("event") == name:
+                return message["data"]
+
+
+@asynccontextmanager
+async def web_node(**config: Any) -> AsyncIterator[WebNode]:
+    server = NodeServer(make_config(**config), virtual_env(), persist_cluster=False)
+    listeners = list(await trio.open_tcp_listeners(0, host="127.0.0.1"))
+    web = list(await trio.open_tcp_listeners(0, host="127.0.0.1"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run, listeners, [], web)
+        yield WebNode(server)
+        server.shutdown()
+        nursery.cancel_scope.cancel()
+
+
+# -------------------------------------------------------------- replies
+
+
+async def test_every_reply_type() -> None:
+    async with web_node() as node, node.ws() as c:
+        job_id = await c.result("ADDJOB", "q", "hello", 0)
+        assert isinstance(job_id, str) and job_id.startswith("D-")
+        assert await c.result("QLEN", "q") == 1  # integer
+        assert await c.result("PING") == "PONG"  # simple string
+        assert await c.result("SHOW", "D-00000000-000000000000000000000000-0000") is None
+        assert await c.result("GETJOB", "NOHANG", "FROM", "empty") is None  # null array
+        got = await c.result("GETJOB", "WITHCOUNTERS", "FROM", "q")  # nested arrays
+        assert got == [["q", job_id, "hello", "nacks", 0, "additional-deliveries", 0]]
+        show = await c.result("SHOW", job_id)
+        assert isinstance(show, list) and show[show.index("queue") + 1] == "q"
+        config = await c.result("CONFIG", "GET", "maxmemory")  # a map: an object
+        assert isinstance(config, dict) and list(config) == ["maxmemory"]
+        assert "# Server" in await c.result("INFO", "server")  # verbatim text
+        reply = await c.call("NOSUCHCOMMAND", "x")
+        assert reply == {"id": reply["id"], "error": "ERR unknown command 'NOSUCHCOMMAND'"}
+        bad = await c.call("ACKJOB", "not-an-id")
+        assert bad["error"].startswith("BADID")
+
+
+async def test_numbers_and_base64_arguments_and_binary_bodies() -> None:
+    async with web_node() as node, node.ws() as c:
+        raw = b"\xff\x00binary\x80"
+        b64 = base64.b64encode(raw).decode()
+        job_id = await c.result("ADDJOB", "bin", {"base64": b64}, 0, "RETRY", 7)
+        got = await c.result("GETJOB", "FROM", "bin")
+        assert got == [["bin", job_id, {"base64": b64}]]
+        # The number 7 reached the node as "7".
+        show = await c.result("SHOW", job_id)
+        assert show[show.index("retry") + 1] == 7
+        # Text bodies come back as text, including non-ASCII UTF-8.
+        await c.result("ADDJOB", "txt", "héllo ✓", 0)
+        assert (await c.result("GETJOB", "FROM", "txt"))[0][2] == "héllo ✓"
+
+
+async def test_bad_requests_keep_the_socket_usable() -> None:
+    async with web_node() as node, node.ws() as c:
+        await c.conn.send_message("{not json")
+        reply = await c.recv()
+        assert reply["id"] is None and reply["error"].startswith("ERR invalid JSON")
+        await c.conn.send_message("[1, 2]")
+        assert (await c.recv())["error"] == "ERR a request must be a JSON object"
+        await c.conn.send_message(json.dumps({"id": "x", "cmd": ["PING"], "extra": 1}))
+        assert await c.recv() == {"id": "x", "error": "ERR unknown field 'extra' in request"}
+        await c.conn.send_message(json.dumps({"id": 5, "cmd": "PING"}))
+        assert (await c.recv())["error"] == "ERR 'cmd' must be a non-empty array"
+        await c.conn.send_message(json.dumps({"id": 6, "cmd": ["PING", True]}))
+        reply = await c.recv()
+        assert reply["id"] == 6 and "argument 1 must be a string" in reply["error"]
+        await c.conn.send_message(json.dumps({"id": 7, "cmd": ["ECHO", {"base64": "!!"}]}))
+        assert "not valid base64" in (await c.recv())["error"]
+        await c.conn.send_message(json.dumps({"id": 8, "subscribe": ["weather"]}))
+        assert "unknown topic 'weather'" in (await c.recv())["error"]
+        await c.conn.send_message(b'{"id": 9, "cmd": ["PING"]}')
+        assert "binary frames" in (await c.recv())["error"]
+        assert await c.result("PING") == "PONG"
+
+
+async def test_an_oversized_frame_closes_the_socket_with_1009() -> None:
+    async with web_node() as node, node.ws() as c:
+        await c.conn.send_message(json.dumps({"id": 1, "cmd": ["PING", "x" * (1 << 20)]}))
+        closed = await c.closed_by_node()
+        assert closed.reason.code == 1009
+        # The node itself is fine.
+        async with node.ws() as again:
+            assert await again.result("PING") == "PONG"
+
+
+# ---------------------------------------------------------- concurrency
+
+
+async def test_a_blocked_getjob_does_not_hold_up_later_requests() -> None:
+    async with web_node() as node, node.ws() as c:
+        blocked = await c.send(cmd=["GETJOB", "TIMEOUT", 5000, "FROM", "q"])
+        ping = await c.send(cmd=["PING"])
+        assert await c.recv() == {"id": ping, "result": "PONG"}
+        assert node.server.node.stats.blocked_clients == 1
+        add = await c.send(cmd=["ADDJOB", "q", "wake up", 0])
+        replies = {m["id"]: m for m in [await c.recv(), await c.recv()]}
+        job_id = replies[add]["result"]
+        assert replies[blocked]["result"] == [["q", job_id, "wake up"]]
+        assert node.server.node.stats.blocked_clients == 0
+
+
+async def test_getjob_timeout_answers_null() -> None:
+    async with web_node() as node, node.ws() as c:
+        assert await c.result("GETJOB", "TIMEOUT", 100, "FROM", "nothing") is None
+
+
+async def test_in_flight_limit_per_socket() -> None:
+    limit = websocket.MAX_IN_FLIGHT
+    async with web_node() as node:
+        async with node.ws() as c:
+            for _ in range(limit):
+                await c.send(cmd=["GETJOB", "TIMEOUT", 20000, "FROM", "slow"])
+            over = await c.send(cmd=["PING"])
+            assert await c.recv() == {
+                "id": over,
+                "error": f"ERR too many requests in flight (limit {limit})",
+            }
+            with trio.fail_after(WAIT_S):
+                while node.server.node.stats.blocked_clients < limit:
+                    await trio.sleep(0.01)
+            # Jobs from another socket wake them all, and the socket is free again.
+            async with node.ws() as producer:
+                for i in range(limit):
+                    await producer.result("ADDJOB", "slow", f"job {i}", 0)
+            bodies = {(await c.recv())["result"][0][2] for _ in range(limit)}
+            assert bodies == {f"job {i}" for i in range(limit)}
+            assert await c.result("PING") == "PONG"
+        # Closing a socket with blocked commands unblocks them in the core.
+        async with node.ws() as c:
+            await c.send(cmd=["GETJOB", "FROM", "never"])
+            await c.result("PING")
+            assert node.server.node.stats.blocked_clients == 1
+        with trio.fail_after(WAIT_S):
+            while node.server.node.stats.blocked_clients:
+                await trio.sleep(0.01)
+
+
+async def test_quit_closes_and_refused_commands() -> None:
+    async with web_node() as node, node.ws() as c:
+        monitor = await c.call("MONITOR")
+        assert monitor["error"].startswith("ERR MONITOR is not available over WebSocket")
+        hello = await c.call("HELLO", 3)
+        assert "not available over WebSocket" in hello["error"]
+        assert isinstance(await c.result("HELLO"), list)  # Disque's HELLO works
+        clients = await c.result("CLIENT", "LIST")
+        assert "cmd=client" in clients
+        assert await c.result("QUIT") == "OK"
+        assert (await c.closed_by_node()).reason.code == 1000
+
+
+# -------------------------------------------------------- subscriptions
+
+
+async def test_job_events_for_a_queue_and_unsubscribe() -> None:
+    async with web_node() as node, node.ws() as c:
+        sub = await c.send(subscribe=["jobs:q"])
+        assert await c.recv() == {"id": sub, "result": "OK"}
+        job_id = await c.result("ADDJOB", "q", "x", 0)
+        await c.result("ADDJOB", "other", "not watched", 0)
+        await c.result("GETJOB", "FROM", "q")
+        await c.result("ACKJOB", job_id)
+        events = c.events
+        assert [e["data"]["what"] for e in events] == [
+            "added",
+            "queued",
+            "delivered",
+            "acked",
+            "deleted",
+        ]
+        assert all(e["event"] == "job" for e in events)
+        assert all(e["data"]["queue"] == "q" and e["data"]["id"] == job_id for e in events)
+        unsub = await c.send(unsubscribe=["jobs:q"])
+        assert await c.recv() == {"id": unsub, "result": "OK"}
+        assert not node.server.node.observers  # nobody listens: the hook is gone
+        add = await c.send(cmd=["ADDJOB", "q", "y", 0])
+        assert (await c.recv())["id"] == add  # no event before the reply
+
+
+async def test_stats_and_nodes_events() -> None:
+    async with web_node() as node, node.ws() as c:
+        await c.result("ADDJOB", "q1", "a", 0)
+        await c.result("ADDJOB", "q1", "b", 0)
+        await c.result("PAUSE", "q1", "in")
+        sub = await c.send(subscribe=["stats", "nodes"])
+        assert await c.recv() == {"id": sub, "result": "OK"}
+        stats = await c.event("stats")
+        assert set(stats) == {
+            "time",
+            "node_id",
+            "uptime",
+            "clients",
+            "blocked_clients",
+            "used_memory",
+            "jobs",
+            "queues",
+            "ops_per_sec",
+            "aof",
+        }
+        assert stats["node_id"] == node.server.node.node_id
+        assert stats["jobs"] == {"total": 2, "queued": 2, "active": 0, "acked": 0, "wait_repl": 0}
+        assert stats["clients"] == 1
+        assert stats["aof"] == {"enabled": False, "size": 0}
+        (q1,) = stats["queues"]
+        assert q1["name"] == "q1" and q1["len"] == 2 and q1["jobs_in"] == 2
+        assert q1["pause"] == "in" and q1["blocked"] == 0 and q1["jobs_out"] == 0
+        assert set(q1) == {
+            "name",
+            "len",
+            "blocked",
+            "jobs_in",
+            "jobs_out",
+            "import_rate",
+            "pause",
+            "age",
+            "idle",
+        }
+        nodes = await c.event("nodes")
+        assert nodes == [
+            {
+                "id": node.server.node.node_id,
+                "addr": f"127.0.0.1:{node.server.config.port}",
+                "flags": ["myself"],
+                "link": "self",
+                "last_ping": 0,
+                "last_pong": 0,
+            }
+        ]
+        # Stats keep coming once a second; a later one sees a new job.
+        await c.result("PAUSE", "q1", "none")
+        await c.result("ADDJOB", "q1", "c", 0)
+        with trio.fail_after(WAIT_S):
+            while (await c.event("stats"))["jobs"]["queued"] != 3:
+                pass
+        await c.send(unsubscribe=[])
+        with trio.move_on_after(1.5):
+            while True:
+                message = await c.recv()
+                assert "event" not in message
+
+
+async def test_slow_consumer_loses_the_subscription_not_the_node() -> None:
+    async with web_node() as node, node.ws() as c:
+        await c.send(subscribe=["jobs:flood"])
+        await c.recv()
+        session = next(iter(node.server.web.hub.jobs["flood"]))
+        # Fill the socket's outbox as a consumer that stopped reading would,
+        # and add a job before the writer task gets a chance to drain it.
+        while True:
+            try:
+                session.out_send.send_nowait(('{"event":"filler"}', False))
+            except trio.WouldBlock:
+                break
+        server = node.server
+        server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
+        server.after_batch()
+        assert "flood" not in node.server.web.hub.jobs
+        assert not node.server.node.observers
+        notice = await c.event("error")
+        assert notice["topic"] == "jobs:flood" and "slow consumer" in notice["error"]
+        assert await c.result("PING") == "PONG"
+
+
+# ------------------------------------------------------------------ auth
+
+
+async def test_requirepass_applies_to_commands_and_subscriptions() -> None:
+    async with web_node(requirepass="s3cret") as node, node.ws() as c:
+        assert (await c.call("PING"))["error"] == "NOAUTH Authentication required."
+        sub = await c.send(subscribe=["stats"])
+        assert await c.recv() == {"id": sub, "error": "NOAUTH Authentication required."}
+        assert (await c.call("AUTH", "wrong"))["error"] == "ERR invalid password"
+        assert await c.result("AUTH", "s3cret") == "OK"
+        assert await c.result("PING") == "PONG"
+        sub = await c.send(subscribe=["stats"])
+        assert await c.recv() == {"id": sub, "result": "OK"}
+
+
+# ---------------------------------------------------------------- origin
+
+
+async def _rejected_status(node: WebNode, origin: str) -> int:
+    """The status of a refused handshake. (Raw HTTP here: trio-websocket
+    0.12's client leaks its socket when a handshake is rejected.)"""
+    handshake = [
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        ("sec-websocket-key", base64.b64encode(b"0123456789abcdef").decode()),
+        ("sec-websocket-version", "13"),
+        ("origin", origin),
+    ]
+    status, _, body = await http_request(node.web_port, "GET", "/ws", handshake)
+    assert status != 101
+    if status == 403:
+        assert b"is not allowed" in body
+    return status
+
+
+async def test_origin_checks() -> None:
+    async with web_node() as node:
+        assert await _rejected_status(node, "http://evil.example") == 403
+        assert await _rejected_status(node, "null") == 403
+        # Same host:port as the Host header: a page served by this node.
+        same = f"http://127.0.0.1:{node.web_port}"
+        async with node.ws(extra_headers=[("Origin", same)]) as c:
+            assert await c.result("PING") == "PONG"
+            await c.result("CONFIG", "SET", "web-allowed-origins", "http://good.example")
+        async with node.ws(extra_headers=[("Origin", "http://good.example")]) as c:
+            assert await c.result("PING") == "PONG"
+        assert await _rejected_status(node, same) == 403
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+async def http_request(
+    port: int, method: str, target: str, headers: list[tuple[str, str]] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    conn = h11.Connection(h11.CLIENT)
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        all_headers = [("host", f"127.0.0.1:{port}"), *(headers or [])]
+        request = h11.Request(method=method, target=target, headers=all_headers)
+        await stream.send_all(conn.send(request) + conn.send(h11.EndOfMessage()))
+        status, response_headers, body = 0, {}, b""
+        with trio.fail_after(WAIT_S):
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await stream.receive_some(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    response_headers = {k.decode(): v.decode() for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    return status, response_headers, body
+
+
+async def test_http_routes() -> None:
+    async with web_node() as node:
+        port = node.web_port
+        status, headers, body = await http_request(port, "GET", "/healthz")
+        assert (status, body) == (200, b"ok\n")
+        status, headers, body = await http_request(port, "GET", "/")
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        assert b"<html" in body.lower()
+        assert (await http_request(port, "GET", "/nope"))[0] == 404
+        assert (await http_request(port, "GET", "/static/../web.py"))[0] == 404
+        assert (await http_request(port, "GET", "/static/missing.js"))[0] == 404
+        status, headers, _ = await http_request(port, "POST", "/healthz")
+        assert status == 405 and headers["allow"] == "GET, HEAD"
+        assert (await http_request(port, "DELETE", "/metrics"))[0] == 405
+        status, _, body = await http_request(port, "HEAD", "/healthz")
+        assert status == 200 and body == b""
+        assert (await http_request(port, "GET", "/ws"))[0] == 426
+
+
+async def test_bad_http_gets_400() -> None:
+    async with web_node() as node:
+        stream = await trio.open_tcp_stream("127.0.0.1", node.web_port)
+        async with stream:
+            await stream.send_all(b"NOT HTTP AT ALL\r\n\r\n")
+            data = b""
+            with trio.fail_after(WAIT_S):
+                while chunk := await stream.receive_some(4096):
+                    data += chunk
+        assert data.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_healthz_while_loading() -> None:
+    async with web_node() as node:
+        node.server.aof.loading = True
+        status, _, body = await http_request(node.web_port, "GET", "/healthz")
+        node.server.aof.loading = False
+        assert (status, body) == (503, b"loading\n")
+
+
+async def test_metrics_exposition() -> None:
+    async with web_node() as node:
+        async with node.ws() as c:
+            for i in range(3):
+                await c.result("ADDJOB", "mq", f"job {i}", 0)
+            await c.result("GETJOB", "FROM", "mq")
+            await c.result("ADDJOB", "other", "x", 0)
+            norepl = await c.call("ADDJOB", "mq", "x", 0, "REPLICATE", 2)  # alone: NOREPL
+            assert norepl["error"].startswith("NOREPL")
+            status, headers, body = await http_request(node.web_port, "GET", "/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+        families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+        assert all(name.startswith("disque_") for name in families)
+        text = body.decode()
+        for name in families:
+            assert f"# HELP {name}" in text or f"# HELP {name}_total" in text
+
+        def value(family: str, **labels: str) -> float:
+            for sample in families[family].samples:
+                if all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+            raise AssertionError(f"no sample {family} {labels}")
+
+        assert value("disque_jobs", state="queued") == 3
+        assert value("disque_jobs", state="active") == 1
+        assert value("disque_queue_length", queue="mq") == 2
+        assert value("disque_queue_jobs_in", queue="mq") == 3
+        assert value("disque_queue_jobs_out", queue="mq") == 1
+        assert value("disque_queue_length", queue="other") == 1
+        assert value("disque_queue_import_rate", queue="mq") == 0
+        assert value("disque_queue_blocked_clients", queue="mq") == 0
+        assert value("disque_replication_failures") == 1
+        assert value("disque_jobs_added") == 4
+        assert value("disque_clients_connected") == 1  # the WebSocket above
+        assert value("disque_blocked_clients") == 0
+        assert value("disque_aof_enabled") == 0
+        assert value("disque_aof_size_bytes") == 0
+        assert value("disque_aof_rewrite_in_progress") == 0
+        assert value("disque_memory_used_bytes") > 0
+        assert value("disque_uptime_seconds") >= 0
+        assert value("disque_cluster_nodes_known") == 1
+        assert value("disque_cluster_nodes_failing") == 0
+        assert families["disque_bus_messages_sent"].type == "counter"
+        assert families["disque_bus_messages_received"].type == "counter"
+        assert families["disque_queue_length"].type == "gauge"
+
+
+# ------------------------------------------------------- a real process
+
+
+def test_ws_subcommand_against_a_real_node(node_factory: Any) -> None:
+    node: NodeProcess = node_factory()
+    url = f"ws://127.0.0.1:{node.port + 1000}/ws"
+
+    def ws(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "disque_trio", "ws", url, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    added = ws("ADDJOB", "q", "hello", "0")
+    assert added.returncode == 0, added.stderr
+    job_id = json.loads(added.stdout)
+    assert job_id.startswith("D-")
+    qlen = ws("QLEN", "q")
+    assert (qlen.returncode, json.loads(qlen.stdout)) == (0, 1)
+    got = ws("GETJOB", "FROM", "q")
+    assert json.loads(got.stdout) == [["q", job_id, "hello"]]
+    failed = ws("ACKJOB", "nonsense")
+    assert failed.returncode == 1 and failed.stderr.startswith("BADID")
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "disque_trio", "ws", "ws://127.0.0.1:1/ws", "PING"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert unreachable.returncode == 1 and "Could not talk to" in unreachable.stderr
+    assert node.kill(signal.SIGTERM) == 0
+    assert f"web listener on 127.0.0.1:{node.port + 1000}" in node.output()
