@@ -9,6 +9,8 @@ route of the web port takes one.
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import h11
 import trio
 
@@ -89,7 +91,11 @@ class HttpConnection:
             ("cache-control", "no-store"),
             *(headers or []),
         ]
-        await self._send(h11.Response(status_code=status, headers=all_headers))
+        try:
+            reason = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b""
+        await self._send(h11.Response(status_code=status, headers=all_headers, reason=reason))
         if body and not head_only:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())

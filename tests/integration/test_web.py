@@ -26,7 +26,7 @@ from disque_trio.client import RespClient
 from disque_trio.server import websocket
 from disque_trio.server.runtime import NodeServer
 
-from ..helpers import make_config, virtual_env
+from ..helpers import MemoryNet, make_config, virtual_env
 from .conftest import NodeProcess
 
 WAIT_S = 10  # the bound on every wait for a reply or an event
@@ -111,6 +111,26 @@ async def web_node(**config: Any) -> AsyncIterator[WebNode]:
         await nursery.start(server.run, listeners, [], web)
         yield WebNode(server)
         server.shutdown()
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def web_cluster(count: int) -> AsyncIterator[list[WebNode]]:
+    """Nodes whose bus runs over memory streams, each with a real web port."""
+    net = MemoryNet()
+    nodes: list[WebNode] = []
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            env = virtual_env(100 + i)
+            env.net = net
+            server = NodeServer(make_config(port=7711 + i), env, persist_cluster=False)
+            bus = await net.open_listeners("127.0.0.1", 17711 + i)
+            web = list(await trio.open_tcp_listeners(0, host="127.0.0.1"))
+            await nursery.start(server.run, [], bus, web)
+            nodes.append(WebNode(server))
+        yield nodes
+        for node in nodes:
+            node.server.shutdown()
         nursery.cancel_scope.cancel()
 
 
@@ -361,6 +381,38 @@ async def test_slow_consumer_loses_the_subscription_not_the_node() -> None:
         notice = await c.event("error")
         assert notice["topic"] == "jobs:flood" and "slow consumer" in notice["error"]
         assert await c.result("PING") == "PONG"
+
+
+async def test_cluster_nodes_events_and_bus_metrics() -> None:
+    async with web_cluster(2) as (a, b), a.ws() as ca, b.ws() as cb:
+        await cb.send(subscribe=["jobs:rq"])
+        await cb.recv()
+        await ca.send(subscribe=["nodes"])
+        await ca.recv()
+        assert len(await ca.event("nodes")) == 1
+        assert await ca.result("CLUSTER", "MEET", "127.0.0.1", 7712) == "OK"
+        with trio.fail_after(WAIT_S):
+            while True:
+                nodes = await ca.event("nodes")
+                if len(nodes) == 2 and all(n["link"] != "disconnected" for n in nodes):
+                    break
+        other = next(n for n in nodes if n["id"] == b.server.node.node_id)
+        assert other["addr"] == "127.0.0.1:7712" and other["link"] == "connected"
+        assert "myself" not in other["flags"]
+        job_id = await ca.result("ADDJOB", "rq", "copied", 0, "REPLICATE", 2)
+        assert await cb.event("job") == {"queue": "rq", "id": job_id, "what": "added"}
+        sent = await _metric_samples(a, "disque_bus_messages_sent")
+        received = await _metric_samples(b, "disque_bus_messages_received")
+        assert sent["repljob"] >= 1 and received["repljob"] >= 1
+        assert sent["meet"] >= 1 and received["meet"] >= 1
+
+
+async def _metric_samples(node: WebNode, family: str) -> dict[str, float]:
+    _, _, body = await http_request(node.web_port, "GET", "/metrics")
+    for f in text_string_to_metric_families(body.decode()):
+        if f.name == family:
+            return {s.labels["type"]: s.value for s in f.samples if s.name.endswith("_total")}
+    raise AssertionError(f"no {family}")
 
 
 # ------------------------------------------------------------------ auth
