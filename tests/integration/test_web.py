@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import h11
@@ -26,7 +28,7 @@ from disque_trio.client import RespClient
 from disque_trio.server import websocket
 from disque_trio.server.runtime import NodeServer
 
-from ..helpers import MemoryNet, make_config, virtual_env
+from ..helpers import MemoryNet, free_port, make_config, virtual_env
 from .conftest import NodeProcess
 
 WAIT_S = 10  # the bound on every wait for a reply or an event
@@ -269,6 +271,23 @@ async def test_quit_closes_and_refused_commands() -> None:
         assert "cmd=client" in clients
         assert await c.result("QUIT") == "OK"
         assert (await c.closed_by_node()).reason.code == 1000
+
+
+async def test_client_kill_closes_a_websocket_client() -> None:
+    async with web_node() as node, node.ws() as victim, node.ws() as admin:
+        await victim.send(cmd=["GETJOB", "FROM", "never"])
+        victim_id = await victim.result("CLIENT", "ID")
+        line = next(
+            line
+            for line in (await admin.result("CLIENT", "LIST")).splitlines()
+            if line.startswith(f"id={victim_id} ")
+        )
+        assert "flags=b" in line
+        assert await admin.result("CLIENT", "KILL", "ID", victim_id) == 1
+        await victim.closed_by_node()
+        with trio.fail_after(WAIT_S):
+            while node.server.node.stats.blocked_clients or len(node.server.clients) > 1:
+                await trio.sleep(0.01)
 
 
 # -------------------------------------------------------- subscriptions
@@ -611,3 +630,20 @@ def test_ws_subcommand_against_a_real_node(node_factory: Any) -> None:
     assert unreachable.returncode == 1 and "Could not talk to" in unreachable.stderr
     assert node.kill(signal.SIGTERM) == 0
     assert f"web listener on 127.0.0.1:{node.port + 1000}" in node.output()
+
+
+def test_a_taken_web_port_stops_start_up(tmp_path: Path) -> None:
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1000))
+        taken.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", "127.0.0.1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert f"web port {port + 1000} is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
