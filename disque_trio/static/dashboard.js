@@ -608,6 +608,7 @@
     jobs.changes = 0;
     $("jobs-stale").hidden = true;
     showJobs(found.map(pairs));
+    if (jobs.selected !== null) refreshJob(jobs.selected);
   }
 
   function showJobs(list) {
@@ -802,6 +803,7 @@
     log.prepend(item);
     while (log.children.length > MAX_EVENTS) log.lastElementChild.remove();
     noteJobChange(d.queue);
+    if (id === jobs.selected) refreshJob(id);
   }
 
   // The job list is not redrawn under the user's pointer; it offers a

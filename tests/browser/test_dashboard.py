@@ -73,7 +73,7 @@ def traffic(port: int, queue: str) -> Iterator[None]:
 
 
 def test_dashboard_live(
-    web_node: WebNode, browser: WebDriver, screenshot: Callable[[WebDriver, str], Path]
+    browser: WebDriver, web_node: WebNode, screenshot: Callable[[WebDriver, str], Path]
 ) -> None:
     r = redis.Redis(port=web_node.port, decode_responses=True, socket_timeout=10)
     try:
@@ -141,6 +141,11 @@ def drive_dashboard(
         "more jobs listed",
         lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")) > 1,
     )
+    # Clicking a job opens its SHOW detail.
+    first = css(driver, "#jobs-body tr")
+    listed_id = first.get_dom_attribute("data-job")
+    first.find_element(By.CSS_SELECTOR, "button.jid").click()
+    wait_for(driver, "the clicked job's detail", lambda d: css(d, "#detail-id").text == listed_id)
     wait_for(driver, "INFO", lambda d: css(d, '#info-sections details[data-section="Server"]'))
     rows = driver.find_elements(By.CSS_SELECTOR, "#queues-body tr")
     assert [row.get_dom_attribute("data-queue") for row in rows] == [
