@@ -232,7 +232,7 @@
   const conn = new Connection(wsUrl, {
     onOpen: () => start(),
     onClose: () => { stopInfoTimer(); },
-    onEvent: (name, data) => dispatchEvent(name, data),
+    onEvent: (name, data) => onServerEvent(name, data),
     onState: (state, label) => setConnState(state, label),
   });
 
@@ -303,7 +303,7 @@
   // Escape would close the dialog and leave a page that can do nothing.
   $("auth-dialog").addEventListener("cancel", (ev) => ev.preventDefault());
 
-  function dispatchEvent(name, data) {
+  function onServerEvent(name, data) {
     if (name === "stats") onStats(data);
     else if (name === "nodes") onNodes(data);
     else if (name === "job") onJobEvent(data);
