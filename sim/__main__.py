@@ -1,81 +1,193 @@
-"""``python -m sim run --seed N [--nodes K] [--duration S]`` runs one world;
-``python -m sim run --seeds A..B [--jobs J]`` sweeps seeds in subprocesses."""
+"""The simulator's command line.
+
+python -m sim run --seed N [--nodes K] [--duration S]   one run; last line `digest <hex>`
+python -m sim run --seeds A..B [--jobs J]                a sweep; last line `seeds: N passed, N failed`
+python -m sim ci [--count N] [--jobs J]                  a sweep of N seeds picked by the commit
+python -m sim mutants [NAME...] [--seeds A..B]           last line `mutants: caught C/M`
+python -m sim shrink --seed N [--mutant M]               minimise a failing plan to JSON
+python -m sim replay PLAN.json                           run a saved plan
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from .checkers import Crashes, Report, check
-from .workload import Workload
-from .world import World
+from .plan import Plan
+from .runner import Outcome, execute
 
-REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+REGRESSIONS = Path(
+    os.environ.get("SIM_REGRESSIONS") or Path(__file__).resolve().parent / "regressions"
+)
 ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "sim" / "traces"
+# A seed whose run takes longer than this (wall) is reported as a failure:
+# a node spinning without letting virtual time advance is a bug too.
+SEED_WALL_LIMIT_S = 180.0
 
 
-def run_once(
-    seed: int,
-    nodes: int = 3,
-    duration: float = 10.0,
-    partition: bool = True,
-    crashes: bool = True,
-) -> tuple[World, Workload]:
-    world = World(seed, nodes=nodes)
-    workload = Workload(duration=duration, partition=partition, crashes=crashes)
-    started = time.perf_counter()
-    world.run(workload)
-    world.wall_seconds = time.perf_counter() - started
-    return world, workload
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
-def check_world(world: World, workload: Workload) -> Report:
-    crashes = Crashes(world.appendfsync, world.holders, world.amnesia)
-    return check(workload.history, workload.drained, crashes)
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("trio", "hypothesis", "disque-trio"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
 
 
-def sweep_nodes(seed: int) -> int:
-    """The node count a sweep uses for a seed (3 to 5)."""
-    return 3 + seed % 3
+def run_plan(plan: Plan, mutant: str | None = None, progress: bool = False) -> Outcome:
+    """Execute a plan, with a mutant (sim/mutants.py) applied if named."""
+    from . import mutants
+
+    with mutants.applied(mutant):
+        from .world import World
+
+        class ProgressWorld(World):
+            def __init__(self, plan: Plan, **config: Any) -> None:
+                super().__init__(plan, **config)
+                self.show_progress = progress
+
+        return execute(plan, ProgressWorld)
 
 
-def _parse_range(text: str) -> range:
+def replay_command(plan: Plan, mutant: str | None, plan_path: str | None = None) -> str:
+    tail = f" --mutant {mutant}" if mutant else ""
+    if plan_path is not None:
+        return f"python -m sim replay {plan_path}{tail}"
+    default = Plan.from_seed(plan.seed)
+    if plan == default:
+        return f"python -m sim run --seed {plan.seed}{tail}"
+    nodes, secs = plan.nodes, int(plan.duration)
+    return f"python -m sim run --seed {plan.seed} --nodes {nodes} --duration {secs}{tail}"
+
+
+def write_trace(outcome: Outcome, path: str, mutant: str | None, replay: str) -> tuple[str, str]:
+    world = outcome.world
+    header = {
+        "seed": outcome.plan.seed,
+        "commit": commit(),
+        "versions": versions(),
+        "swarm": outcome.plan.swarm(),
+        "faults": [f.describe() for f in outcome.plan.faults],
+        "plan": json.loads(outcome.plan.to_json()),
+        "mutant": mutant,
+        "replay": replay,
+    }
+    footer = {
+        "ok": outcome.ok,
+        "violations": outcome.violations,
+        "excused": outcome.report.excused,
+        "probes": dict(world.probes),
+        "digest": world.trace.digest(),
+        "virtual_s": round(world.virtual_seconds, 3),
+        "wall_s": round(world.wall_seconds, 3),
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return world.trace.write(path, header, footer)
+
+
+def report_run(
+    outcome: Outcome,
+    mutant: str | None = None,
+    trace: str | None = None,
+    plan_path: str | None = None,
+) -> int:
+    world, report, plan = outcome.world, outcome.report, outcome.plan
+    print(
+        f"seed {plan.seed}: {plan.nodes} nodes, {plan.duration:.0f}s, "
+        f"appendfsync {plan.appendfsync}, faults: "
+        + ("; ".join(f.describe() for f in plan.active_faults()) or "none")
+    )
+    print(
+        f"{report.added} adds ({report.added_ok} ok), {report.delivered} deliveries, "
+        f"{report.duplicates} duplicates, {report.recovered} recovered, "
+        f"{len(world.trace.lines)} trace events, {world.virtual_seconds:.1f} virtual s "
+        f"in {world.wall_seconds:.2f} wall s ({outcome.speed:.0f}x), "
+        f"drained={outcome.workload.drained}"
+    )
+    hit = [k for k, v in world.probes.items() if v]
+    missed = [k for k, v in world.probes.items() if not v]
+    print(f"probes hit: {', '.join(hit) or '-'}; missed: {', '.join(missed) or '-'}")
+    for excused in report.excused:
+        print(f"EXCUSED {excused}")
+    replay = replay_command(plan, mutant, plan_path)
+    if trace is None and not outcome.ok:
+        trace = str(TRACES / f"seed-{plan.seed}{'-' + mutant if mutant else ''}.jsonl")
+    if trace is not None:
+        jsonl, log_path = write_trace(outcome, trace, mutant, replay)
+        print(f"trace: {jsonl} (human log: {log_path})")
+    for violation in outcome.violations:
+        print(f"VIOLATION {violation}")
+    if not outcome.ok:
+        print(f"replay: {replay}")
+    print(f"digest {world.trace.digest()}")
+    return 0 if outcome.ok else 1
+
+
+# ------------------------------------------------------------------ sweeps
+
+
+def parse_range(text: str) -> range:
     first, _, last = text.partition("..")
     return range(int(first), int(last or first) + 1)
 
 
-def _one_command(seed: int, args: argparse.Namespace) -> list[str]:
-    nodes = args.nodes if args.nodes is not None else sweep_nodes(seed)
-    cmd = ["python", "-m", "sim", "run", "--seed", str(seed), "--nodes", str(nodes)]
-    cmd += ["--duration", str(args.duration)]
-    if args.no_partition:
-        cmd.append("--no-partition")
-    if args.no_crash:
-        cmd.append("--no-crash")
+def _seed_command(seed: int, args: argparse.Namespace) -> list[str]:
+    cmd = [sys.executable, "-m", "sim", "run", "--seed", str(seed)]
+    if getattr(args, "nodes", None) is not None:
+        cmd += ["--nodes", str(args.nodes)]
+    if getattr(args, "duration", None) is not None:
+        cmd += ["--duration", str(args.duration)]
+    if getattr(args, "mutant", None):
+        cmd += ["--mutant", args.mutant]
     return cmd
 
 
-def _sweep(args: argparse.Namespace) -> int:
-    seeds = _parse_range(args.seeds)
+def run_seed_process(cmd: list[str], limit: float = SEED_WALL_LIMIT_S) -> tuple[int, list[str]]:
+    """One seed in a worker process, killed if it outlives ``limit``."""
+    try:
+        out = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, check=False, timeout=limit
+        )
+    except subprocess.TimeoutExpired:
+        return 2, [f"VIOLATION wall-clock guard: still running after {limit:.0f}s"]
+    lines = out.stdout.strip().splitlines()
+    if out.returncode not in (0, 1):
+        lines += out.stderr.strip().splitlines()[-20:]
+    return out.returncode, lines
+
+
+def sweep(seeds: range, args: argparse.Namespace, save: bool = True) -> int:
     started = time.perf_counter()
 
-    def one(seed: int) -> tuple[int, list[str], int, float]:
-        cmd = _one_command(seed, args)
+    def one(seed: int) -> tuple[int, int, list[str], float]:
         t0 = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, *cmd[1:]], cwd=ROOT, capture_output=True, text=True, check=False
-        )
-        lines = out.stdout.strip().splitlines() + out.stderr.strip().splitlines()[-20:]
-        return out.returncode, lines, seed, time.perf_counter() - t0
+        rc, lines = run_seed_process(_seed_command(seed, args))
+        return seed, rc, lines, time.perf_counter() - t0
 
     passed = failed = 0
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for rc, lines, seed, wall in pool.map(one, seeds):
+        for seed, rc, lines, wall in pool.map(one, seeds):
             digest = next((x for x in reversed(lines) if x.startswith("digest ")), "no digest")
             if rc == 0:
                 passed += 1
@@ -83,72 +195,101 @@ def _sweep(args: argparse.Namespace) -> int:
                 continue
             failed += 1
             violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
-            print(f"seed {seed}: FAIL {wall:.1f}s {len(violations)} violations", flush=True)
-            REGRESSIONS.mkdir(exist_ok=True)
-            record = {
-                "seed": seed,
-                "replay": " ".join(_one_command(seed, args)),
-                "violations": violations or lines[-20:],
-                "digest": digest,
-            }
-            (REGRESSIONS / f"seed-{seed}.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"sweep wall time {time.perf_counter() - started:.1f}s")
+            print(f"seed {seed}: FAIL {wall:.1f}s", flush=True)
+            for text in violations[:5] or lines[-10:]:
+                print(f"    {text}", flush=True)
+            if save and not getattr(args, "mutant", None):
+                REGRESSIONS.mkdir(exist_ok=True)
+                plan = Plan.from_seed(seed, args.nodes, args.duration)
+                record = {
+                    "seed": seed,
+                    "plan": json.loads(plan.to_json()),
+                    "replay": " ".join(["python", *_seed_command(seed, args)[1:]]),
+                    "violations": violations or lines[-20:],
+                    "digest": digest,
+                }
+                (REGRESSIONS / f"seed-{seed}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"sweep wall time {time.perf_counter() - started:.1f}s for {len(seeds)} seeds")
     print(f"seeds: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
 
+def ci_seeds(count: int) -> range:
+    """A seed range picked by the commit: every commit explores new seeds,
+    and a commit's CI run can be repeated exactly."""
+    head = commit()
+    start = int(head[:7], 16) % 1_000_000 * 1000 + 1 if head != "unknown" else 1
+    return range(start, start + count)
+
+
+# ------------------------------------------------------------------- main
+
+
+def load_plan(path: str) -> tuple[Plan, str | None]:
+    data = json.loads(Path(path).read_text())
+    if "plan" in data:
+        return Plan.from_json(json.dumps(data["plan"])), data.get("mutant")
+    return Plan.from_json(json.dumps(data)), None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim")
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run one simulated world, or sweep seeds")
     which = run.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int)
-    which.add_argument("--seeds", help="A..B: run every seed in subprocesses")
+    which.add_argument("--seeds", help="A..B: run every seed in worker processes")
     run.add_argument("--jobs", type=int, default=1, help="parallel seeds (with --seeds)")
-    run.add_argument("--nodes", type=int, default=None, help="3, or 3 + seed %% 3 with --seeds")
-    run.add_argument("--duration", type=float, default=10.0)
-    run.add_argument("--no-partition", action="store_true")
-    run.add_argument("--no-crash", action="store_true")
-    run.add_argument("--trace", help="write the trace (JSON lines) to this file")
-    mut = sub.add_parser("mutants", help="run the mutants (sim/mutants.py) until caught")
+    run.add_argument("--nodes", type=int, default=None, help="cluster size (default: the swarm's)")
+    run.add_argument("--duration", type=int, default=None, help="safety phase, virtual seconds")
+    run.add_argument("--trace", help="write the trace (JSON lines + .log) to this file")
+    run.add_argument("--mutant", help="apply a planted bug (see `mutants`)")
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+    ci = sub.add_parser("ci", help="sweep N seeds derived from the commit")
+    ci.add_argument("--count", type=int, default=200)
+    ci.add_argument("--jobs", type=int, default=2)
+    mut = sub.add_parser("mutants", help="run the planted bugs (sim/mutants.py) until caught")
     mut.add_argument("names", nargs="*", help="only these mutants")
-    mut.add_argument("--seeds", default="1..30", help="A..B: seeds tried per mutant")
+    mut.add_argument("--seeds", default="1..40", help="A..B: seeds tried per mutant")
+    mut.add_argument("--jobs", type=int, default=2)
+    shrink = sub.add_parser("shrink", help="minimise a failing seed's plan (Hypothesis)")
+    shrink.add_argument("--seed", type=int, required=True)
+    shrink.add_argument("--nodes", type=int, default=None)
+    shrink.add_argument("--duration", type=int, default=None)
+    shrink.add_argument("--mutant")
+    shrink.add_argument("--max-runs", type=int, default=300)
+    shrink.add_argument("--out", help="where to write the plan (default sim-traces/)")
+    replay = sub.add_parser("replay", help="run a plan saved as JSON (shrink, regressions)")
+    replay.add_argument("plan")
+    replay.add_argument("--mutant")
+    replay.add_argument("--trace")
     args = parser.parse_args(argv)
+
     if args.cmd == "mutants":
         from . import mutants
 
-        return mutants.main(args.names or None, tuple(_parse_range(args.seeds)))
+        return mutants.main(args.names or None, tuple(parse_range(args.seeds)), args.jobs)
+    if args.cmd == "ci":
+        args.nodes = args.duration = args.mutant = None
+        seeds = ci_seeds(args.count)
+        print(f"ci: commit {commit()[:12]}, seeds {seeds.start}..{seeds.stop - 1}", flush=True)
+        return sweep(seeds, args)
+    if args.cmd == "shrink":
+        from .shrink import shrink_seed
+
+        return shrink_seed(
+            args.seed, args.nodes, args.duration, args.mutant, args.max_runs, args.out
+        )
+    if args.cmd == "replay":
+        plan, mutant = load_plan(args.plan)
+        mutant = args.mutant or mutant
+        outcome = run_plan(plan, mutant, progress=True)
+        return report_run(outcome, mutant, args.trace, args.plan)
     if args.seeds is not None:
-        return _sweep(args)
-    nodes = args.nodes if args.nodes is not None else 3
-    world, workload = run_once(
-        args.seed, nodes, args.duration, not args.no_partition, not args.no_crash
-    )
-    report = check_world(world, workload)
-    virtual = world.virtual_seconds
-    print(
-        f"seed {args.seed} nodes {nodes} appendfsync {world.appendfsync}: "
-        f"{report.added} adds ({report.added_ok} ok), "
-        f"{report.delivered} deliveries, {report.duplicates} duplicates, "
-        f"{len(world.trace.lines)} trace events, {virtual:.1f} virtual s "
-        f"in {world.wall_seconds:.2f} wall s, drained={workload.drained}"
-    )
-    print("probes: " + ", ".join(f"{k}={v}" for k, v in world.probes.items()))
-    hit = [k for k, v in world.probes.items() if v]
-    missed = [k for k, v in world.probes.items() if not v]
-    print(f"probes hit: {', '.join(hit) or '-'}; missed: {', '.join(missed) or '-'}")
-    print(
-        f"amnesia: {len(world.amnesia)} jobs forgotten by a crash; "
-        f"{len(report.excused)} losses excused"
-    )
-    for excused in report.excused:
-        print(f"EXCUSED {excused}")
-    if args.trace:
-        world.trace.dump(args.trace)
-    for violation in report.violations:
-        print(f"VIOLATION {violation}")
-    print(f"digest {world.trace.digest()}")
-    return 0 if report.ok else 1
+        return sweep(parse_range(args.seeds), args)
+    plan = Plan.from_seed(args.seed, args.nodes, args.duration)
+    outcome = run_plan(plan, args.mutant, progress=not args.quiet)
+    return report_run(outcome, args.mutant, args.trace)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Checks over a workload history."""
+"""Black-box checks over a workload history (Jepsen's total-queue, adapted
+to Disque's guarantees), plus the end-of-run liveness checks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ class Crashes:
 
     ``holders``: job id -> nodes that registered it (any incarnation).
     ``amnesia``: job id -> nodes that held it (ACTIVE or QUEUED, body known)
-    when they crashed and did not load it back from their AOF on restart.
+    when they crashed and did not load it back on restart (unsynced AOF
+    writes, a wiped disk).
     """
 
     appendfsync: str = "always"
@@ -29,7 +31,8 @@ class Report:
     added_ok: int = 0
     delivered: int = 0
     duplicates: int = 0
-    excused: list[str] = attrs.field(factory=list)  # losses explained by crashes
+    recovered: int = 0  # delivered although the ADDJOB did not answer OK
+    excused: list[str] = attrs.field(factory=list)  # losses explained by amnesia
     violations: list[str] = attrs.field(factory=list)
 
     @property
@@ -37,65 +40,91 @@ class Report:
         return not self.violations
 
 
-def check(history: list[Event], drained: bool = True, crashes: Crashes | None = None) -> Report:
-    """No acknowledged ADDJOB lost, nothing delivered that was never added,
-    RETRY 0 jobs delivered at most once; duplicates counted.
+def check(
+    history: list[Event],
+    drained: bool = True,
+    crashes: Crashes | None = None,
+    allowance_s: float = 0.5,
+) -> Report:
+    """No acknowledged job lost, nothing unexpected, RETRY 0 at most once,
+    nothing delivered before its DELAY or after its TTL; duplicates counted.
 
-    The one relaxation for crashes: with ``appendfsync everysec`` a RETRY > 0
-    job added OK may be lost only if fewer than its REPLICATE holders kept
-    it, a holder that crashed and came back without it (amnesia: its copy
-    was not yet fsynced) not counting as keeping it. Such a loss goes to
-    ``report.excused``. With ``appendfsync always`` nothing is excused: a
-    lost job is a violation whatever crashed.
+    * lost: a RETRY > 0 job without a TTL of its own, added OK, never
+      delivered. Excused (``report.excused``) only when nodes holding it
+      crashed and came back without it (amnesia: unsynced AOF, wiped disk)
+      and fewer than its REPLICATE holders kept it.
+    * DELAY and TTL are measured on the nodes' wall clocks, which may be
+      skewed, drift and jump: ``allowance_s`` is how far they may be off.
     """
     report = Report()
     crashes = crashes or Crashes()
-    copies: dict[str, int] = {}  # body -> REPLICATE asked
-    attempted: dict[str, int] = {}  # body -> retry
+    invoked: dict[str, dict[str, object]] = {}  # body -> invoke data
+    invoked_at: dict[str, float] = {}
     ok_ids: dict[str, str] = {}  # body -> job id
+    ok_at: dict[str, float] = {}
     deliveries: Counter[str] = Counter()
     delivered_ids: dict[str, set[str]] = {}
     for e in history:
         if e.op == "invoke":
-            attempted[e.data["body"]] = e.data["retry"]
-            copies[e.data["body"]] = e.data.get("copies", 1)
+            invoked[e.data["body"]] = e.data
+            invoked_at[e.data["body"]] = e.t
         elif e.op == "add":
             report.added += 1
             if e.data["ok"]:
                 report.added_ok += 1
                 ok_ids[e.data["body"]] = e.data["reply"]
+                ok_at[e.data["body"]] = e.t
         elif e.op == "get":
             body = e.data["body"]
             report.delivered += 1
             deliveries[body] += 1
             delivered_ids.setdefault(body, set()).add(e.data["id"])
-            if body not in attempted:
+            spec = invoked.get(body)
+            if spec is None:
                 report.violations.append(
                     f"t={e.t:.3f} {e.client} got {e.data['id']} body {body!r} never added"
                 )
+                continue
+            delay = int(spec.get("delay", 0) or 0)  # type: ignore[call-overload]
+            if delay and e.t < invoked_at[body] + delay - allowance_s:
+                report.violations.append(
+                    f"t={e.t:.3f} {e.data['id']} delivered {e.t - invoked_at[body]:.2f}s "
+                    f"after ADDJOB, before its DELAY {delay}"
+                )
+            ttl = int(spec.get("ttl", 0) or 0)  # type: ignore[call-overload]
+            if ttl and body in ok_at and e.t > ok_at[body] + ttl + 1 + allowance_s:
+                report.violations.append(
+                    f"t={e.t:.3f} {e.data['id']} delivered {e.t - ok_at[body]:.2f}s "
+                    f"after ADDJOB, after its TTL {ttl}"
+                )
     for body, count in sorted(deliveries.items()):
         report.duplicates += count - 1
-        if attempted.get(body) == 0 and count > 1:
+        if body not in ok_ids:
+            report.recovered += 1
+        if invoked.get(body, {}).get("retry") == 0 and count > 1:
             report.violations.append(f"RETRY 0 job {body!r} delivered {count} times")
         if body in ok_ids and delivered_ids[body] != {ok_ids[body]}:
             report.violations.append(
                 f"job {body!r} added as {ok_ids[body]} delivered as {sorted(delivered_ids[body])}"
             )
     for body, job_id in sorted(ok_ids.items()):
-        if attempted[body] > 0 and body not in deliveries:
-            holders = crashes.holders.get(job_id, set())
-            forgot = crashes.amnesia.get(job_id, set())
-            kept = holders - forgot
-            if crashes.appendfsync != "always" and forgot and len(kept) < copies[body]:
-                report.excused.append(
-                    f"job {job_id} ({body!r}) lost: holders {sorted(holders)}, "
-                    f"forgot after crash {sorted(forgot)}, REPLICATE {copies[body]}"
-                )
-                continue
-            report.violations.append(
-                f"job {job_id} ({body!r}) added OK, never delivered (lost); "
-                f"holders {sorted(holders)}, forgot after crash {sorted(forgot)}"
+        spec = invoked[body]
+        if spec["retry"] == 0 or spec.get("ttl") or body in deliveries:
+            continue
+        holders = crashes.holders.get(job_id, set())
+        forgot = crashes.amnesia.get(job_id, set())
+        kept = holders - forgot
+        copies = int(spec.get("copies", 1))  # type: ignore[call-overload]
+        if forgot and len(kept) < copies:
+            report.excused.append(
+                f"job {job_id} ({body!r}) lost: holders {sorted(holders)}, "
+                f"forgot after crash {sorted(forgot)}, REPLICATE {copies}"
             )
+            continue
+        report.violations.append(
+            f"job {job_id} ({body!r}) added OK, never delivered (lost); "
+            f"holders {sorted(holders)}, forgot after crash {sorted(forgot)}"
+        )
     if not drained and not report.violations and not report.excused:
         report.violations.append("drain phase timed out")
     return report

@@ -39,8 +39,23 @@ class SimDisk:
     def size(self, path: str) -> int:
         return len(self.durable.get(path, b"")) + len(self.pending.get(path, b""))
 
-    def crash(self) -> None:
-        """Lose everything that was not fsynced."""
+    def crash(self, torn: float = 0.0) -> int:
+        """Lose what was not fsynced. With ``torn`` in (0, 1] that fraction
+        of each file's unsynced bytes reached the platter anyway (a prefix,
+        possibly ending mid-record). Returns the bytes kept that way."""
+        kept = 0
+        if torn > 0:
+            for path, pending in self.pending.items():
+                n = int(len(pending) * torn)
+                if n:
+                    self.durable[path] = self.durable.get(path, b"") + bytes(pending[:n])
+                    kept += n
+        self.pending.clear()
+        return kept
+
+    def wipe(self) -> None:
+        """The disk is replaced by an empty one (amnesia)."""
+        self.durable.clear()
         self.pending.clear()
 
 

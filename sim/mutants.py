@@ -1,23 +1,11 @@
 """Mutation testing of the simulator: does it catch realistic bugs?
 
 Each mutant is a context manager that monkeypatches the node code inside
-this process and restores it on exit. ``run_mutant`` runs seeds until the
-checkers (``sim.checkers``) or the white-box checks below report a problem.
-
-White-box checks (node observers, a sampling monitor and an end state):
-
-* ``replicated-before-ok``: when ADDJOB answered OK (REPLICATE n), at least
-  n distinct nodes had registered the job.
-* ``acked-absorbing``: a node (one incarnation) that acked a job never
-  queues it again.
-* ``retry0-once``: a RETRY 0 job is queued at most once per registration
-  (per node) and never re-queued after an AOF reload.
-* ``always-no-amnesia``: with ``appendfsync always`` a restarted node
-  reloads every job it held when it crashed.
-* ``single-queued``: while the network is healed and every node up, no job
-  stays queued on two nodes for more than ``DOUBLE_QUEUED_S``.
-* ``acked-collected``: after a quiet settle phase, no job a client acked
-  survives anywhere (unless a node reloaded it from its AOF).
+this process and restores it on exit (``applied``). ``python -m sim
+mutants`` runs, for every mutant, seeds in worker processes (``python -m
+sim run --seed N --mutant NAME``, killed by a wall-clock guard) until the
+checkers (sim/checkers.py, sim/world.py, sim/runner.py) report a violation.
+A mutant no seed catches means the checkers or the faults are too weak.
 """
 
 from __future__ import annotations
@@ -26,9 +14,8 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import trio
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
@@ -36,146 +23,7 @@ from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 from disque_trio.server.aof import AppendOnlyFile
 
-from .__main__ import check_world, sweep_nodes
-from .workload import Workload
-from .world import SimNode, World
-
-SETTLE_S = 25.0
-DOUBLE_QUEUED_S = 4.0
-SAMPLE_S = 0.25
-DEFAULT_SEEDS = tuple(range(1, 31))
-DURATION = 6.0
-
-
-# ------------------------------------------------------------ white box
-
-
-class CheckedWorld(World):
-    """A World whose node observers also run the white-box checks."""
-
-    def __init__(self, seed: int, nodes: int = 3, **config: Any) -> None:
-        super().__init__(seed, nodes, **config)
-        self.violations: list[str] = []
-        self.registered_at: dict[str, dict[str, float]] = {}  # job -> node -> first t
-        self.acked_by: dict[tuple[str, int], set[str]] = {}
-        self.queued_once: dict[tuple[str, int], set[str]] = {}
-        self.ever_reloaded: set[str] = set()
-        # Re-queues of acked jobs by YOURJOBS: a known gap of the node code
-        # (_on_yourjobs enqueues a job it holds as ACKED), reported apart.
-        self.pending_acked_requeue: dict[tuple[str, str], str] = {}
-        self.yourjobs_requeued_acked: list[str] = []
-
-    def _observer(self, node: SimNode, server: Any) -> Callable[[str, Job], None]:
-        base = super()._observer(node, server)
-        key = (node.name, node.incarnation)
-        acked = self.acked_by.setdefault(key, set())
-        queued = self.queued_once.setdefault(key, set())
-
-        def observe(event: str, job: Job) -> None:
-            reloaded_before = job.id in node.reloaded
-            base(event, job)
-            loading = server.aof.loading
-            if event == "registered":
-                at = self.registered_at.setdefault(job.id, {})
-                at.setdefault(node.name, trio.current_time())
-                queued.discard(job.id)
-                acked.discard(job.id)  # a new copy (late REPLJOB, YOURJOBS)
-                if loading:
-                    self.ever_reloaded.add(job.id)
-            elif event == "acked":
-                acked.add(job.id)
-            elif event == "yourjobs-moved-a-job":
-                text = self.pending_acked_requeue.pop((node.name, job.id), None)
-                if text is not None:
-                    self.yourjobs_requeued_acked.append(text)
-            elif event == "queued":
-                if job.id in acked:
-                    self.pending_acked_requeue[(node.name, job.id)] = (
-                        f"acked-absorbing: {node.name} re-queued acked {job.id}"
-                    )
-                if job.retry == 0 and not loading:
-                    if job.id in queued:
-                        self._violate(f"retry0-once: {node.name} queued {job.id} twice")
-                    if reloaded_before:
-                        self._violate(f"retry0-once: {node.name} re-queued {job.id} after reload")
-                    queued.add(job.id)
-
-        return observe
-
-    def _violate(self, text: str) -> None:
-        if text not in self.violations:
-            self.violations.append(text)
-
-    def healthy(self) -> bool:
-        return not self.net.blocked and not self.net.fenced and all(n.up for n in self.nodes)
-
-    async def monitor(self) -> None:
-        since: dict[str, float] = {}
-        while True:
-            await trio.sleep(SAMPLE_S)
-            now = trio.current_time()
-            if not self.healthy():
-                since.clear()
-                continue
-            where: dict[str, int] = {}
-            for n in self.nodes:
-                for job in n.server.node.jobs.values():
-                    if job.state == JobState.QUEUED:
-                        where[job.id] = where.get(job.id, 0) + 1
-            double = {j for j, c in where.items() if c > 1}
-            for j in list(since):
-                if j not in double:
-                    del since[j]
-            for j in double:
-                start = since.setdefault(j, now)
-                if now - start > DOUBLE_QUEUED_S:
-                    self._violate(f"single-queued: {j} queued on 2+ nodes for {now - start:.1f}s")
-
-    def end_checks(self, workload: Workload) -> None:
-        for text in self.pending_acked_requeue.values():
-            self._violate(text)
-        for e in workload.history:
-            if e.op == "add" and e.data["ok"] and e.data["retry"] > 0:
-                job_id = e.data["reply"]
-                want = min(3, self.count)
-                regs = self.registered_at.get(job_id, {})
-                early = [n for n, t in regs.items() if t <= e.t]
-                if len(early) < want:
-                    self._violate(
-                        f"replicated-before-ok: {job_id} OK with {len(early)} holders < {want}"
-                    )
-        if self.appendfsync == "always" and self.amnesia:
-            self._violate(f"always-no-amnesia: {sorted(self.amnesia)[:3]}")
-        acked_ok = {
-            e.data["id"]
-            for e in workload.history
-            if e.op == "ack" and not e.data["reply"].startswith(("ERR", "conn"))
-        }
-        for n in self.nodes:
-            for job in n.server.node.jobs.values():
-                if job.id in acked_ok and job.id not in self.ever_reloaded:
-                    self._violate(
-                        f"acked-collected: {n.name} still holds acked {job.id} "
-                        f"({job.state.name}) after settling"
-                    )
-
-
-def run_checked(seed: int, duration: float = DURATION) -> list[str]:
-    """One world (3 to 5 nodes): checker violations plus white-box ones."""
-    world = CheckedWorld(seed, nodes=sweep_nodes(seed))
-    workload = Workload(duration=duration)
-
-    async def body(w: World) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(world.monitor)
-            await workload(w)
-            await trio.sleep(SETTLE_S)
-            nursery.cancel_scope.cancel()
-        world.end_checks(workload)
-
-    world.run(body)
-    report = check_world(world, workload)
-    return report.violations + world.violations
+DEFAULT_SEEDS = tuple(range(1, 41))
 
 
 # -------------------------------------------------------------- mutants
@@ -330,7 +178,19 @@ def setack_not_answered() -> contextlib.AbstractContextManager[None]:
     return handler(bus.SetAck, on_setack)
 
 
+def pause_in_ignored() -> contextlib.AbstractContextManager[None]:
+    """REPLJOB stores copies for a queue paused in input."""
+    original = cj._on_repljob
+
+    def on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
+        with patched(cj, "PAUSED_IN", 0):  # the handler's view only
+            original(node, sender, msg)
+
+    return handler(bus.ReplJob, on_repljob)
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
     "setack-forgets-one-holder": setack_forgets_one_holder,
     "aof-requeues-retry0": aof_requeues_retry0,
@@ -343,31 +203,52 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 }
 
 
-def run_mutant(
-    name: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, duration: float = DURATION
-) -> tuple[int | None, list[str]]:
-    """The first seed at which the mutant is caught (and why), or None."""
+@contextlib.contextmanager
+def applied(name: str | None) -> Iterator[None]:
+    """Apply the named mutant for the duration (None: no mutant)."""
+    if name is None:
+        yield
+        return
+    if name not in MUTANTS:
+        raise SystemExit(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
+    with MUTANTS[name]():
+        yield
+
+
+def run_mutant(name: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> tuple[int | None, list[str]]:
+    """The first seed at which the mutant is caught (and why), or None.
+    Each seed runs in a worker process under the wall-clock guard."""
+    from .__main__ import run_seed_process
+
     for seed in seeds:
-        with MUTANTS[name]():
-            violations = run_checked(seed, duration)
-        if violations:
-            return seed, violations
+        cmd = [sys.executable, "-m", "sim", "run", "--seed", str(seed), "--quiet"]
+        rc, lines = run_seed_process([*cmd, "--mutant", name])
+        if rc != 0:
+            violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
+            return seed, violations or lines[-5:]
     return None, []
 
 
-def main(names: list[str] | None = None, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> int:
+def main(
+    names: list[str] | None = None, seeds: tuple[int, ...] = DEFAULT_SEEDS, jobs: int = 2
+) -> int:
     started = time.perf_counter()
-    caught = 0
     names = names or list(MUTANTS)
-    for name in names:
+    caught = 0
+
+    def one(name: str) -> tuple[str, int | None, list[str], float]:
         t0 = time.perf_counter()
         seed, violations = run_mutant(name, seeds)
-        wall = time.perf_counter() - t0
-        if seed is None:
-            print(f"{name}: NOT caught ({len(seeds)} seeds, {wall:.1f}s)", flush=True)
-        else:
-            caught += 1
-            print(f"{name}: caught at seed {seed} ({wall:.1f}s): {violations[0]}", flush=True)
+        return name, seed, violations, time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, seed, violations, wall in pool.map(one, names):
+            if seed is None:
+                print(f"{name}: NOT caught ({len(seeds)} seeds, {wall:.1f}s)", flush=True)
+            else:
+                caught += 1
+                first = violations[0] if violations else "?"
+                print(f"{name}: caught at seed {seed} ({wall:.1f}s): {first}", flush=True)
     print(f"wall time {time.perf_counter() - started:.1f}s", file=sys.stderr)
     print(f"mutants: caught {caught}/{len(names)}")
     return 0 if caught == len(names) else 1

@@ -62,7 +62,7 @@ class _Pipe:
             async for due, data in self._recv:
                 await trio.sleep_until(due)
                 while self.net.stalled(*self.owners):
-                    await self.net.healed.wait()
+                    await self.net.wait_change()
                 if data is None:
                     self.receiver.put_eof()
                     return
@@ -144,7 +144,15 @@ class _Connection:
 
 
 class SimNet:
-    """The shared network. Give each node ``net.view(port)`` as its Env net."""
+    """The shared network. Give each node ``net.view(port)`` as its Env net.
+
+    Faults are rules, each added under a key and removed by it (faults can
+    overlap): ``cut`` pairs drop traffic both ways (connections broken, new
+    ones refused), ``stall`` pairs hold back one direction (new connections
+    refused), ``clog`` pairs hold back bytes in both directions while the
+    connections stay up and new ones are accepted. A rule may make refused
+    connects hang for ``hang_s`` before failing, like a SYN into the void.
+    """
 
     def __init__(
         self, rng: random.Random, trace: Trace, min_delay: float = 0.0005, max_delay: float = 0.005
@@ -155,14 +163,26 @@ class SimNet:
         self.max_delay = max_delay
         self.listeners: dict[int, SimListener] = {}
         self.connections: list[_Connection] = []
-        self.blocked: set[tuple[int, int]] = set()  # (a, b): a -> b is dropped
+        self.rules: dict[str, tuple[str, frozenset[tuple[Owner, Owner]], float]] = {}
+        self.blocked: set[tuple[Owner, Owner]] = set()  # (a, b): a -> b is dropped
+        self.clogged: set[tuple[Owner, Owner]] = set()  # (a, b): a -> b is held back
+        self.hang: dict[tuple[Owner, Owner], float] = {}
         self.fenced: set[int] = set()
-        self.healed = trio.Event()
+        self._changed = trio.Event()
         self.nursery: trio.Nursery | None = None
         self._conn_ids = 0
+        self._rule_ids = 0
 
     def view(self, owner: Owner) -> NodeNet:
         return NodeNet(self, owner)
+
+    @property
+    def faulty(self) -> bool:
+        """Any partition or clog in force, or a node fenced."""
+        return bool(self.rules or self.fenced)
+
+    async def wait_change(self) -> None:
+        await self._changed.wait()
 
     def _cut(self, a: Owner, b: Owner) -> bool:
         """No connection can be made or kept between a and b."""
@@ -173,11 +193,17 @@ class SimNet:
         return (a, b) in self.blocked and (b, a) in self.blocked
 
     def stalled(self, src: Owner, dst: Owner) -> bool:
-        """Bytes from src to dst are held back (one-way partition)."""
-        return src is not None and dst is not None and (src, dst) in self.blocked
+        """Bytes from src to dst are held back (one-way partition, clog)."""
+        if (src, dst) in self.clogged:
+            return True
+        if src is None or dst is None:
+            return False
+        return (src, dst) in self.blocked
 
     def _refused(self, a: Owner, b: Owner) -> bool:
-        return self._cut(a, b) or self.stalled(a, b) or self.stalled(b, a)
+        if a is None or b is None:
+            return self._cut(a, b)
+        return self._cut(a, b) or (a, b) in self.blocked or (b, a) in self.blocked
 
     async def open_listeners(
         self, owner: Owner, port: int
@@ -192,7 +218,11 @@ class SimNet:
     async def connect(self, owner: Owner, host: str, port: int) -> trio.abc.Stream:
         await trio.lowlevel.checkpoint()
         listener = self.listeners.get(port)
-        if listener is None or self._refused(owner, listener.owner):
+        target = listener.owner if listener is not None else None
+        if listener is None or self._refused(owner, target):
+            hang = self.hang.get((owner, target), 0.0) if owner is not None and target else 0.0
+            if hang:
+                await trio.sleep(hang)
             self.trace.record(str(owner), "net", {"ev": "refused", "port": port})
             raise ConnectionRefusedError(f"nothing reachable on {host}:{port}")
         assert self.nursery is not None, "SimNet.nursery must be set"
@@ -214,29 +244,62 @@ class SimNet:
         self.trace.record(str(owner), "net", {"ev": "connect", "port": port, "conn": cid})
         return ours
 
-    def partition(self, a_ports: list[int], b_ports: list[int]) -> None:
-        """Cut every link between the two groups of nodes (both ways)."""
-        for a in a_ports:
-            for b in b_ports:
-                self.blocked.add((a, b))
-                self.blocked.add((b, a))
-        self.trace.record(
-            "net", "fault", {"ev": "partition", "a": sorted(a_ports), "b": sorted(b_ports)}
-        )
-        self._break_cut()
+    # -------------------------------------------------------------- rules
 
-    def one_way(self, a_ports: list[int], b_ports: list[int]) -> None:
-        """Drop traffic from group a to group b; b -> a still flows."""
-        if self.healed.is_set():
-            self.healed = trio.Event()
-        for a in a_ports:
-            for b in b_ports:
-                self.blocked.add((a, b))
+    def add_rule(
+        self, kind: str, a_ports: list[Owner], b_ports: list[Owner], hang_s: float = 0.0
+    ) -> str:
+        """Start a fault between two groups; returns the key to remove it.
+        ``cut``: both ways; ``stall``: a -> b only; ``clog``: both ways held."""
+        assert kind in ("cut", "stall", "clog"), kind
+        self._rule_ids += 1
+        key = f"{kind}-{self._rule_ids}"
+        pairs = {(a, b) for a in a_ports for b in b_ports if a != b}
+        if kind in ("cut", "clog"):
+            pairs |= {(b, a) for a, b in pairs}
+        self.rules[key] = (kind, frozenset(pairs), hang_s)
         self.trace.record(
-            "net",
-            "fault",
-            {"ev": "partition", "oneway": True, "a": sorted(a_ports), "b": sorted(b_ports)},
+            "net", "fault", {"ev": kind, "key": key, "a": _names(a_ports), "b": _names(b_ports)}
         )
+        self._recompute()
+        if kind == "cut":
+            self._break_cut()
+        return key
+
+    def remove_rule(self, key: str) -> None:
+        if self.rules.pop(key, None) is not None:
+            self.trace.record("net", "fault", {"ev": "unrule", "key": key})
+            self._recompute()
+
+    def _recompute(self) -> None:
+        self.blocked, self.clogged, self.hang = set(), set(), {}
+        for kind, pairs, hang_s in self.rules.values():
+            (self.clogged if kind == "clog" else self.blocked).update(pairs)
+            if hang_s:
+                for pair in pairs:
+                    self.hang[pair] = max(hang_s, self.hang.get(pair, 0.0))
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def partition(self, a_ports: list[int], b_ports: list[int]) -> str:
+        """Cut every link between the two groups of nodes (both ways)."""
+        return self.add_rule("cut", a_ports, b_ports)
+
+    def one_way(self, a_ports: list[int], b_ports: list[int]) -> str:
+        """Drop traffic from group a to group b; b -> a still flows."""
+        return self.add_rule("stall", a_ports, b_ports)
+
+    def reset(self, port: int) -> int:
+        """Reset every connection of a node (new ones are allowed)."""
+        n = 0
+        for conn in self.connections:
+            if port in (conn.a, conn.b):
+                for pipe in conn.pipes:
+                    pipe.break_()
+                n += 1
+        self.connections = [c for c in self.connections if not all(p.broken for p in c.pipes)]
+        self.trace.record("net", "fault", {"ev": "reset", "port": port, "conns": n})
+        return n
 
     def fence(self, port: int) -> None:
         """A crashed node: drop its listeners, break and refuse its connections."""
@@ -261,9 +324,14 @@ class SimNet:
         self.connections = kept
 
     def heal(self) -> None:
-        self.blocked.clear()
-        self.healed.set()
+        """Remove every rule (fenced nodes stay fenced)."""
+        self.rules.clear()
+        self._recompute()
         self.trace.record("net", "fault", {"ev": "heal"})
+
+
+def _names(ports: list[Owner]) -> list[str]:
+    return sorted("clients" if p is None else str(p) for p in ports)
 
 
 class NodeNet:

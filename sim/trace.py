@@ -1,4 +1,8 @@
-"""The run's trace: every event as one JSON line, digested with sha256."""
+"""The run's trace: every event as one JSON line, digested with sha256.
+
+The digest covers the events only (not the header, which names the commit
+and package versions), so a seed's digest is stable across checkouts until
+behaviour changes."""
 
 from __future__ import annotations
 
@@ -39,3 +43,29 @@ class Trace:
         with open(path, "w", encoding="utf-8") as f:
             for line in self.lines:
                 f.write(line + "\n")
+
+    def write(self, path: str, header: dict[str, Any], footer: dict[str, Any]) -> tuple[str, str]:
+        """The trace as JSON Lines (a header line, one line per event, a
+        footer line) at ``path`` and a human log beside it (``.log``)."""
+        log_path = path.rsplit(".", 1)[0] + ".log"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"header": header}, sort_keys=True) + "\n")
+            for line in self.lines:
+                f.write(line + "\n")
+            f.write(json.dumps({"footer": footer}, sort_keys=True) + "\n")
+        with open(log_path, "w", encoding="utf-8") as f:
+            for key in ("seed", "replay", "commit"):
+                f.write(f"# {key}: {header.get(key)}\n")
+            for line in self.lines:
+                f.write(human(line) + "\n")
+            for text in footer.get("violations", []):
+                f.write(f"# VIOLATION {text}\n")
+        return path, log_path
+
+
+def human(line: str) -> str:
+    """One trace event as one readable line."""
+    event = json.loads(line)
+    data = event["data"]
+    parts = " ".join(f"{k}={v}" for k, v in sorted(data.items()))
+    return f"{event['t']:10.4f} {event['node']:>8} {event['cat']:<7} {parts}"

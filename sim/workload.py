@@ -1,6 +1,11 @@
-"""A simple workload: producers ADDJOB, consumers GETJOB + ACKJOB, a fault
-schedule in the middle (partitions, one-way partitions, node crashes and
-restarts), then a drain phase.
+"""The workload a plan asks for, in three phases.
+
+* safety: producers ADDJOB (a mix of REPLICATE, RETRY incl. 0, ASYNC,
+  DELAY, short TTL), consumers GETJOB then ACKJOB / FASTACK / NACK /
+  WORKING or forget the job; the plan's faults run meanwhile;
+* liveness: every fault undone, every node back, membership must converge;
+* drain and settle: consumers take every job still owed, then the cluster
+  is left alone so acks are collected everywhere.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
@@ -13,12 +18,15 @@ from typing import Any
 import attrs
 import trio
 
-from disque_trio.protocol.replies import Status
+from disque_trio.protocol.replies import ReplyError, Status
 
+from .faults import heal_all, run_faults
+from .plan import Plan
 from .world import RespClient, World
 
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
+CONVERGE_S = 30.0
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
     EOFError,
@@ -32,40 +40,45 @@ CONN_ERRORS = (
 class Event:
     t: float
     client: str
-    op: str  # "add" | "get" | "ack"
+    op: str  # "invoke" | "add" | "get" | "ack" | "nack" | "error"
     data: dict[str, Any]
 
 
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
+    if isinstance(value, ReplyError):
+        return str(value)
     return str(value)
 
 
 @attrs.define
 class Workload:
-    duration: float = 10.0
-    producers: int = 2
-    consumers: int = 2
-    partition: bool = True  # the fault schedule's partitions (both kinds)
-    crashes: bool = True
-    drain_timeout: float = 30.0
-    retry0_fraction: float = 0.2
+    plan: Plan
+    drain_timeout: float = 40.0
+    settle: float = 20.0
     history: list[Event] = attrs.field(factory=list)
     drained: bool = False
+    converged: list[str] = attrs.field(factory=list)  # membership problems after heal
     _world: World | None = None
     _stop_producing: trio.Event = attrs.field(factory=trio.Event)
+    _consumers_on: trio.Event = attrs.field(factory=trio.Event)
     # Bodies of RETRY > 0 jobs added OK and not yet delivered; the drain
     # ends when it is empty.
     _undelivered: set[str] = attrs.field(factory=set)
     _delivered: set[str] = attrs.field(factory=set)
     _all_delivered: trio.Event = attrs.field(factory=trio.Event)
+    _retry_of: dict[str, int] = attrs.field(factory=dict)  # job id -> RETRY (added OK)
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
         self.history.append(Event(trio.current_time(), client, op, data))
         self._world.trace.record(client, "client", {"op": op, **data})
-        if op == "add" and data["ok"] and data["retry"] > 0:
+        if op == "add" and data["ok"]:
+            self._retry_of[data["reply"]] = data["retry"]
+            if data["retry"] and not data["async"] and data["copies"] > 1:
+                self._world.watch_holders(data["reply"])
+        if op == "add" and data["ok"] and data["retry"] > 0 and not data.get("ttl"):
             if data["body"] not in self._delivered:
                 self._undelivered.add(data["body"])
         elif op == "get":
@@ -75,109 +88,125 @@ class Workload:
             self._all_delivered.set()
 
     async def __call__(self, world: World) -> None:
+        plan = self.plan
         self._world = world
         self._stop_producing = trio.Event()
         self._all_delivered = trio.Event()
-        rngs = [world.child_rng() for _ in range(self.producers + self.consumers)]
-        faults = world.child_rng()
+        self._consumers_on = trio.Event()
+        self._consumers_on.set()
+        rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         start = trio.current_time()
+        world.trace.record("workload", "phase", {"ev": "safety"})
         async with trio.open_nursery() as nursery:
-            for i in range(self.consumers):
-                nursery.start_soon(
-                    self._consumer, world, f"c{i}", i % world.count, rngs[self.producers + i]
-                )
+            for i in range(plan.consumers):
+                rng = rngs[plan.producers + i]
+                nursery.start_soon(self._consumer, world, f"c{i}", i % world.count, rng)
             async with trio.open_nursery() as producers:
-                for i in range(self.producers):
+                for i in range(plan.producers):
                     producers.start_soon(self._producer, world, f"p{i}", rngs[i])
-                await self._faults(world, faults, start)
-                await trio.sleep_until(start + self.duration)
+                if plan.consumer_pause:
+                    producers.start_soon(self._pause_consumers, start)
+                if plan.pause_in:
+                    producers.start_soon(self._pause_queue, world, start, rngs[-1])
+                with trio.move_on_at(start + plan.duration):
+                    await run_faults(world, plan.active_faults(), start)
+                    await trio.sleep_forever()
                 self._stop_producing.set()
-            # Every producer has its last ADDJOB answer: drain.
+                # Liveness phase: faults off (a producer may be waiting on a
+                # frozen node), every node back.
+                world.trace.record("workload", "phase", {"ev": "liveness"})
+                await heal_all(world)
+            # Every producer has its last ADDJOB answer.
+            self._consumers_on.set()
+            await world.mesh(CONVERGE_S)
+            await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
             if not self._undelivered:
                 self._all_delivered.set()
             with trio.move_on_after(self.drain_timeout):
                 await self._all_delivered.wait()
                 self.drained = True
-            world.trace.record("workload", "phase", {"ev": "end", "drained": self.drained})
+            world.trace.record("workload", "phase", {"ev": "settle", "drained": self.drained})
             nursery.cancel_scope.cancel()
+        await trio.sleep(self.settle)
+        self.converged = world.converged()
+        world.trace.record("workload", "phase", {"ev": "end", "converged": not self.converged})
 
-    async def _faults(self, world: World, rng: random.Random, start: float) -> None:
-        """Faults one at a time between 20% and 85% of the duration: at least
-        one crash (if enabled) and one partition (two-way or one-way, if
-        enabled), plus maybe one more, in a seeded order. Everything is
-        healed and every node is back up before the duration ends."""
-        if world.count < 2:
-            return
-        kinds: list[str] = []
-        if self.crashes:
-            kinds.append("crash")
-        if self.partition:
-            kinds.append(rng.choice(["partition", "oneway"]))
-        if kinds and rng.random() < 0.5:
-            kinds.append(rng.choice([*kinds, "oneway"] if self.partition else kinds))
-        rng.shuffle(kinds)
-        slot = self.duration * 0.65 / max(1, len(kinds))
-        for k, kind in enumerate(kinds):
-            slot_start = start + self.duration * 0.2 + k * slot
-            await trio.sleep_until(slot_start + rng.uniform(0.0, slot * 0.2))
-            length = rng.uniform(slot * 0.3, slot * 0.7)
-            victim = rng.randrange(world.count)
-            ports = world.ports()
-            others = [p for p in ports if p != ports[victim]]
-            if kind == "crash":
-                await world.crash(victim)
-                await trio.sleep(length)
-                await world.restart(victim)
-                continue
-            if kind == "partition":
-                world.net.partition([ports[victim]], others)
-            elif rng.random() < 0.5:
-                world.net.one_way([ports[victim]], others)
-                world.probes["one-way-partition"] += 1
-            else:
-                world.net.one_way(others, [ports[victim]])
-                world.probes["one-way-partition"] += 1
-            await trio.sleep(length)
-            world.net.heal()
+    async def _pause_consumers(self, start: float) -> None:
+        await trio.sleep_until(start + self.plan.duration * 0.3)
+        self._consumers_on = trio.Event()
+        assert self._world is not None
+        self._world.trace.record("workload", "phase", {"ev": "consumers-off"})
+        await trio.sleep(self.plan.consumer_pause)
+        self._consumers_on.set()
+
+    async def _pause_queue(self, world: World, start: float, rng: random.Random) -> None:
+        """One node pauses the queue in input (no BCAST), then resumes it."""
+        await trio.sleep_until(start + self.plan.duration * 0.25)
+        index = rng.randrange(world.count)
+        try:
+            client = await world.client(index)
+            reply = await client.call("PAUSE", QUEUE, "in")
+            self.record("admin", "pause", {"node": index, "reply": _text(reply)})
+            await trio.sleep(self.plan.pause_in)
+            reply = await client.call("PAUSE", QUEUE, "none")
+            self.record("admin", "resume", {"node": index, "reply": _text(reply)})
+            await client.aclose()
+        except CONN_ERRORS as e:
+            self.record("admin", "error", {"node": index, "error": type(e).__name__})
 
     async def _producer(self, world: World, name: str, rng: random.Random) -> None:
+        plan = self.plan
         clients: dict[int, RespClient] = {}
-        replicate = min(3, world.count)
         n = 0
         while not self._stop_producing.is_set():
             index = rng.randrange(world.count)
-            retry = 0 if rng.random() < self.retry0_fraction else 2
             body = f"{name}-{n}"
             n += 1
-            # At-most-once (RETRY 0) requires REPLICATE 1, as in Disque.
-            copies = replicate if retry else 1
-            self.record(
-                name, "invoke", {"node": index, "body": body, "retry": retry, "copies": copies}
-            )
+            retry = 0 if rng.randrange(100) < plan.retry0_pct else rng.randint(1, 3)
+            # At-most-once (RETRY 0) takes REPLICATE 1, as in Disque.
+            copies = rng.randint(1, plan.max_replicate) if retry else 1
+            args: list[Any] = ["REPLICATE", copies, "RETRY", retry]
+            is_async = rng.randrange(100) < plan.async_pct
+            delay = rng.randint(1, 3) if rng.randrange(100) < plan.delay_pct else 0
+            ttl = rng.randint(4 + delay, 15) if rng.randrange(100) < plan.ttl_pct else 0
+            if is_async:
+                args.append("ASYNC")
+            if delay:
+                args += ["DELAY", delay]
+            if ttl:
+                args += ["TTL", ttl]
+                if retry >= ttl:
+                    args[3] = retry = 1
+            invoke = {
+                "node": index,
+                "body": body,
+                "retry": retry,
+                "copies": copies,
+                "async": is_async,
+                "delay": delay,
+                "ttl": ttl,
+            }
+            self.record(name, "invoke", invoke)
             try:
                 client = clients.get(index)
                 if client is None:
                     client = clients[index] = await world.client(index)
-                reply: Any = await client.call(
-                    "ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, "REPLICATE", copies, "RETRY", retry
-                )
+                reply: Any = await client.call("ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, *args)
             except CONN_ERRORS as e:
                 # Unknown outcome: the job may exist (not OK, so not checked
                 # for loss; a delivery of it is still legal).
                 clients.pop(index, None)
                 reply = f"connection error: {type(e).__name__}"
             ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
-            self.record(
-                name,
-                "add",
-                {"node": index, "body": body, "retry": retry, "ok": ok, "reply": _text(reply)},
-            )
+            self.record(name, "add", {**invoke, "ok": ok, "reply": _text(reply)})
             await trio.sleep(rng.uniform(0.05, 0.2))
 
     async def _consumer(self, world: World, name: str, index: int, rng: random.Random) -> None:
+        plan = self.plan
         client: RespClient | None = None
         while True:
+            await self._consumers_on.wait()
             try:
                 if client is None:
                     client = await world.client(index)
@@ -187,12 +216,46 @@ class Workload:
                 for _queue, job_id, body in reply:
                     jid, text = _text(job_id), _text(body)
                     self.record(name, "get", {"node": index, "id": jid, "body": text})
-                    await trio.sleep(rng.uniform(0.0, 0.05))
-                    acked = await client.call("ACKJOB", jid)
-                    self.record(name, "ack", {"node": index, "id": jid, "reply": _text(acked)})
+                    await self._handle(world, client, name, index, jid, rng, plan)
             except CONN_ERRORS as e:
                 # Its node crashed: consume from another node meanwhile.
                 self.record(name, "error", {"node": index, "error": type(e).__name__})
                 client = None
                 index = (index + 1) % world.count
                 await trio.sleep(rng.uniform(0.1, 0.3))
+
+    async def _handle(
+        self,
+        world: World,
+        client: RespClient,
+        name: str,
+        index: int,
+        jid: str,
+        rng: random.Random,
+        plan: Plan,
+    ) -> None:
+        """What the consumer does with a job: forget it (redelivered after
+        RETRY), NACK it, WORKING then ack, or ack (ACKJOB or FASTACK)."""
+        draining = self._stop_producing.is_set()
+        # Only jobs known to be RETRY > 0 are forgotten or NACKed: a NACKed
+        # RETRY 0 job is legitimately delivered again.
+        again = self._retry_of.get(jid, 0) > 0
+        # A RETRY 0 job may be forgotten too: it stays delivered, never
+        # queued again (a node reloading it from its AOF must not either).
+        if jid in self._retry_of and not draining and rng.randrange(100) < plan.noack_pct:
+            self.record(name, "forget", {"node": index, "id": jid})
+            return
+        if again and not draining and rng.randrange(100) < plan.nack_pct:
+            reply = await client.call("NACK", jid)
+            self.record(name, "nack", {"node": index, "id": jid, "reply": _text(reply)})
+            return
+        await trio.sleep(rng.uniform(0.0, 0.05))
+        if rng.randrange(100) < plan.working_pct:
+            reply = await client.call("WORKING", jid)
+            self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
+            await trio.sleep(rng.uniform(0.0, 0.5))
+        fast = rng.randrange(100) < plan.fastack_pct
+        acked = await client.call("FASTACK" if fast else "ACKJOB", jid)
+        if world.net.faulty or world.chaos:
+            world.acked_in_fault.add(jid)
+        self.record(name, "ack", {"node": index, "id": jid, "fast": fast, "reply": _text(acked)})

@@ -1,17 +1,37 @@
 """A World: K real NodeServers on a SimNet, SimDisks and skewed virtual
 clocks, inside one deterministic trio.run.
 
-Every source of randomness derives from one ``random.Random(seed)``: each
-node's rng, each node's clock skew, the network delays, the workload and
-Trio's own scheduler (the ``_ALLOW_DETERMINISTIC_SCHEDULING`` hook that
-Hypothesis uses). Time is ``MockClock(autojump_threshold=0)``: whenever every
-task is blocked, virtual time jumps to the next deadline.
+Every source of randomness derives from the plan (``sim.plan``) and its
+seed: each node's rng, clock skew and drift, the network delays, bus chaos,
+the workload and Trio's own scheduler (the ``_ALLOW_DETERMINISTIC_SCHEDULING``
+hook that Hypothesis uses). Time is ``MockClock(autojump_threshold=0)``:
+whenever every task is blocked, virtual time jumps to the next deadline.
+
+The World also runs the white-box checks, from node observers and a
+sampling monitor (``World.violations``):
+
+* ``replicated-before-ok``: when ADDJOB answered OK (synchronous, REPLICATE
+  n), at least n distinct nodes had registered the job.
+* ``acked-absorbing``: a node (one incarnation) that acked a job never
+  queues it again.
+* ``retry0-once``: a RETRY 0 job is queued at most once per registration
+  (per node) and never re-queued after an AOF reload.
+* ``always-no-amnesia``: with ``appendfsync always`` a node restarted after
+  a crash (not a wipe) reloads every job it held when it crashed.
+* ``queued-iff-in-queue``: a job is QUEUED exactly when it sits in its
+  node's queue.
+* ``pause-in``: a node never stores a replicated copy (REPLJOB) of a job
+  for a queue it has paused in input.
+* ``holders-know-holders``: see ``World.watch_holders``.
+* ``single-queued``: while the network is healthy and every node up, no job
+  stays queued on two nodes for more than ``DOUBLE_QUEUED_S``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,16 +43,18 @@ import trio.testing
 from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.core.job import Job, JobState
-from disque_trio.env import Env, TrioClock
+from disque_trio.core.queue import PAUSED_IN
+from disque_trio.env import Env
+from disque_trio.protocol import bus
 from disque_trio.server.runtime import NodeServer
 
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
+from .plan import Plan
 from .trace import Trace
 
 BASE_PORT = 7711
 BASE_WALL_MS = 1_700_000_000_000
-FSYNC_POLICIES = ("always", "everysec")
 # Coverage probes counted in every run (see World.probes).
 CORE_PROBES = (
     "queued-caused-dequeue",
@@ -40,8 +62,35 @@ CORE_PROBES = (
     "yourjobs-moved-a-job",
     "ack-collected",
 )
-PROBES = (*CORE_PROBES, "one-way-partition", "crash", "aof-reload-requeued-job")
+PROBES = (
+    *CORE_PROBES,
+    "one-way-partition",
+    "crash",
+    "aof-reload-requeued-job",
+    "ack-crossed-healed-partition",
+    "clock-jump",
+    "bus-frame-dropped",
+    "wipe",
+)
 MESH_TIMEOUT_S = 30.0
+DOUBLE_QUEUED_S = 4.0
+SAMPLE_S = 0.25
+HOLDERS_SETTLE_S = 0.3
+
+
+class SimClock:
+    """A node's wall clock: virtual time with a skew, a drift and jumps."""
+
+    def __init__(self, base_ms: int, skew_ms: int = 0, drift_ppm: int = 0) -> None:
+        self.base_ms = base_ms + skew_ms
+        self.rate = 1.0 + drift_ppm / 1_000_000
+        self.offset_ms = 0
+
+    def wall_ms(self) -> int:
+        return self.base_ms + self.offset_ms + int(trio.current_time() * 1000 * self.rate)
+
+    def jump(self, ms: int) -> None:
+        self.offset_ms += ms
 
 
 class SimNode:
@@ -53,37 +102,59 @@ class SimNode:
         self.server = server
         self.disk = disk
         self.handle: DiskHandle | None = None
+        self.clock: SimClock | None = None
         self.port = server.config.port
         self.name = f"n{index}"
         self.incarnation = 0
         self.up = False
+        self.wiped = False  # this incarnation started on a wiped disk
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
         self.held_at_crash: set[str] = set()
         self.loaded: set[str] = set()  # job ids loaded from the AOF by this incarnation
         self.reloaded: set[str] = set()  # loaded and not queued since
+        self.old_ids: list[str] = []  # node ids of wiped incarnations
+        self.handling: type | None = None  # the bus message being dispatched
 
 
 class World:
-    def __init__(self, seed: int, nodes: int = 3, **config: Any) -> None:
-        self.seed = seed
-        self.count = nodes
+    def __init__(self, plan: Plan, **config: Any) -> None:
+        self.plan = plan
+        self.seed = plan.seed
+        self.count = plan.nodes
         self.config = config
-        self.root = random.Random(seed)
+        self.root = random.Random(plan.seed)
         self.trace = Trace()
-        self.net = SimNet(random.Random(self.root.getrandbits(64)), self.trace)
-        self.node_seeds = [self.root.getrandbits(64) for _ in range(nodes)]
-        self.skews_ms = [self.root.randrange(-100, 101) for _ in range(nodes)]
+        max_delay = 0.005 + plan.latency_ms / 1000
+        self.net = SimNet(random.Random(self.root.getrandbits(64)), self.trace, 0.0005, max_delay)
+        self.node_seeds = [self.root.getrandbits(64) for _ in range(self.count)]
+        self.skews_ms = [self.root.randint(-plan.skew_ms, plan.skew_ms) for _ in range(self.count)]
+        self.drifts_ppm = [
+            self.root.randint(-plan.drift_ppm, plan.drift_ppm) for _ in range(self.count)
+        ]
         self.scheduler_seed = self.root.getrandbits(64)
-        self.appendfsync = self.root.choice(FSYNC_POLICIES)
+        self.chaos_rng = random.Random(self.root.getrandbits(64))
+        self.appendfsync = plan.appendfsync
         self.nodes: list[SimNode] = []
         self.wall_seconds = 0.0
         self.virtual_seconds = 0.0
+        self.jumps_ms = 0  # sum of |clock jumps|, for the checkers' allowance
         self._nursery: trio.Nursery | None = None
         # Crash bookkeeping for the checkers: job id -> node names.
         self.holders: dict[str, set[str]] = {}
         self.amnesia: dict[str, set[str]] = {}
         self.probes: Counter[str] = Counter(dict.fromkeys(PROBES, 0))
+        # Bus chaos per node index: (drop, duplicate, delay) probabilities.
+        self.chaos: dict[int, tuple[float, float, float]] = {}
+        # White-box state.
+        self.violations: list[str] = []
+        self.registered_at: dict[str, dict[str, float]] = {}  # job -> node -> first t
+        self.acked_by: dict[tuple[str, int], set[str]] = {}
+        self.queued_once: dict[tuple[str, int], set[str]] = {}
+        self.ever_reloaded: set[str] = set()
+        self.pending_acked_requeue: dict[tuple[str, str], str] = {}
+        self.acked_in_fault: set[str] = set()  # acked by a client while faults were on
+        self.show_progress = False
 
     def child_rng(self) -> random.Random:
         """A new generator derived from the root (workload, faults)."""
@@ -97,7 +168,7 @@ class World:
         saved_level = logger.level
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
         trio_run._r.seed(self.scheduler_seed)
-        logger.setLevel(logging.ERROR)
+        logger.setLevel(logging.CRITICAL)
         try:
             trio.run(self._main, body, clock=trio.testing.MockClock(autojump_threshold=0))
         finally:
@@ -112,8 +183,10 @@ class World:
                 self._nursery = nursery
                 for i in range(self.count):
                     await self._start_node(i)
-                await self._mesh()
+                await self.mesh()
                 self.trace.record("world", "meshed", {"nodes": self.count})
+                nursery.start_soon(self.monitor)
+                nursery.start_soon(self._progress)
                 await body(self)
                 self.virtual_seconds = trio.current_time()
                 for node in self.nodes:
@@ -121,6 +194,8 @@ class World:
                         node.server.shutdown()
                 nursery.cancel_scope.cancel()
             net_nursery.cancel_scope.cancel()
+
+    # --------------------------------------------------------------- nodes
 
     async def _start_node(self, i: int) -> None:
         """Start node i: a fresh NodeServer (first start or restart) on the
@@ -134,15 +209,18 @@ class World:
         pairs += [(k.replace("_", "-"), [str(v)]) for k, v in sorted(self.config.items())]
         config = Config.load(None, pairs)
         if i < len(self.nodes):
-            node = self.nodes[i]
-            disk = node.disk
+            node: SimNode | None = self.nodes[i]
+            disk = self.nodes[i].disk
         else:
             disk = SimDisk()
             node = None
         incarnation = node.incarnation + 1 if node is not None else 0
         handle = DiskHandle(disk)
+        clock = node.clock if node is not None and node.clock is not None else None
+        if clock is None:
+            clock = SimClock(BASE_WALL_MS, self.skews_ms[i], self.drifts_ppm[i])
         env = Env(
-            clock=TrioClock(BASE_WALL_MS, self.skews_ms[i]),
+            clock=clock,
             rng=random.Random(self.node_seeds[i] + incarnation * 1_000_003),
             net=self.net.view(port),
             disk=handle,
@@ -152,9 +230,11 @@ class World:
             node = SimNode(i, server, disk)
             self.nodes.append(node)
         node.server, node.handle, node.incarnation = server, handle, incarnation
+        node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
         server.node.observers.append(self._observer(node, server))
+        server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         self.net.unfence(port)
         listeners = await env.net.open_listeners("127.0.0.1", port)
         bus_listeners = await env.net.open_listeners("127.0.0.1", config.cluster_bus_port())
@@ -188,9 +268,10 @@ class World:
         finally:
             done.set()
 
-    async def crash(self, i: int) -> None:
-        """Kill node i like a power loss: its unsynced writes are gone, its
-        connections reset, its tasks cancelled (no shutdown code runs)."""
+    async def crash(self, i: int, torn: float = 0.0, wipe: bool = False) -> None:
+        """Kill node i like a power loss: its unsynced writes are gone (but
+        for a ``torn`` fraction), its connections reset, its tasks cancelled
+        (no shutdown code runs). ``wipe``: its disk is lost too."""
         node = self.nodes[i]
         assert node.up and node.scope is not None and node.handle is not None
         node.held_at_crash = {
@@ -200,15 +281,25 @@ class World:
         }
         node.up = False
         node.handle.alive = False
-        node.disk.crash()
+        kept = node.disk.crash(torn)
+        if wipe:
+            node.disk.wipe()
+            node.old_ids.append(node.server.node.node_id)
+            self.probes["wipe"] += 1
+        node.wiped = wipe
         node.scope.cancel()  # before the fence: waiting tasks see Cancelled
         self.net.fence(node.port)
         self.probes["crash"] += 1
-        self.trace.record(node.name, "node", {"ev": "crashed", "held": len(node.held_at_crash)})
+        self.trace.record(
+            node.name,
+            "node",
+            {"ev": "crashed", "held": len(node.held_at_crash), "torn": kept, "wipe": wipe},
+        )
         await node.done.wait()
 
     async def restart(self, i: int) -> None:
-        """A fresh NodeServer on node i's SimDisk and ports (AOF reloaded)."""
+        """A fresh NodeServer on node i's SimDisk and ports (AOF reloaded).
+        A wiped node has a new identity and is introduced again by MEET."""
         node = self.nodes[i]
         assert not node.up
         await self._start_node(i)
@@ -217,48 +308,280 @@ class World:
             self.amnesia.setdefault(job_id, set()).add(node.name)
         if forgot:
             self.trace.record(node.name, "node", {"ev": "amnesia", "ids": forgot})
+            if self.appendfsync == "always" and not node.wiped:
+                self._violate(
+                    f"always-no-amnesia: {node.name} restarted without {forgot[:3]} "
+                    f"({len(forgot)} jobs)"
+                )
+        if node.wiped:
+            await self.introduce(i)
+
+    async def introduce(self, i: int) -> None:
+        """CLUSTER MEET from node i to the first other node that is up."""
+        others = [n for n in self.nodes if n.up and n.index != i]
+        if not others:
+            return
+        client = await self.client(i)
+        try:
+            await client.call("CLUSTER", "MEET", "127.0.0.1", others[0].port)
+        finally:
+            await client.aclose()
+
+    async def forget_wiped(self) -> None:
+        """Tell every node to forget the identities of wiped incarnations
+        (what an operator does after replacing a node's disk)."""
+        old = [old for n in self.nodes for old in n.old_ids]
+        if not old:
+            return
+        for n in self.nodes:
+            if not n.up:
+                continue
+            client = await self.client(n.index)
+            try:
+                for node_id in old:
+                    if node_id in n.server.node.cluster.nodes:
+                        await client.call("CLUSTER", "FORGET", node_id)
+            finally:
+                await client.aclose()
+
+    def _chaotic(
+        self, node: SimNode, server: NodeServer, dispatch: Callable[[str, object], None]
+    ) -> Callable[[str, object], None]:
+        """Bus chaos on the receiving side of node i: frames dropped,
+        duplicated or delivered late (after later ones: reordered)."""
+        incarnation = node.incarnation
+
+        def deliver(sender: str, msg: object) -> None:
+            node.handling = type(msg)
+            try:
+                dispatch(sender, msg)
+            finally:
+                node.handling = None
+
+        def chaotic(sender: str, msg: object) -> None:
+            chaos = self.chaos.get(node.index)
+            if chaos is None or isinstance(msg, bus.Meet):
+                deliver(sender, msg)
+                return
+            drop, dup, delay = chaos
+            r = self.chaos_rng.random()
+            kind = type(msg).__name__
+            if r < drop:
+                self.probes["bus-frame-dropped"] += 1
+                self.trace.record(node.name, "chaos", {"ev": "drop", "msg": kind})
+                return
+            deliver(sender, msg)
+            if r < drop + dup:
+                self.trace.record(node.name, "chaos", {"ev": "dup", "msg": kind})
+                deliver(sender, msg)
+            elif r < drop + dup + delay and self._nursery is not None:
+                later = self.chaos_rng.uniform(0.05, 1.0)
+                self.trace.record(node.name, "chaos", {"ev": "late", "msg": kind})
+                self._nursery.start_soon(self._late, node, incarnation, later, sender, msg)
+
+        return chaotic
+
+    async def _late(
+        self, node: SimNode, incarnation: int, delay: float, sender: str, msg: object
+    ) -> None:
+        await trio.sleep(delay)
+        if node.up and node.incarnation == incarnation:
+            node.handling = type(msg)
+            try:
+                node.server._dispatch(sender, msg)
+            finally:
+                node.handling = None
+            node.server.after_bus_event()
+
+    # ------------------------------------------------------------ observers
 
     def _observer(self, node: SimNode, server: NodeServer) -> Callable[[str, Job], None]:
         name = node.name
+        key = (node.name, node.incarnation)
+        acked = self.acked_by.setdefault(key, set())
+        queued = self.queued_once.setdefault(key, set())
 
         def observe(event: str, job: Job) -> None:
-            self.trace.record(name, "job", {"ev": event, "id": job.id})
+            data = {"ev": event, "id": job.id}
+            if node.handling is not None:
+                data["via"] = node.handling.__name__
+            self.trace.record(name, "job", data)
+            loading = server.aof.loading
+            reloaded_before = job.id in node.reloaded
             if event == "registered":
                 self.holders.setdefault(job.id, set()).add(name)
-                if server.aof.loading:
+                at = self.registered_at.setdefault(job.id, {})
+                at.setdefault(name, trio.current_time())
+                queued.discard(job.id)
+                acked.discard(job.id)  # a new copy (late REPLJOB, YOURJOBS)
+                if loading:
                     node.loaded.add(job.id)
                     node.reloaded.add(job.id)
+                    self.ever_reloaded.add(job.id)
+                q = server.node.queues.get(job.queue)
+                if node.handling is bus.ReplJob and q is not None and q.pause & PAUSED_IN:
+                    self._violate(f"pause-in: {name} stored a copy of {job.id} while paused in")
             elif event == "deleted":
-                if server.aof.loading:
+                if loading:
                     node.loaded.discard(job.id)
                     node.reloaded.discard(job.id)
+            elif event == "acked":
+                acked.add(job.id)
+                if job.id in self.acked_in_fault and not self.net.faulty:
+                    self.probes["ack-crossed-healed-partition"] += 1
+                    self.acked_in_fault.discard(job.id)
             elif event == "queued":
-                if job.id in node.reloaded and not server.aof.loading:
+                if job.id in acked:
+                    self._violate(f"acked-absorbing: {name} re-queued acked {job.id}")
+                if job.retry == 0 and not loading:
+                    if job.id in queued:
+                        self._violate(f"retry0-once: {name} queued {job.id} twice")
+                    if reloaded_before:
+                        self._violate(f"retry0-once: {name} re-queued {job.id} after reload")
+                    queued.add(job.id)
+                if reloaded_before and not loading:
                     node.reloaded.discard(job.id)
                     self.probes["aof-reload-requeued-job"] += 1
-            elif event in CORE_PROBES:
+            if event in CORE_PROBES:
                 self.probes[event] += 1
 
         return observe
+
+    def _violate(self, text: str) -> None:
+        if text not in self.violations:
+            self.violations.append(text)
+            self.trace.record("check", "violation", {"text": text})
+
+    def watch_holders(self, job_id: str) -> None:
+        """holders-know-holders: shortly after a synchronous ADDJOB was
+        answered, in a healthy cluster, every node holding the job lists
+        every other one (REPLJOB carries the growing list; a holder that
+        missed a node would not tell it about an ack)."""
+        if self._nursery is not None and self.healthy():
+            self._nursery.start_soon(self._check_holders, job_id)
+
+    async def _check_holders(self, job_id: str) -> None:
+        await trio.sleep(HOLDERS_SETTLE_S)
+        if not self.healthy():
+            return
+        holders = {}
+        for n in self.nodes:
+            job = n.server.node.jobs.get(job_id)
+            if job is not None and job.state in (JobState.ACTIVE, JobState.QUEUED):
+                holders[n.server.node.node_id] = (n.name, job)
+        for node_id, (name, job) in holders.items():
+            missing = set(holders) - set(job.nodes_delivered) - {node_id}
+            if missing:
+                self._violate(
+                    f"holders-know-holders: {name} holds {job_id} without listing "
+                    f"{sorted(holders[m][0] for m in missing)}"
+                )
+
+    def healthy(self) -> bool:
+        return not self.net.faulty and not self.chaos and all(n.up for n in self.nodes)
+
+    async def monitor(self) -> None:
+        """Sample node state: queued-iff-in-queue, single-queued."""
+        since: dict[str, float] = {}
+        while True:
+            await trio.sleep(SAMPLE_S)
+            now = trio.current_time()
+            where: Counter[str] = Counter()
+            for n in self.nodes:
+                if not n.up:
+                    continue
+                core = n.server.node
+                for job in core.jobs.values():
+                    q = core.queues.get(job.queue)
+                    inq = q is not None and (job.ctime, job.id) in q.jobs
+                    if (job.state == JobState.QUEUED) != inq:
+                        self._violate(
+                            f"queued-iff-in-queue: {n.name} {job.id} {job.state.name} "
+                            f"{'in' if inq else 'not in'} its queue"
+                        )
+                    if job.state == JobState.QUEUED:
+                        where[job.id] += 1
+            if not self.healthy():
+                since.clear()
+                continue
+            double = {j for j, c in where.items() if c > 1}
+            for j in list(since):
+                if j not in double:
+                    del since[j]
+            for j in sorted(double):
+                start = since.setdefault(j, now)
+                if now - start > DOUBLE_QUEUED_S:
+                    self._violate(
+                        f"single-queued: {j} queued on 2+ nodes for more than "
+                        f"{DOUBLE_QUEUED_S:.0f}s (since t={start:.2f})"
+                    )
+
+    async def _progress(self) -> None:
+        """A progress line on stderr every 5 virtual seconds (if asked for;
+        the task runs either way, so that scheduling does not depend on it)."""
+        while True:
+            await trio.sleep(5.0)
+            if self.show_progress:
+                up = sum(n.up for n in self.nodes)
+                print(
+                    f"progress: t={trio.current_time():.0f}s {len(self.trace.lines)} events, "
+                    f"{up}/{self.count} nodes up, {len(self.violations)} violations",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    # -------------------------------------------------------------- helpers
 
     async def client(self, index: int) -> RespClient:
         """A client (not subject to partitions) connected to node ``index``."""
         stream = await self.net.connect(None, "127.0.0.1", self.nodes[index].port)
         return RespClient(stream)
 
-    async def _mesh(self) -> None:
-        first = await self.client(0)
-        for other in self.nodes[1:]:
-            await first.call("CLUSTER", "MEET", "127.0.0.1", other.port)
-        await first.aclose()
-        with trio.fail_after(MESH_TIMEOUT_S):
+    async def mesh(self, timeout: float = MESH_TIMEOUT_S) -> bool:
+        """MEET everyone from node 0 (first time), wait for a full mesh."""
+        if not any(n.server.node.cluster.others() for n in self.nodes if n.up):
+            first = await self.client(0)
+            for other in self.nodes[1:]:
+                await first.call("CLUSTER", "MEET", "127.0.0.1", other.port)
+            await first.aclose()
+        with trio.move_on_after(timeout):
             # Polling: the cluster table has no change notification.
             while not self.meshed():  # noqa: ASYNC110
                 await trio.sleep(0.05)
+            return True
+        return False
 
     def meshed(self) -> bool:
-        want = self.count - 1
-        return all(len(n.server.node.cluster.reachable()) >= want for n in self.nodes)
+        """Every node up and seeing every other current node reachable."""
+        if not all(n.up for n in self.nodes):
+            return False
+        want = {n.server.node.node_id for n in self.nodes}
+        for n in self.nodes:
+            reachable = {p.node_id for p in n.server.node.cluster.reachable()}
+            if not want - {n.server.node.node_id} <= reachable:
+                return False
+        return True
+
+    def converged(self) -> list[str]:
+        """Membership problems left (empty when converged): unknown or
+        flagged current nodes, wiped identities not forgotten."""
+        problems = []
+        current = {n.server.node.node_id for n in self.nodes}
+        old = {old for n in self.nodes for old in n.old_ids}
+        for n in self.nodes:
+            table = n.server.node.cluster
+            for other in self.nodes:
+                if other is n:
+                    continue
+                peer = table.nodes.get(other.server.node.node_id)
+                if peer is None:
+                    problems.append(f"{n.name} does not know {other.name}")
+                elif peer.flag_names() not in ("noflags", ""):
+                    problems.append(f"{n.name} sees {other.name} as {peer.flag_names()}")
+            stale = (set(table.nodes) - current) & old
+            if stale:
+                problems.append(f"{n.name} still lists wiped ids {sorted(stale)}")
+        return problems
 
     def up_indexes(self) -> list[int]:
         return [n.index for n in self.nodes if n.up]

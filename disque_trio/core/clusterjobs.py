@@ -326,6 +326,8 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
     if job.state == JobState.ACKED:
         node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
         return
+    if sender not in job.nodes_delivered:
+        job.nodes_delivered = (*job.nodes_delivered, sender)  # it holds a copy
     working = isinstance(msg, bus.Working)
     if job.state == JobState.QUEUED and (
         working or compare_ids_by_job(sender, node.node_id, job.id) > 0
@@ -472,6 +474,11 @@ def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
         job = node.jobs[job_id]
         job.state = JobState.ACTIVE
         job.flags |= FLAG_DELIVERED
+        if job.retry and sender not in job.nodes_delivered:
+            # Unlike the original, remember where the copy went: an ack
+            # made anywhere must reach it, or it comes back after the job
+            # was collected everywhere else.
+            job.nodes_delivered = (*job.nodes_delivered, sender)
         q.jobs_out += 1
         jobs.append(job)
     node.outbox.append((sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs))))
@@ -491,7 +498,16 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
         if job is None:
             job = _job_from_data(node, data)
             node.register(job)
-        job.flags &= ~FLAG_BCAST_QUEUED
+        else:
+            merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
+            job.nodes_delivered = merged
+        if job.retry:
+            # Unlike the original, tell the other holders: one of them may
+            # have queued its own copy meanwhile, and may not know this node
+            # holds one (the QUEUED rule then leaves a single copy queued).
+            job.flags |= FLAG_BCAST_QUEUED
+        else:
+            job.flags &= ~FLAG_BCAST_QUEUED
         if job.retry == 0:
             job.qtime = now  # any non-zero value lets enqueue() accept it
             job.flags &= ~FLAG_DELIVERED

@@ -399,11 +399,34 @@ class Node:
         if job.nodes_confirmed is None:
             job.nodes_confirmed = self.myself_only
         dummy = job.is_dummy_ack
-        everyone = not dummy and set(job.nodes_delivered) <= set(job.nodes_confirmed)
+        everyone = set(job.nodes_delivered) <= set(job.nodes_confirmed)
+        if dummy:
+            # A dummy ack goes when every node of the cluster said it does
+            # not know the job (the membership may have shrunk since).
+            everyone = self.cluster.nodes.keys() <= set(job.nodes_confirmed)
         if everyone or (dummy and self.cluster_size == 1):
             self.unregister(job)
             return
         self.send_setack(job)
+
+    def forget_node(self, node_id: str) -> int:
+        """CLUSTER FORGET: the node is gone for good, so no job waits for it.
+        It leaves every holder list; acked jobs it held up are collected.
+        Returns how many jobs listed it."""
+        touched = 0
+        for job in list(self.jobs.values()):
+            if job.state == JobState.ACKED and job.is_dummy_ack:
+                self.try_gc(job)  # it may have waited for that node only
+                continue
+            if node_id not in job.nodes_delivered:
+                continue
+            touched += 1
+            job.nodes_delivered = tuple(n for n in job.nodes_delivered if n != node_id)
+            if job.nodes_confirmed is not None:
+                job.nodes_confirmed = tuple(n for n in job.nodes_confirmed if n != node_id)
+            if job.state == JobState.ACKED:
+                self.try_gc(job)
+        return touched
 
     def next_gc_time(self, job: Job, now: int) -> int:
         period = min(GC_RETRY_MIN_MS << job.gc_retry, GC_RETRY_MAX_MS)

@@ -87,6 +87,7 @@ def _forget(ctx: Context, argv: list[bytes]) -> Reply:
     if node_id not in table.nodes:
         return err(f"Unknown node {node_id}")
     table.forget(node_id, ctx.server.env.clock.wall_ms())
+    ctx.server.node.forget_node(node_id)
     ctx.server.after_bus_event()
     ctx.server.bus.sync_links()
     return OK

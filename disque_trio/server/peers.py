@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..core.cluster import ClusterTable
+from ..core.job import JobState
 from ..protocol import bus
 
 if TYPE_CHECKING:
@@ -54,7 +55,10 @@ class PeerLink:
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
-        self.send_channel, self.receive_channel = trio.open_memory_channel[bytes](OUTBOX_SIZE)
+        # (job id of a REPLJOB or "", frame): see Bus._stale.
+        self.send_channel, self.receive_channel = trio.open_memory_channel[tuple[str, bytes]](
+            OUTBOX_SIZE
+        )
         # Cancelled when the node is forgotten: ends the link for good.
         self.cancel_scope = trio.CancelScope()
         # Cancelled to drop just the current connection (a stuck link): the
@@ -102,11 +106,14 @@ class Bus:
         """Start link tasks for new nodes, stop those of forgotten ones."""
         if self._nursery is None:
             return
-        wanted = {n.node_id for n in self.table.wanted_links()}
-        for node_id in wanted - self.links.keys():
-            link = self.links[node_id] = PeerLink(node_id)
-            self._nursery.start_soon(self._link_task, link)
-        for node_id in self.links.keys() - wanted:
+        # In a stable order (never a set's): the simulator replays the
+        # order in which tasks start.
+        wanted = [n.node_id for n in self.table.wanted_links()]
+        for node_id in wanted:
+            if node_id not in self.links:
+                link = self.links[node_id] = PeerLink(node_id)
+                self._nursery.start_soon(self._link_task, link)
+        for node_id in [x for x in self.links if x not in set(wanted)]:
             self.links.pop(node_id).cancel_scope.cancel()
 
     async def wait_links_up(self) -> None:
@@ -120,7 +127,8 @@ class Bus:
         if link is None:
             return
         try:
-            link.send_channel.send_nowait(bus.encode_frame(msg))  # type: ignore[arg-type]
+            job_id = msg.job.id if isinstance(msg, bus.ReplJob) else ""
+            link.send_channel.send_nowait((job_id, bus.encode_frame(msg)))  # type: ignore[arg-type]
         except trio.WouldBlock:
             link.dropped += 1
             return
@@ -174,7 +182,10 @@ class Bus:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
             try:
-                async for frame in link.receive_channel:
+                async for item in link.receive_channel:
+                    if self._stale(item[0]):
+                        continue
+                    frame = item[1]
                     await stream.send_all(self._batch(link, frame))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
@@ -185,11 +196,23 @@ class Bus:
         frames = [first]
         while len(frames) < SEND_BATCH:
             try:
-                frames.append(link.receive_channel.receive_nowait())
+                job_id, frame = link.receive_channel.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
+            if not self._stale(job_id):
+                frames.append(frame)
         self.frames_out += len(frames)
         return b"".join(frames)
+
+    def _stale(self, job_id: str) -> bool:
+        """A queued REPLJOB whose job this node no longer holds, or holds
+        acked, is not sent: it would resurrect a job collected meanwhile
+        (queues outlive reconnections, so a partition can delay a frame
+        for as long as it lasts)."""
+        if not job_id:
+            return False
+        job = self.server.node.jobs.get(job_id)
+        return job is None or job.state == JobState.ACKED
 
     def restart_link(self, node_id: str) -> None:
         """Drop a connection that looks stuck; its link task reconnects and

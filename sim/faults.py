@@ -1,0 +1,99 @@
+"""Apply a plan's faults to a World, each in its own task, overlapping when
+the plan says so. Every fault undoes itself after its length; ``heal_all``
+(the liveness phase) undoes whatever is left."""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+from .plan import Fault
+from .world import World
+
+# Bus chaos probabilities by the fault's arg (drop, duplicate, delay).
+CHAOS_LEVELS = ((0.05, 0.05, 0.05), (0.15, 0.1, 0.1), (0.3, 0.1, 0.2), (0.0, 0.3, 0.0))
+
+
+async def run_fault(world: World, fault: Fault, start: float) -> None:
+    await trio.sleep_until(start + fault.start / 10)
+    i = fault.victim % world.count
+    node = world.nodes[i]
+    length = max(0.1, fault.length / 10)
+    ports = world.ports()
+    others = [p for p in ports if p != node.port]
+    name = fault.name
+    world.trace.record("fault", "begin", {"fault": fault.describe()})
+    if name in ("crash", "wipe", "torn-crash"):
+        if not node.up:
+            return
+        torn = (1 + fault.arg) / 256 if name == "torn-crash" else 0.0
+        with trio.CancelScope(shield=True):
+            await world.crash(i, torn=torn, wipe=name == "wipe")
+        await trio.sleep(length)
+        with trio.CancelScope(shield=True):
+            if not node.up:
+                await world.restart(i)
+        return
+    if name == "reset":
+        world.net.reset(node.port)
+        return
+    if name == "clock-jump":
+        # arg: low bit the direction, the rest the size (up to ~64 s).
+        size = (fault.arg >> 1) * 500 + 500
+        ms = size if fault.arg & 1 else -size
+        assert node.clock is not None
+        node.clock.jump(ms)
+        world.jumps_ms += size
+        world.probes["clock-jump"] += 1
+        world.trace.record(node.name, "fault", {"ev": "clock-jump", "ms": ms})
+        return
+    if name == "bus-chaos":
+        world.chaos[i] = CHAOS_LEVELS[fault.arg % len(CHAOS_LEVELS)]
+        await trio.sleep(length)
+        world.chaos.pop(i, None)
+        return
+    hang = (fault.arg % 4) * 0.5 if fault.arg & 8 else 0.0
+    if name == "isolate":
+        key = world.net.add_rule("cut", [node.port], others, hang)
+    elif name == "halves":
+        rng = random.Random(fault.arg)
+        shuffled = sorted(ports)
+        rng.shuffle(shuffled)
+        cut = max(1, len(shuffled) // 2)
+        key = world.net.add_rule("cut", shuffled[:cut], shuffled[cut:], hang)
+    elif name == "oneway-out":
+        key = world.net.add_rule("stall", [node.port], others, hang)
+        world.probes["one-way-partition"] += 1
+    elif name == "oneway-in":
+        key = world.net.add_rule("stall", others, [node.port], hang)
+        world.probes["one-way-partition"] += 1
+    elif name == "clog":
+        key = world.net.add_rule("clog", [node.port], others)
+    elif name == "pause":
+        # Frozen: nothing goes in or out (clients included) until it wakes.
+        key = world.net.add_rule("clog", [node.port], [*others, None])
+    else:  # pragma: no cover - a new kind without a runner
+        raise AssertionError(f"no runner for fault {name}")
+    await trio.sleep(length)
+    world.net.remove_rule(key)
+
+
+async def run_faults(world: World, faults: list[Fault], start: float) -> None:
+    async with trio.open_nursery() as nursery:
+        for fault in faults:
+            nursery.start_soon(run_fault, world, fault, start)
+
+
+async def heal_all(world: World) -> None:
+    """The liveness phase's start: every rule and chaos gone, every node up,
+    wiped identities forgotten."""
+    world.net.heal()
+    world.chaos.clear()
+    for node in world.nodes:
+        if not node.up:
+            await world.restart(node.index)
+    for node in world.nodes:
+        if node.old_ids:
+            await world.introduce(node.index)  # its MEET may have met a partition
+    world.trace.record("world", "phase", {"ev": "healed"})

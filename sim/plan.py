@@ -1,0 +1,255 @@
+"""A run's plan: swarm parameters, the fault schedule and the workload mix.
+
+A plan is drawn from a seed (``Plan.from_seed``), saved as JSON
+(``Plan.to_json``/``Plan.from_json``) and replayed exactly. It is also a
+flat list of bounded non-negative integers (``encode``/``decode``) in which
+zero always means the simplest thing: no fault, the smallest cluster, the
+shortest run, no exotic job option. Hypothesis shrinks that list towards
+zeros (``sim.shrink``), so a minimised plan is a failing run with as little
+going on as possible.
+
+What a plan does not fix is drawn from ``Plan.seed`` at run time: network
+delays, Trio's scheduling order, the node a request goes to, think times.
+The shrinker keeps ``seed``; replaying a plan re-draws those the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import cattrs
+
+# Fault kinds; 0 is "no fault". Victim, start, length and arg mean what the
+# World's fault runner says for each (sim/faults.py).
+FAULT_KINDS = (
+    "none",
+    "crash",  # kill -9, restart after length (unsynced writes lost)
+    "isolate",  # one node cut from every other (both ways)
+    "halves",  # random halves (arg seeds the split)
+    "oneway-out",  # the victim's traffic to the others is dropped
+    "oneway-in",  # the others' traffic to the victim is dropped
+    "clog",  # bytes between the victim and the others held back, links kept
+    "reset",  # the victim's connections reset (instant, new ones allowed)
+    "clock-jump",  # the victim's wall clock jumps (arg: size and direction)
+    "pause",  # the victim freezes: every byte to and from it held back
+    "wipe",  # crash, restart with an empty disk (amnesia), rejoin by MEET
+    "bus-chaos",  # bus frames to the victim dropped / duplicated / delayed
+    "torn-crash",  # crash keeping a random prefix of the unsynced bytes
+)
+MAX_FAULTS = 8
+FSYNC = ("always", "everysec", "no")
+
+# (field, upper bound) in encoding order. A value is an int in [0, bound].
+SWARM_FIELDS: tuple[tuple[str, int], ...] = (
+    ("extra_nodes", 6),  # nodes = 1 + extra_nodes
+    ("extra_seconds", 20),  # safety phase = 2 + extra_seconds
+    ("extra_producers", 3),
+    ("extra_consumers", 3),
+    ("replicate_cap", 4),  # REPLICATE drawn in 1..min(nodes, 1 + cap)
+    ("fsync", 2),  # index into FSYNC
+    ("retry0_pct", 60),
+    ("async_pct", 60),
+    ("delay_pct", 40),  # jobs with a DELAY of 1..3 s
+    ("ttl_pct", 40),  # jobs with a short TTL (4..15 s)
+    ("noack_pct", 50),  # deliveries the consumer forgets (requeued at RETRY)
+    ("nack_pct", 30),
+    ("fastack_pct", 50),
+    ("working_pct", 30),
+    ("skew_ms", 500),  # per-node wall clock skew drawn in +-skew_ms
+    ("drift_ppm", 2000),  # per-node wall clock drift in +-drift_ppm
+    ("latency_ms", 40),  # one-way network delay up to 0.5 ms + latency_ms
+    ("consumer_pause", 8),  # consumers stop for this many seconds mid-run
+    ("pause_in", 6),  # one node pauses the queue in input for this many seconds
+)
+FAULT_FIELDS: tuple[tuple[str, int], ...] = (
+    ("kind", len(FAULT_KINDS) - 1),
+    ("victim", 6),  # modulo the node count
+    ("start", 200),  # tenths of a second into the safety phase
+    ("length", 80),  # tenths of a second
+    ("arg", 255),
+)
+
+
+@attrs.frozen
+class Fault:
+    kind: int = 0
+    victim: int = 0
+    start: int = 0
+    length: int = 0
+    arg: int = 0
+
+    @property
+    def name(self) -> str:
+        return FAULT_KINDS[self.kind]
+
+    def describe(self) -> str:
+        return (
+            f"{self.name} n{self.victim} at +{self.start / 10:.1f}s "
+            f"for {self.length / 10:.1f}s (arg {self.arg})"
+        )
+
+
+@attrs.frozen
+class Plan:
+    seed: int
+    extra_nodes: int = 2
+    extra_seconds: int = 8
+    extra_producers: int = 1
+    extra_consumers: int = 1
+    replicate_cap: int = 2
+    fsync: int = 0
+    retry0_pct: int = 0
+    async_pct: int = 0
+    delay_pct: int = 0
+    ttl_pct: int = 0
+    noack_pct: int = 0
+    nack_pct: int = 0
+    fastack_pct: int = 0
+    working_pct: int = 0
+    skew_ms: int = 0
+    drift_ppm: int = 0
+    latency_ms: int = 0
+    consumer_pause: int = 0
+    pause_in: int = 0
+    faults: tuple[Fault, ...] = ()
+
+    # ------------------------------------------------------------ derived
+
+    @property
+    def nodes(self) -> int:
+        return 1 + self.extra_nodes
+
+    @property
+    def duration(self) -> float:
+        return float(2 + self.extra_seconds)
+
+    @property
+    def producers(self) -> int:
+        return 1 + self.extra_producers
+
+    @property
+    def consumers(self) -> int:
+        return 1 + self.extra_consumers
+
+    @property
+    def appendfsync(self) -> str:
+        return FSYNC[self.fsync]
+
+    @property
+    def max_replicate(self) -> int:
+        return min(self.nodes, 1 + self.replicate_cap)
+
+    def active_faults(self) -> list[Fault]:
+        """Faults that do something in this cluster (not "none")."""
+        if self.nodes < 2:
+            # One node: only what needs no peer.
+            keep = {"crash", "clock-jump", "wipe", "torn-crash"}
+            return [f for f in self.faults if f.name in keep]
+        return [f for f in self.faults if f.kind]
+
+    def swarm(self) -> dict[str, Any]:
+        """The swarm parameters, for trace headers and reports."""
+        out = {name: getattr(self, name) for name, _ in SWARM_FIELDS}
+        out.update(nodes=self.nodes, duration=self.duration, appendfsync=self.appendfsync)
+        return out
+
+    # ----------------------------------------------------------- encoding
+
+    def encode(self) -> list[int]:
+        values = [getattr(self, name) for name, _ in SWARM_FIELDS]
+        slots = list(self.faults) + [Fault()] * (MAX_FAULTS - len(self.faults))
+        for fault in slots[:MAX_FAULTS]:
+            values += [getattr(fault, name) for name, _ in FAULT_FIELDS]
+        return values
+
+    @classmethod
+    def decode(cls, seed: int, draw: Callable[[int], int]) -> Plan:
+        """Build a plan from ``draw(bound) -> int in [0, bound]`` calls made
+        in ``encode`` order (a list, a Hypothesis ConjectureData...)."""
+        swarm = {name: draw(bound) for name, bound in SWARM_FIELDS}
+        faults = []
+        for _ in range(MAX_FAULTS):
+            fault = Fault(**{name: draw(bound) for name, bound in FAULT_FIELDS})
+            if fault.kind:
+                faults.append(fault)
+        return cls(seed=seed, faults=tuple(faults), **swarm)
+
+    @classmethod
+    def from_values(cls, seed: int, values: list[int]) -> Plan:
+        it: Iterator[int] = iter(values)
+
+        def draw(bound: int) -> int:
+            return max(0, min(bound, next(it, 0)))
+
+        return cls.decode(seed, draw)
+
+    # --------------------------------------------------------------- JSON
+
+    def to_json(self) -> str:
+        return json.dumps(_converter.unstructure(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return _converter.structure(json.loads(text), cls)
+
+    # ---------------------------------------------------------- from seed
+
+    @classmethod
+    def from_seed(cls, seed: int, nodes: int | None = None, duration: float | None = None) -> Plan:
+        """The swarm: every seed picks its own cluster size, job mix, clock
+        trouble and a handful of faults (VOPR-style swarm testing)."""
+        rng = random.Random(f"plan-{seed}")
+
+        def pct(p_on: float, hi: int) -> int:
+            return rng.randint(1, hi) if rng.random() < p_on else 0
+
+        n = nodes if nodes is not None else rng.choice((1, 2, 3, 3, 3, 4, 5, 5, 6, 7))
+        secs = int(duration) if duration is not None else rng.randint(6, 12)
+        cap = rng.randint(0, 4)
+        faults = []
+        window = max(1, (secs - 1) * 10)
+        for _ in range(rng.choice((1, 2, 2, 3, 3, 4, 5))):
+            kind = rng.choices(
+                range(1, len(FAULT_KINDS)),
+                weights=(5, 4, 3, 2, 2, 2, 2, 2, 2, 1, 2, 2),
+            )[0]
+            faults.append(
+                Fault(
+                    kind=kind,
+                    victim=rng.randrange(7) % max(1, n),
+                    start=rng.randrange(5, max(6, window - 10)),
+                    length=rng.randint(5, 60),
+                    arg=rng.randrange(256),
+                )
+            )
+        faults.sort(key=lambda f: f.start)
+        return cls(
+            seed=seed,
+            extra_nodes=max(0, min(6, n - 1)),
+            extra_seconds=max(0, min(20, secs - 2)),
+            extra_producers=rng.randint(0, 2),
+            extra_consumers=rng.randint(0, 2),
+            replicate_cap=cap,
+            fsync=rng.choice((0, 0, 1, 1, 2)),
+            retry0_pct=pct(0.4, 40),
+            async_pct=pct(0.3, 50),
+            delay_pct=pct(0.3, 30),
+            ttl_pct=pct(0.2, 30),
+            noack_pct=pct(0.4, 30),
+            nack_pct=pct(0.3, 20),
+            fastack_pct=pct(0.3, 50),
+            working_pct=pct(0.3, 30),
+            skew_ms=pct(0.5, 500),
+            drift_ppm=pct(0.3, 2000),
+            latency_ms=pct(0.4, 40),
+            consumer_pause=pct(0.3, 8),
+            pause_in=pct(0.3, 6),
+            faults=tuple(faults[:MAX_FAULTS]),
+        )
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)

@@ -1,0 +1,94 @@
+"""Run a plan in a World and judge it: the black-box checkers over the
+history, the World's white-box checks, and the end-of-run liveness checks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from disque_trio.core.job import JobState
+
+from .checkers import Crashes, Report, check
+from .plan import Plan
+from .workload import Workload
+from .world import World
+
+
+@attrs.define
+class Outcome:
+    plan: Plan
+    world: World
+    workload: Workload
+    report: Report
+    violations: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per wall second."""
+        return self.world.virtual_seconds / max(1e-9, self.world.wall_seconds)
+
+
+def allowance_s(world: World) -> float:
+    """How far two nodes' wall clocks may disagree in this run, plus the
+    timers' one-second granularity and network latency."""
+    plan = world.plan
+    drift = 2 * plan.drift_ppm / 1_000_000 * max(60.0, world.virtual_seconds)
+    return 2 * plan.skew_ms / 1000 + drift + world.jumps_ms / 1000 + 0.5 + plan.latency_ms / 500
+
+
+def end_checks(world: World, workload: Workload) -> list[str]:
+    """Liveness after heal and settle, and replicated-before-ok."""
+    out: list[str] = []
+    # A job delivered (and acked) before its ADDJOB answered is answered OK
+    # whatever its copies: the ack it got proves it existed.
+    got_at: dict[str, float] = {}
+    for e in workload.history:
+        if e.op == "get":
+            got_at.setdefault(e.data["id"], e.t)
+    for e in workload.history:
+        data = e.data
+        if e.op == "add" and data["ok"] and data["retry"] > 0 and not data.get("async"):
+            job_id = data["reply"]
+            if got_at.get(job_id, e.t + 1) <= e.t:
+                continue
+            want = data["copies"]
+            regs = world.registered_at.get(job_id, {})
+            early = [n for n, t in regs.items() if t <= e.t]
+            if len(early) < want:
+                out.append(f"replicated-before-ok: {job_id} OK with {len(early)} holders < {want}")
+    acked_ok = {
+        e.data["id"]
+        for e in workload.history
+        if e.op == "ack" and not e.data["reply"].startswith(("ERR", "conn", "NOJOB"))
+    }
+    for n in world.nodes:
+        for job in n.server.node.jobs.values():
+            if job.id in world.ever_reloaded:
+                continue  # an ack lost with unsynced AOF writes: legal
+            if job.id in acked_ok:
+                out.append(
+                    f"acked-collected: {n.name} still holds acked {job.id} "
+                    f"({job.state.name}) after settling"
+                )
+            elif job.state == JobState.ACKED:
+                out.append(f"acked-collected: {n.name} still holds ack {job.id} after settling")
+    out += [f"converged: {p}" for p in workload.converged]
+    return out
+
+
+def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcome:
+    world = world_cls(plan, **config)
+    workload = Workload(plan)
+    started = time.perf_counter()
+    world.run(workload)
+    world.wall_seconds = time.perf_counter() - started
+    crashes = Crashes(world.appendfsync, world.holders, world.amnesia)
+    report = check(workload.history, workload.drained, crashes, allowance_s(world))
+    violations = report.violations + world.violations + end_checks(world, workload)
+    return Outcome(plan, world, workload, report, violations)
