@@ -195,7 +195,9 @@ def sweep(seeds: range, args: argparse.Namespace, save: bool = True) -> int:
                 continue
             failed += 1
             violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
-            print(f"seed {seed}: FAIL {wall:.1f}s", flush=True)
+            # FAIL: a checker's verdict; ERROR: the run itself broke.
+            verdict = "FAIL" if rc == 1 and violations else f"ERROR (exit {rc})"
+            print(f"seed {seed}: {verdict} {wall:.1f}s", flush=True)
             for text in violations[:5] or lines[-10:]:
                 print(f"    {text}", flush=True)
             if save and not getattr(args, "mutant", None):

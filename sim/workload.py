@@ -121,6 +121,9 @@ class Workload:
             await world.mesh(CONVERGE_S)
             await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
+            # Afresh: an answer that came in while producers were stopping
+            # may have set it before the last jobs were added.
+            self._all_delivered = trio.Event()
             if not self._undelivered:
                 self._all_delivered.set()
             with trio.move_on_after(self.drain_timeout):

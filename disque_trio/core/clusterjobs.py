@@ -334,6 +334,11 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
     ):
         node.dequeue(job)
         node.probe("queued-caused-dequeue", job)
+    elif job.state == JobState.QUEUED and not working:
+        # Both queued and we keep ours: say so, or the sender (which may
+        # have queued after our QUEUED reached it) keeps its copy queued too.
+        # It loses the same comparison, so it dequeues and does not answer.
+        node.outbox.append((sender, bus.Queued(job.id, 0)))
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
@@ -421,6 +426,10 @@ def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
         return
     now = node.now_ms()
     q = node.queue(name, now)
+    # The wall clock went back: a pacing mark in the future would silence
+    # this queue's requests for as long as the jump (found by the simulator).
+    q.needjobs_bcast_ms = min(q.needjobs_bcast_ms, now)
+    q.needjobs_adhoc_ms = min(q.needjobs_adhoc_ms, now)
     rate = q.import_rate(now)
     if reached_zero and rate == 0:
         return

@@ -1,16 +1,68 @@
-"""Cheap mutants are caught by the simulator's checks."""
+"""The simulator in CI: every planted bug is caught, and a range of seeds
+picked by the commit passes (python -m sim mutants / python -m sim ci)."""
 
 from __future__ import annotations
 
-import pytest
+import subprocess
+import sys
+from pathlib import Path
 
-from sim.mutants import run_mutant
+from sim.mutants import MUTANTS, run_mutant
+
+from .conftest import SUMMARY
+
+ROOT = Path(__file__).resolve().parents[2]
+# Seeds tried per mutant: every mutant is caught well within this range
+# (the slowest, gotjob-duplicate-counted, at seed 23).
+MUTANT_SEEDS = "1..40"
+CI_SEEDS = 200
 
 
-@pytest.mark.parametrize(
-    ("name", "seeds"),
-    [("setack-forgets-one-holder", (1, 2, 3)), ("aof-write-dropped", (1, 2, 3, 4))],
-)
-def test_cheap_mutants_are_caught(name: str, seeds: tuple[int, ...]) -> None:
-    seed, violations = run_mutant(name, seeds)
+def _run(args: list[str], timeout: float) -> tuple[int, list[str]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "sim", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return out.returncode, out.stdout.strip().splitlines() + out.stderr.strip().splitlines()[-5:]
+
+
+def test_a_mutant_is_caught_in_process() -> None:
+    seed, violations = run_mutant("setack-forgets-one-holder", (1, 2, 3))
     assert seed is not None and violations
+
+
+def test_every_mutant_is_caught() -> None:
+    assert len(MUTANTS) >= 8
+    rc, lines = _run(["mutants", "--seeds", MUTANT_SEEDS, "--jobs", "2"], timeout=900)
+    SUMMARY.extend(line for line in lines if ": caught" in line or ": NOT" in line)
+    last = next(line for line in reversed(lines) if line.startswith("mutants: "))
+    SUMMARY.append(last)
+    assert last == f"mutants: caught {len(MUTANTS)}/{len(MUTANTS)}", "\n".join(lines)
+    assert rc == 0
+
+
+def test_seed_range_picked_by_the_commit_runs_to_a_verdict() -> None:
+    """Discovery, not a gate: each commit explores 200 new swarm seeds and
+    the log shows `seeds: N passed, N failed` with the failing seeds' first
+    violations (replay with `python -m sim run --seed N`). Known node bugs
+    still fail a few percent of seeds (see the issue notes); what must hold
+    here is that the simulator itself reaches a verdict for every seed:
+    no crash, no wall-clock guard, a digest for each passing seed."""
+    rc, lines = _run(["ci", "--count", str(CI_SEEDS), "--jobs", "2"], timeout=1500)
+    summary = [line for line in lines if line.startswith(("ci:", "sweep wall", "seeds:"))]
+    failures = [
+        line for line in lines if ": FAIL" in line or ": ERROR" in line or line[:4] == "    "
+    ]
+    SUMMARY.extend(summary + failures[:40])
+    verdict = next(line for line in lines if line.startswith("seeds: "))
+    passed, failed = (int(word) for word in verdict.split() if word.isdigit())
+    assert passed + failed == CI_SEEDS, verdict
+    assert rc == (1 if failed else 0)
+    errors = [line for line in lines if ": ERROR" in line or "wall-clock guard" in line]
+    assert not errors, "\n".join(lines[-40:])
+    digests = [line for line in lines if ": PASS" in line and " digest " in line]
+    assert len(digests) == passed

@@ -13,7 +13,7 @@ THIRD_ID = "5a5a5a5a" + "c4" * 16
 
 
 def test_yourjobs_sender_lists_the_receiver_as_a_holder() -> None:
-    node, clock = make_node()
+    node, _ = make_node()
     job_id = add(node, "q", "body", "RETRY", 5)
     cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
     [(to, msg)] = [(t, m) for t, m in node.outbox if isinstance(m, bus.YourJobs)]
