@@ -13,6 +13,7 @@ Every operation lands in the history as (virtual time, client, op, data).
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import attrs
@@ -60,6 +61,7 @@ class Workload:
     history: list[Event] = attrs.field(factory=list)
     drained: bool = False
     converged: list[str] = attrs.field(factory=list)  # membership problems after heal
+    safety_speed: float = 0.0  # simulated / wall seconds of the safety phase
     _world: World | None = None
     _stop_producing: trio.Event = attrs.field(factory=trio.Event)
     _consumers_on: trio.Event = attrs.field(factory=trio.Event)
@@ -96,6 +98,7 @@ class Workload:
         self._consumers_on.set()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         start = trio.current_time()
+        wall_start = time.perf_counter()  # for speed reports only, not traced
         world.trace.record("workload", "phase", {"ev": "safety"})
         async with trio.open_nursery() as nursery:
             for i in range(plan.consumers):
@@ -112,6 +115,9 @@ class Workload:
                     await run_faults(world, plan.active_faults(), start)
                     await trio.sleep_forever()
                 self._stop_producing.set()
+                self.safety_speed = (trio.current_time() - start) / max(
+                    1e-9, time.perf_counter() - wall_start
+                )
                 # Liveness phase: faults off (a producer may be waiting on a
                 # frozen node), every node back.
                 world.trace.record("workload", "phase", {"ev": "liveness"})
