@@ -13,7 +13,7 @@ from disque_trio.core.job import JobState
 from .checkers import Crashes, Report, check
 from .plan import Plan
 from .workload import Workload
-from .world import World
+from .world import StormError, World
 
 
 @attrs.define
@@ -86,7 +86,10 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
     world = world_cls(plan, **config)
     workload = Workload(plan)
     started = time.perf_counter()
-    world.run(workload)
+    try:
+        world.run(workload)
+    except* StormError:
+        pass  # recorded in world.violations; the history so far is checked
     world.wall_seconds = time.perf_counter() - started
     crashes = Crashes(world.appendfsync, world.holders, world.amnesia)
     report = check(workload.history, workload.drained, crashes, allowance_s(world))

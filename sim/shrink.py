@@ -22,8 +22,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.internal.conjecture.data import ConjectureData, Status
 from hypothesis.internal.conjecture.engine import ConjectureRunner
+from hypothesis.internal.escalation import InterestingOrigin
 
 from .plan import Plan
+
+
+class PlanFails(Exception):
+    """The one kind of failure the shrinker looks for: the plan fails."""
+
+
+_ORIGIN = InterestingOrigin.from_exception(PlanFails())
 
 
 def shrink_plan(
@@ -45,7 +53,7 @@ def shrink_plan(
             if log is not None and sum(candidate.encode()) < smallest:
                 smallest = sum(candidate.encode())
                 log(f"run {runs}: still fails with {describe(candidate)}")
-            data.mark_interesting()
+            data.mark_interesting(_ORIGIN)
 
     runner = ConjectureRunner(
         test_function,

@@ -22,6 +22,7 @@ sampling monitor (``World.violations``):
   node's queue.
 * ``pause-in``: a node never stores a replicated copy (REPLJOB) of a job
   for a queue it has paused in input.
+* ``collected-everywhere``: see ``World._check_collected``.
 * ``holders-know-holders``: see ``World.watch_holders``.
 * ``single-queued``: while the network is healthy and every node up, no job
   stays queued on two nodes for more than ``DOUBLE_QUEUED_S``.
@@ -76,6 +77,14 @@ MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
+COLLECT_SETTLE_S = 1.0
+# Far above any legitimate rate (heartbeats, replication, acks, chaos
+# duplicates): a planted SETACK ping-pong reaches hundreds of thousands.
+STORM_FRAMES_PER_S = 5000
+
+
+class StormError(Exception):
+    """The cluster is flooding its bus: the run stops with a violation."""
 
 
 class SimClock:
@@ -155,6 +164,7 @@ class World:
         self.pending_acked_requeue: dict[tuple[str, str], str] = {}
         self.acked_in_fault: set[str] = set()  # acked by a client while faults were on
         self.show_progress = False
+        self.peak_frame_rate = 0.0
 
     def child_rng(self) -> random.Random:
         """A new generator derived from the root (workload, faults)."""
@@ -444,6 +454,8 @@ class World:
                     self.probes["aof-reload-requeued-job"] += 1
             if event in CORE_PROBES:
                 self.probes[event] += 1
+            if event == "ack-collected" and self.healthy() and self._nursery is not None:
+                self._nursery.start_soon(self._check_collected, name, job.id)
 
         return observe
 
@@ -458,15 +470,20 @@ class World:
         every other one (REPLJOB carries the growing list; a holder that
         missed a node would not tell it about an ack)."""
         if self._nursery is not None and self.healthy():
-            self._nursery.start_soon(self._check_holders, job_id)
+            self._nursery.start_soon(self._check_holders, job_id, trio.current_time())
 
-    async def _check_holders(self, job_id: str) -> None:
+    async def _check_holders(self, job_id: str, ok_at: float) -> None:
         await trio.sleep(HOLDERS_SETTLE_S)
         if not self.healthy():
             return
+        # The copies replication made (a copy federation moved since is
+        # announced by QUEUED, which may still be on its way).
+        replicated = {n for n, t in self.registered_at.get(job_id, {}).items() if t <= ok_at}
         holders = {}
         for n in self.nodes:
             job = n.server.node.jobs.get(job_id)
+            if n.name not in replicated:
+                continue
             if job is not None and job.state in (JobState.ACTIVE, JobState.QUEUED):
                 holders[n.server.node.node_id] = (n.name, job)
         for node_id, (name, job) in holders.items():
@@ -477,15 +494,43 @@ class World:
                     f"{sorted(holders[m][0] for m in missing)}"
                 )
 
+    async def _check_collected(self, collector: str, job_id: str) -> None:
+        """collected-everywhere: once a node collected an acked job (every
+        holder confirmed), the holders drop it promptly (DELJOB)."""
+        await trio.sleep(COLLECT_SETTLE_S)
+        if not self.healthy():
+            return
+        left = [n.name for n in self.nodes if job_id in n.server.node.jobs]
+        if left:
+            self._violate(
+                f"collected-everywhere: {collector} collected {job_id}, "
+                f"{COLLECT_SETTLE_S:.0f}s later {left} still hold it"
+            )
+
     def healthy(self) -> bool:
         return not self.net.faulty and not self.chaos and all(n.up for n in self.nodes)
 
+    def frames_in(self) -> int:
+        return sum(n.server.bus.frames_in for n in self.nodes if n.up)
+
     async def monitor(self) -> None:
-        """Sample node state: queued-iff-in-queue, single-queued."""
+        """Sample node state: queued-iff-in-queue, single-queued, and the
+        bus message rate (a storm ends the run: it would never finish)."""
         since: dict[str, float] = {}
+        frames = self.frames_in()
         while True:
             await trio.sleep(SAMPLE_S)
             now = trio.current_time()
+            current = self.frames_in()
+            rate = max(0, current - frames) / SAMPLE_S
+            frames = current
+            self.peak_frame_rate = max(self.peak_frame_rate, rate)
+            if rate > STORM_FRAMES_PER_S * self.count:
+                self._violate(
+                    f"message-storm: {rate:.0f} bus frames/s across {self.count} nodes "
+                    f"at t={now:.2f} (limit {STORM_FRAMES_PER_S}/s per node)"
+                )
+                raise StormError(self.violations[-1])
             where: Counter[str] = Counter()
             for n in self.nodes:
                 if not n.up:

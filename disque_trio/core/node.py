@@ -403,7 +403,8 @@ class Node:
         if dummy:
             # A dummy ack goes when every node of the cluster said it does
             # not know the job (the membership may have shrunk since).
-            everyone = self.cluster.nodes.keys() <= set(job.nodes_confirmed)
+            nodes = self.cluster.nodes.keys()
+            everyone = len(nodes) > 1 and nodes <= set(job.nodes_confirmed)
         if everyone or (dummy and self.cluster_size == 1):
             self.unregister(job)
             return

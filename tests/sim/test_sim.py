@@ -264,7 +264,7 @@ def test_failing_run_prints_violation_trace_and_replay(tmp_path: Path) -> None:
             "sim",
             "run",
             "--seed",
-            "2",
+            "1",
             "--mutant",
             "aof-write-dropped",
             "--trace",
@@ -280,17 +280,17 @@ def test_failing_run_prints_violation_trace_and_replay(tmp_path: Path) -> None:
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 1, out.stdout + out.stderr
     assert any(line.startswith("VIOLATION ") for line in lines)
-    assert "replay: python -m sim run --seed 2 --mutant aof-write-dropped" in lines
+    assert "replay: python -m sim run --seed 1 --mutant aof-write-dropped" in lines
     assert lines[-1].startswith("digest ")
     trace = (tmp_path / "t.jsonl").read_text().splitlines()
     header, footer = json.loads(trace[0])["header"], json.loads(trace[-1])["footer"]
-    assert header["seed"] == 2 and header["mutant"] == "aof-write-dropped"
+    assert header["seed"] == 1 and header["mutant"] == "aof-write-dropped"
     assert header["replay"].startswith("python -m sim")
     assert "trio" in header["versions"] and header["swarm"]["nodes"] >= 1
     assert footer["violations"] and footer["ok"] is False
     assert all(json.loads(line)["t"] >= 0 for line in trace[1:-1])
     log = (tmp_path / "t.log").read_text().splitlines()
-    assert log[0] == "# seed: 2" and any("VIOLATION" in line for line in log)
+    assert log[0] == "# seed: 1" and any("VIOLATION" in line for line in log)
 
 
 def test_checker_flags_lost_phantom_and_retry0_duplicates() -> None:
