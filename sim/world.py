@@ -380,14 +380,16 @@ class World:
                 self.probes["bus-frame-dropped"] += 1
                 self.trace.record(node.name, "chaos", {"ev": "drop", "msg": kind})
                 return
+            if drop + dup <= r < drop + dup + delay and self._nursery is not None:
+                # Delivered once, later: after frames sent after it.
+                later = self.chaos_rng.uniform(0.05, 1.0)
+                self.trace.record(node.name, "chaos", {"ev": "late", "msg": kind})
+                self._nursery.start_soon(self._late, node, incarnation, later, sender, msg)
+                return
             deliver(sender, msg)
             if r < drop + dup:
                 self.trace.record(node.name, "chaos", {"ev": "dup", "msg": kind})
                 deliver(sender, msg)
-            elif r < drop + dup + delay and self._nursery is not None:
-                later = self.chaos_rng.uniform(0.05, 1.0)
-                self.trace.record(node.name, "chaos", {"ev": "late", "msg": kind})
-                self._nursery.start_soon(self._late, node, incarnation, later, sender, msg)
 
         return chaotic
 

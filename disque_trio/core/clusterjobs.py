@@ -507,6 +507,11 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
         if job is None:
             job = _job_from_data(node, data)
             node.register(job)
+            if job.retry == 0:
+                job.qtime = now  # any non-zero value lets enqueue() accept it
+                job.flags &= ~FLAG_DELIVERED
+        elif job.retry == 0:
+            continue  # a duplicate or late copy: at most once, never again
         else:
             merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
             job.nodes_delivered = merged
@@ -517,9 +522,6 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
             job.flags |= FLAG_BCAST_QUEUED
         else:
             job.flags &= ~FLAG_BCAST_QUEUED
-        if job.retry == 0:
-            job.qtime = now  # any non-zero value lets enqueue() accept it
-            job.flags &= ~FLAG_DELIVERED
         if not node.enqueue(job, now=now):
             continue
         node.probe("yourjobs-moved-a-job", job)
