@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("plan")
     replay.add_argument("--mutant")
     replay.add_argument("--trace")
+    replay.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
 
     if args.cmd == "mutants":
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "replay":
         plan, mutant = load_plan(args.plan)
         mutant = args.mutant or mutant
-        outcome = run_plan(plan, mutant, progress=True)
+        outcome = run_plan(plan, mutant, progress=not args.quiet)
         return report_run(outcome, mutant, args.trace, args.plan)
     if args.seeds is not None:
         return sweep(parse_range(args.seeds), args)

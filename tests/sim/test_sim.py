@@ -395,3 +395,46 @@ def test_shrinker_finds_the_smallest_failing_plan() -> None:
     assert small.nodes == 2 and len(small.faults) == 1
     assert small.faults[0] == Fault(kind=1)
     assert small.encode().count(0) == len(small.encode()) - 2
+
+
+def test_shrink_cli_writes_a_plan_that_replay_reproduces(tmp_path: Path) -> None:
+    out_path = tmp_path / "plan.json"
+    shrink = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "shrink",
+            "--seed",
+            "2",
+            "--mutant",
+            "pause-in-ignored",
+            "--max-runs",
+            "60",
+            "--out",
+            str(out_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert shrink.returncode == 0, shrink.stdout + shrink.stderr
+    plan, mutant = load_plan(str(out_path))
+    assert mutant == "pause-in-ignored"
+    original = Plan.from_seed(2)
+    assert sum(plan.encode()) < sum(original.encode())
+    assert len(plan.active_faults()) <= len(original.active_faults())
+    replay = subprocess.run(
+        [sys.executable, "-m", "sim", "replay", str(out_path), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = replay.stdout.strip().splitlines()
+    assert replay.returncode == 1
+    assert any(line.startswith("VIOLATION pause-in") for line in lines)
+    assert lines[-1].startswith("digest ")
