@@ -17,7 +17,8 @@ sampling monitor (``World.violations``):
 * ``retry0-once``: a RETRY 0 job is queued at most once per registration
   (per node) and never re-queued after an AOF reload.
 * ``always-no-amnesia``: with ``appendfsync always`` a node restarted after
-  a crash (not a wipe) reloads every job it held when it crashed.
+  a crash (not a wipe) reloads every job it held when it crashed, but for
+  those whose TTL ran out while it was down (the load drops them).
 * ``queued-iff-in-queue``: a job is QUEUED exactly when it sits in its
   node's queue.
 * ``pause-in``: a node never stores a replicated copy (REPLJOB) of a job
@@ -119,7 +120,7 @@ class SimNode:
         self.wiped = False  # this incarnation started on a wiped disk
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
-        self.held_at_crash: set[str] = set()
+        self.held_at_crash: dict[str, int] = {}  # job id -> etime (s)
         self.loaded: set[str] = set()  # job ids loaded from the AOF by this incarnation
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
@@ -285,7 +286,7 @@ class World:
         node = self.nodes[i]
         assert node.up and node.scope is not None and node.handle is not None
         node.held_at_crash = {
-            job.id
+            job.id: job.etime
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
@@ -313,7 +314,14 @@ class World:
         node = self.nodes[i]
         assert not node.up
         await self._start_node(i)
-        forgot = sorted(node.held_at_crash - node.loaded)
+        # A job whose TTL ran out while the node was down is rightly not
+        # loaded back (the same rule as the AOF load and the expiry timer).
+        now = node.server.node.now_ms()
+        forgot = sorted(
+            job_id
+            for job_id, etime in node.held_at_crash.items()
+            if job_id not in node.loaded and etime * 1000 > now
+        )
         for job_id in forgot:
             self.amnesia.setdefault(job_id, set()).add(node.name)
         if forgot:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -77,6 +78,19 @@ def test_restarted_node_keeps_its_id_and_fsynced_jobs() -> None:
             ids.setdefault(node, set()).add(data)
     assert all(len(v) == 1 for v in ids.values()), ids  # nodes.conf recovered
     assert not outcome.world.amnesia  # appendfsync always
+    assert outcome.ok, outcome.violations
+
+
+def test_job_expired_while_down_is_not_amnesia() -> None:
+    """Seed 922367157: n2 (appendfsync always) held a TTL 4 job, crashed for
+    3.4 s and came back after its TTL: the AOF load rightly drops it. That is
+    not amnesia; a job still within its TTL and not loaded would be."""
+    plan = Plan.from_seed(922367157)
+    plan = attrs.evolve(plan, faults=plan.faults[:1])  # the crash of n2 alone
+    outcome = execute(plan)
+    n2 = outcome.world.nodes[2]
+    assert set(n2.held_at_crash) - n2.loaded == {"D-d21b55d4-BigRXVl1k5wasgsNfg0zP7g4-0001"}
+    assert not outcome.world.amnesia
     assert outcome.ok, outcome.violations
 
 
