@@ -3,9 +3,10 @@
 Rules, one per message:
 
 * REPLJOB: store the job as ``active`` (or merge the node list if known),
-  answer GOTJOB unless told not to. Refused for queues paused in input and
-  while leaving. Receivers never queue it: they re-queue after RETRY unless
-  told (QUEUED) that someone else did.
+  answer GOTJOB unless told not to. Refused for queues paused in input,
+  while leaving, and for jobs deleted here lately (a late copy, sent before
+  the job was collected, would resurrect it). Receivers never queue it: they
+  re-queue after RETRY unless told (QUEUED) that someone else did.
 * GOTJOB: the sender holds a copy. When REPLICATE nodes confirmed, the job
   is replicated: queue it here and answer the waiting ADDJOB client.
 * WILLQUEUE: a holder will re-queue soon. If queued here, answer QUEUED
@@ -18,7 +19,7 @@ Rules, one per message:
 * GOTACK(known): the sender confirmed the ack; when every holder did, send
   DELJOB to them all and delete. Dummy acks go once a holder answers, or once
   every node said it does not know the job.
-* DELJOB: forget the job.
+* DELJOB: forget the job (and remember its ID for a while, held or not).
 * ENQUEUE: queue it now (or after the delay): the sender chose us.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS; YOURJOBS: queue what arrived, remember the source.
@@ -257,6 +258,8 @@ def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
         return
     job = node.jobs.get(data.id)
     if job is None:
+        if data.id in node.deleted_ids:
+            return  # deleted here lately: a late copy would resurrect it
         job = _job_from_data(node, data)
         job.flags |= FLAG_BCAST_QUEUED
         node.register(job)
@@ -405,7 +408,10 @@ def _on_gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
 
 def _on_deljob(node: Node, sender: str, msg: bus.DelJob) -> None:
     job = node.jobs.get(msg.job_id)
-    if job is not None:
+    if job is None:
+        # Not here (yet): its REPLJOB may still be on its way.
+        node.remember_deleted(msg.job_id)
+    else:
         if job.state == JobState.WAIT_REPL:
             # Our own ADDJOB still waiting: a DELJOB is a stray (FASTACK
             # elsewhere); keep waiting, the timeout decides.

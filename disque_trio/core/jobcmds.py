@@ -202,6 +202,8 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
         if job is not None:
             node.unregister(job)
             known += 1
+        else:
+            node.remember_deleted(job_id)
     return known
 
 

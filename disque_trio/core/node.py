@@ -55,6 +55,10 @@ TIME_ERROR_MS = 500  # re-queue times are spread by +/- half of this
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
 GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
 GC_RETRY_COUNT_MAX = 10
+# IDs of jobs deleted here that a REPLJOB still in flight must not bring back:
+# kept this long, and at most this many (the oldest go first).
+DELETED_IDS_MS = 60_000
+DELETED_IDS_MAX = 100_000
 # Memory accounting for maxmemory and INFO: a per-object estimate (measured
 # with bench/ on CPython 3.11: a queued job costs about this much besides
 # its body), deterministic so that simulated nodes agree with real ones.
@@ -110,6 +114,9 @@ class Node:
         self.aof: list[bytes] | None = None
         # ADDJOB clients waiting for synchronous replication, by job ID.
         self.repl_waiters: dict[str, Waiter] = {}
+        # Jobs deleted here lately, ID -> wall ms, oldest first (see
+        # remember_deleted).
+        self.deleted_ids: dict[str, int] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -207,7 +214,27 @@ class Node:
         del self.jobs[job.id]
         if job.body is not None:
             self.body_bytes -= len(job.body)
+        self.remember_deleted(job.id)
         self._notify("deleted", job)
+
+    def remember_deleted(self, job_id: str) -> None:
+        """Remember for a while that a job is gone from here (collected,
+        DELJOB, expired, moved away). A REPLJOB sent before may still be on
+        its way (another link, overtaken by the DELJOB): taking it would
+        resurrect the job as a copy no node acks or collects any more, and
+        it would be delivered again. Only in a cluster: REPLJOB comes from
+        peers."""
+        if self.cluster_size <= 1:
+            return
+        now = self.now_ms()
+        deleted = self.deleted_ids
+        deleted.pop(job_id, None)
+        deleted[job_id] = now
+        while True:
+            oldest, at = next(iter(deleted.items()))
+            if len(deleted) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
+                break
+            del deleted[oldest]
 
     def _notify(self, event: str, job: Job) -> None:
         for observer in self.observers:

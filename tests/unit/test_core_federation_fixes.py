@@ -1,13 +1,17 @@
 """Core fixes found by the simulator (sim/regressions): holder lists kept
-right across federation and forgotten nodes."""
+right across federation and forgotten nodes, late copies of collected jobs."""
 
 from __future__ import annotations
 
+import pytest
+
 from disque_trio.core import clusterjobs as cj
+from disque_trio.core import node as node_module
 from disque_trio.core.job import JobState
+from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 
-from .core_support import OTHER_ID, add, job, make_node, run
+from .core_support import NODE_ID, OTHER_ID, add, job, make_node, run, tick_at
 
 THIRD_ID = "5a5a5a5a" + "c4" * 16
 
@@ -84,3 +88,64 @@ def test_yourjobs_for_retry0_jobs_announces_nothing() -> None:
     cj.receive(node, OTHER_ID, msg)
     assert job(node, job_id).state == JobState.QUEUED
     assert not [m for _, m in node.outbox if isinstance(m, bus.Queued)]
+
+
+def _replica_of_a_job_added_on_other() -> tuple[Node, str, bus.JobData]:
+    """A node in a cluster with OTHER_ID, and the REPLJOB data of a job
+    OTHER_ID added (RETRY 2, both nodes listed as holders)."""
+    origin, _ = make_node(node_id=OTHER_ID)
+    job_id = add(origin, "q", "body", "RETRY", 2)
+    origin.jobs[job_id].nodes_delivered = (OTHER_ID, NODE_ID)
+    data = cj.job_data(origin.jobs[job_id], origin.now_ms())
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    return node, job_id, data
+
+
+def test_a_late_repljob_does_not_resurrect_a_collected_job() -> None:
+    # Seed 5018: the first REPLJOB to n0 came late (bus chaos); a re-sent one
+    # made the copy, the job was acked and collected (DELJOB), then the first
+    # one arrived and made a copy nobody would ack or collect again.
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert job(node, job_id).state == JobState.ACTIVE
+    cj.receive(node, THIRD_ID, bus.DelJob(job_id))
+    assert job_id not in node.jobs
+    node.outbox.clear()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert job_id not in node.jobs
+    assert node.outbox == []  # no GOTJOB either
+
+
+def test_a_repljob_overtaken_by_its_deljob_is_refused() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, THIRD_ID, bus.DelJob(job_id))  # before any copy came
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, True))
+    assert job_id not in node.jobs
+
+
+def test_a_repljob_after_local_collection_is_refused() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert run(node, "ACKJOB", job_id) == 1
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs  # collected here, DELJOB sent
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert job_id not in node.jobs
+
+
+def test_deleted_ids_are_bounded_in_time_and_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    monkeypatch.setattr(node_module, "DELETED_IDS_MAX", 3)
+    for i in range(5):
+        node.remember_deleted(f"id{i}")
+    assert list(node.deleted_ids) == ["id2", "id3", "id4"]
+    tick_at(node, clock, clock.ms + node_module.DELETED_IDS_MS + 1)
+    node.remember_deleted("new")
+    assert list(node.deleted_ids) == ["new"]
+    alone, _ = make_node()
+    alone.remember_deleted("x")  # a single node gets no REPLJOB
+    assert alone.deleted_ids == {}
