@@ -100,6 +100,7 @@ class Workload:
         start = trio.current_time()
         wall_start = time.perf_counter()  # for speed reports only, not traced
         world.trace.record("workload", "phase", {"ev": "safety"})
+        world.phase = "safety"
         async with trio.open_nursery() as nursery:
             for i in range(plan.consumers):
                 rng = rngs[plan.producers + i]
@@ -121,12 +122,16 @@ class Workload:
                 # Liveness phase: faults off (a producer may be waiting on a
                 # frozen node), every node back.
                 world.trace.record("workload", "phase", {"ev": "liveness"})
+                world.phase = "liveness: heal and restart"
                 await heal_all(world)
             # Every producer has its last ADDJOB answer.
             self._consumers_on.set()
+            world.phase = "liveness: mesh"
             await world.mesh(CONVERGE_S)
+            world.phase = "liveness: forget wiped ids"
             await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
+            world.phase = "drain"
             # Afresh: an answer that came in while producers were stopping
             # may have set it before the last jobs were added.
             self._all_delivered = trio.Event()
@@ -137,6 +142,7 @@ class Workload:
                 self.drained = True
             world.trace.record("workload", "phase", {"ev": "settle", "drained": self.drained})
             nursery.cancel_scope.cancel()
+        world.phase = "settle"
         await trio.sleep(self.settle)
         self.converged = world.converged()
         world.trace.record("workload", "phase", {"ev": "end", "converged": not self.converged})

@@ -79,6 +79,10 @@ DOUBLE_QUEUED_S = 4.0
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
+ADMIN_TIMEOUT_S = 2.0  # the world's own admin calls (MEET, FORGET)
+# Drain (40 s), settle (20 s), convergence (30 s) and restarts fit in this
+# beyond the safety phase: a run still going is stuck.
+VIRTUAL_SLACK_S = 150.0
 # Far above any legitimate rate (heartbeats, replication, acks, chaos
 # duplicates): a planted SETACK ping-pong reaches hundreds of thousands.
 STORM_FRAMES_PER_S = 5000
@@ -165,6 +169,7 @@ class World:
         self.pending_acked_requeue: dict[tuple[str, str], str] = {}
         self.acked_in_fault: set[str] = set()  # acked by a client while faults were on
         self.show_progress = False
+        self.phase = "start"  # set by the workload
         self.peak_frame_rate = 0.0
 
     def child_rng(self) -> random.Random:
@@ -198,7 +203,14 @@ class World:
                 self.trace.record("world", "meshed", {"nodes": self.count})
                 nursery.start_soon(self.monitor)
                 nursery.start_soon(self._progress)
-                await body(self)
+                limit = self.plan.duration + VIRTUAL_SLACK_S
+                with trio.move_on_after(limit) as scope:
+                    await body(self)
+                if scope.cancelled_caught:
+                    self._violate(
+                        f"run-finishes: still in phase {self.phase!r} after {limit:.0f} "
+                        f"virtual seconds ({self.stuck_report()})"
+                    )
                 self.virtual_seconds = trio.current_time()
                 for node in self.nodes:
                     if node.up:
@@ -339,11 +351,19 @@ class World:
         others = [n for n in self.nodes if n.up and n.index != i]
         if not others:
             return
-        client = await self.client(i)
-        try:
-            await client.call("CLUSTER", "MEET", "127.0.0.1", others[0].port)
-        finally:
-            await client.aclose()
+        # Bounded: the node may be frozen or cut off (a pause fault); the
+        # liveness phase introduces it again once everything is healed.
+        with trio.move_on_after(ADMIN_TIMEOUT_S):
+            try:
+                client = await self.client(i)
+            except OSError:
+                return
+            try:
+                await client.call("CLUSTER", "MEET", "127.0.0.1", others[0].port)
+            except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                await client.aclose()
 
     async def forget_wiped(self) -> None:
         """Tell every node to forget the identities of wiped incarnations
@@ -584,6 +604,11 @@ class World:
                     file=sys.stderr,
                     flush=True,
                 )
+
+    def stuck_report(self) -> str:
+        """What a stuck run is waiting on: nodes down, faults in force."""
+        down = [n.name for n in self.nodes if not n.up]
+        return f"down: {down or '-'}, net rules: {sorted(self.net.rules) or '-'}"
 
     # -------------------------------------------------------------- helpers
 

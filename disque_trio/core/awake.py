@@ -115,6 +115,21 @@ class AwakeIndex:
         # In place: a pop_due() generator in progress holds this same list.
         self._heap[:] = live
 
+    def shift(self, delta_ms: int, lookup: Lookup) -> None:
+        """Move every live timer by ``delta_ms`` (the wall clock stepped),
+        dropping the stale entries on the way."""
+        live = []
+        for due, key in self._heap:
+            timed = lookup(key)
+            if timed is not None and timed.awake == due:
+                live.append((due + delta_ms, key))
+        for due, key in live:
+            timed = lookup(key)
+            assert timed is not None
+            timed.awake = due
+        heapq.heapify(live)  # already a heap (same order) unless stale entries went
+        self._heap[:] = live
+
     def compact(self, lookup: Lookup) -> None:
         """Drop stale entries now if they dominate (called on deletes too)."""
         self._maybe_compact(lookup)

@@ -261,7 +261,8 @@ class ClusterTable:
         if not node.flags & PFAIL or node.flags & FAIL:
             return
         validity = self.timeout_ms * FAIL_REPORT_VALIDITY_MULT
-        reports = [r for r, t in node.fail_reports.items() if now - t <= validity]
+        # A report from the future (the wall clock went back) is of unknown age.
+        reports = [r for r, t in node.fail_reports.items() if 0 <= now - t <= validity]
         if len(reports) + 1 < self.size // 2 + 1:
             return
         node.flags = (node.flags & ~PFAIL) | FAIL
@@ -277,6 +278,11 @@ class ClusterTable:
         for node_id, until in list(self.blacklist.items()):
             if until <= now:
                 del self.blacklist[node_id]
+            elif until > now + BLACKLIST_MS:  # the wall clock went back
+                self.blacklist[node_id] = now + BLACKLIST_MS
+        # Marks in the future mean the wall clock went back: left alone they
+        # would stop pings and failure detection for as long as the step.
+        self._next_ping_ms = min(self._next_ping_ms, now + PING_PERIOD_MS)
         if now >= self._next_ping_ms:
             self._next_ping_ms = now + PING_PERIOD_MS
             self._ping_oldest_of_a_sample(now)
@@ -293,6 +299,9 @@ class ClusterTable:
 
     def _check_node(self, node: PeerNode, now: int) -> None:
         half = self.timeout_ms // 2
+        node.ping_sent = min(node.ping_sent, now)
+        node.pong_received = min(node.pong_received, now)
+        node.link_since = min(node.link_since, now)
         if (
             node.link_up
             and node.ping_sent

@@ -20,6 +20,9 @@ Rules kept here (SPEC section 2):
 * Every registered job has exactly one timer in the awake index, at the
   earliest of: expiry, next (re)queue (minus the WILLQUEUE advance), next
   collection attempt for acked jobs.
+* Node time never goes back: a backward step of the wall clock is absorbed
+  until the next :meth:`tick` or :meth:`cron`, which moves every local timer
+  back by the step (see :meth:`follow_clock`).
 * RETRY 0 jobs are queued at most once: ``qtime`` becomes 0 on first enqueue.
 * ``ACKED`` is absorbing.
 """
@@ -128,6 +131,10 @@ class Node:
         self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
         self.maxmemory = 1 << 30  # bytes; the shell keeps it equal to the config
         self._next_eviction_ms = 0
+        # now_ms() never goes back: the newest time it returned, and how far
+        # the wall clock went back since the last follow_clock().
+        self._last_now = 0
+        self._clock_lag = 0
 
     def refresh_cluster_view(self) -> None:
         self.cluster_size = self.cluster.size
@@ -143,7 +150,49 @@ class Node:
     # ------------------------------------------------------------------ time
 
     def now_ms(self) -> int:
-        return self.clock.wall_ms()
+        """The wall clock, except that it never goes back: a backward step
+        is absorbed (time goes on from where it was) until follow_clock()."""
+        now = self.clock.wall_ms() + self._clock_lag
+        if now < self._last_now:
+            self._clock_lag += self._last_now - now
+            now = self._last_now
+        self._last_now = now
+        return now
+
+    def follow_clock(self) -> None:
+        """Catch up with a wall clock that went back, keeping the time left
+        on every local timer.
+
+        Re-queue, delay and collection times, idle-queue timers and the
+        federation marks are durations counted from a past moment: left in
+        the old frame, a step back of a minute would hold a delayed job (or
+        a retry, a GC attempt...) for that extra minute. They all move back
+        by the step. Expire times stay put: a TTL is absolute and shared by
+        every holder. Called at the start of tick() and cron(), never while
+        a caller holds a ``now`` of the old frame.
+        """
+        lag = self._clock_lag
+        if not lag:
+            return
+        self._clock_lag = 0
+        self._last_now -= lag
+        lag_s = lag // 1000
+        for job in self.jobs.values():
+            if job.qtime:
+                job.qtime -= lag
+        for q in self.queues.values():
+            q.atime -= lag_s
+            if q.needjobs_bcast_ms:
+                q.needjobs_bcast_ms -= lag
+            if q.needjobs_adhoc_ms:
+                q.needjobs_adhoc_ms -= lag
+            for node_id in q.needjobs_responders:
+                q.needjobs_responders[node_id] -= lag_s
+            q.import_current_ms -= lag
+            q.import_prev_ms -= lag
+        self.awake.shift(-lag, self._timed)
+        if self._next_eviction_ms:
+            self._next_eviction_ms -= lag
 
     def time_error(self, span_ms: int = TIME_ERROR_MS) -> int:
         """A random offset in [-span/2, span/2) to desynchronise nodes."""
@@ -465,6 +514,7 @@ class Node:
     def cron(self) -> None:
         """Periodic work (10 times a second): clients still blocked on empty
         queues keep asking other nodes for jobs (NEEDJOBS paces itself)."""
+        self.follow_clock()
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]
@@ -549,6 +599,7 @@ class Node:
 
     def tick(self) -> None:
         """Run every timer that is due now (jobs and idle queues)."""
+        self.follow_clock()
         now = self.now_ms()
         # Materialise first: processing may push the same entry back if due.
         for entry in list(self.awake.pop_due(now, self._timed)):

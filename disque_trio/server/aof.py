@@ -21,7 +21,7 @@ import trio
 import trio.lowlevel
 
 from ..core.job import Job, JobState
-from ..core.node import job_record
+from ..core.node import TIME_ERROR_MS, job_record
 from ..env import Disk
 from ..protocol import aof as records
 from ..protocol.replies import ReplyError
@@ -198,7 +198,11 @@ class AppendOnlyFile:
             # Back as active: the retry timer re-queues it (SPEC section 6).
             # Not before its recorded queue time: a job still waiting for its
             # DELAY used to come back RETRY seconds after the load instead.
-            job.qtime = max(now + rec.retry * 1000, rec.qtime)
+            # Nor after the longest timer it can have had: a recorded time
+            # further away means the wall clock went back since (a restart
+            # does not remember the step, see Node.follow_clock).
+            longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
+            job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
         else:
             job.qtime = 0  # RETRY 0: a reload never queues it again
         node.register(job)

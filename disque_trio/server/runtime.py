@@ -363,7 +363,7 @@ class NodeServer:
             return
         if self._timer_due_ms is None or due < self._timer_due_ms:
             self._timer_due_ms = due
-            delay = max(0.0, (due - self.env.clock.wall_ms()) / 1000)
+            delay = max(0.0, (due - self.node.now_ms()) / 1000)
             self._timer_scope.deadline = trio.current_time() + delay
 
     def _feed_monitors(self, client: Client, argv: list[bytes]) -> None:
@@ -385,9 +385,9 @@ class NodeServer:
 
     async def _timer_task(self) -> None:
         """Run due job timers; sleep until the next one (1 s at most, so a
-        wall-clock jump is noticed)."""
+        wall-clock jump is noticed). Deadlines are in the node's time."""
         while True:
-            now = self.env.clock.wall_ms()
+            now = self.node.now_ms()
             due = self.node.next_deadline()
             self._timer_due_ms = due
             delay = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))

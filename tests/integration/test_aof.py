@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -20,10 +21,12 @@ import trio
 import trio.testing
 
 from disque_trio import cli
+from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.protocol.resp import encode
 
+from .. import helpers
 from ..helpers import MemoryNode, RespClient, free_port, memory_node
 from .conftest import NodeProcess
 
@@ -323,6 +326,26 @@ async def test_delay_survives_a_reload(
         # Used to come back RETRY seconds after the load too, ignoring DELAY.
         [[_, got, _]] = await c.call("GETJOB", "TIMEOUT", 0, "FROM", "q")
         assert got.decode() == delayed and 59 <= trio.current_time() - t0 <= 61
+
+
+async def test_reload_on_a_clock_that_went_back_keeps_timers_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        delayed = str(await c.call("ADDJOB", "q", "b", 0, "DELAY", 10, "RETRY", 5))
+
+    def env_behind(seed: int = 1) -> Env:  # restarted on a clock 47.5 s behind
+        return Env(TrioClock(skew_ms=-47_500), random.Random(seed), TcpNet(), FileDisk())
+
+    monkeypatch.setattr(helpers, "virtual_env", env_behind)
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        t0 = trio.current_time()
+        [[_, got, _]] = await c.call("GETJOB", "TIMEOUT", 0, "FROM", "q")
+        # At most DELAY + RETRY after the load: the recorded queue time,
+        # 57.5 s away on the new clock, used to be kept.
+        assert got.decode() == delayed and trio.current_time() - t0 <= 16
 
 
 def test_info_persistence_fields(node_factory: Any) -> None:

@@ -398,6 +398,29 @@ def test_unanswered_ping_makes_a_node_pfail_after_the_timeout() -> None:
     assert node not in table.reachable()
 
 
+def test_backward_clock_step_does_not_blind_failure_detection() -> None:
+    """Marks from before a step back of the wall clock are in the future:
+    left alone they kept a silent node from being pinged, so from PFAIL,
+    for the whole step."""
+    table = three_nodes()
+    table.on_heartbeat(ping(C, entry(B, PFAIL)), START_MS + 100)  # before the step
+    table.cron(START_MS + 100)  # next random ping at START_MS + 1100
+    sent(table)
+    back = START_MS + 200 - 47_500
+    table.cron(back)
+    t = back + T // 2 + 1
+    table.cron(t)  # pongs older than T/2 (by the new clock): both pinged
+    b = table.nodes[B]
+    assert back <= b.ping_sent <= t
+    table.on_heartbeat(bus.Pong(C, 0, ()), t)  # C answers, B does not
+    t += T + 1
+    table.cron(t)
+    # PFAIL, not FAIL: the report from before the step has an unknown age.
+    assert b.flags == PFAIL
+    table.on_heartbeat(ping(C, entry(B, PFAIL)), t + 1)
+    assert b.flags == FAIL
+
+
 def test_pfail_plus_one_report_is_fail_in_a_cluster_of_three() -> None:
     table = three_nodes()
     t = START_MS + T // 2 + 1

@@ -225,6 +225,69 @@ def test_ttl_expiry_of_blocked_queue_leaves_waiters_alone() -> None:
     node.cancel_wait(waiter)
 
 
+# ------------------------------------------------- wall clock stepping back
+
+STEP_BACK_MS = 47_500  # the simulator's seed 5043: n0's clock went back 47.5 s
+
+
+def test_backward_clock_step_keeps_the_time_left_on_local_timers() -> None:
+    """A 3 s DELAY job was still waiting 50 s later, after the drain phase
+    (sim seed 5043): its queue time stayed in the old frame, 47.5 s ahead."""
+    node, clock = make_node()
+    setacks: list[int] = []
+    hook(node, "send_setack", lambda j: setacks.append(clock.ms))
+    delayed = add(node, "q", "b", "DELAY", 3, "TTL", 100)
+    retried = add(node, "r", "b", "RETRY", 10)
+    assert get(node, "r") == [["r", retried, b"b"]]
+    node.cluster_size = 2
+    acked = add(node, "a", "b", "REPLICATE", 1, "TTL", 3600)
+    job(node, acked).nodes_delivered = (NODE_ID, OTHER_ID)
+    run(node, "ACKJOB", acked)  # first SETACK now, next one about 1 s later
+    imported = node.queue("imp")
+    imported.count_import(clock.ms)
+    etime = job(node, delayed).etime
+    qtime, awake = job(node, retried).qtime, job(node, acked).awake
+    elapse(node, clock, 900)
+    rate = imported.import_rate(node.now_ms())
+
+    clock.ms -= STEP_BACK_MS
+    # Absorbed until the next timer run: node time does not go back.
+    assert node.now_ms() == START_MS + 900
+    node.tick()
+    assert node.now_ms() == clock.ms
+    assert job(node, retried).qtime == qtime - STEP_BACK_MS
+    assert job(node, acked).awake == awake - STEP_BACK_MS
+    assert job(node, delayed).etime == etime  # a TTL is absolute
+    assert imported.import_rate(node.now_ms()) == rate  # used to soar (negative window)
+    check_invariants(node)
+
+    elapse(node, clock, 2099)
+    assert job(node, delayed).state == JobState.ACTIVE
+    elapse(node, clock, 1)  # 3 s after ADDJOB by the node's reckoning
+    assert job(node, delayed).state == JobState.QUEUED
+    assert len(setacks) >= 2 and setacks[1] < START_MS  # collection retried meanwhile
+    elapse(node, clock, qtime - START_MS - 3000)
+    assert job(node, retried).state == JobState.QUEUED
+    check_invariants(node)
+
+
+def test_timer_set_before_the_clock_is_followed_is_moved_too() -> None:
+    """Between the step and the next tick/cron the node keeps the old frame:
+    a DELAY set then is moved with the rest, not held or fired early."""
+    node, clock = make_node()
+    elapse(node, clock, 1000)
+    clock.ms -= STEP_BACK_MS
+    a = add(node, "q", "b", "DELAY", 2)  # node time: START_MS + 1000
+    assert job(node, a).qtime == START_MS + 3000
+    node.cron()
+    assert job(node, a).qtime == clock.ms + 2000
+    elapse(node, clock, 1999)
+    assert job(node, a).state == JobState.ACTIVE
+    elapse(node, clock, 1)
+    assert job(node, a).state == JobState.QUEUED
+    check_invariants(node)
+
+
 # ------------------------------------------------------------- ack collection
 
 
