@@ -526,11 +526,22 @@ class World:
 
     async def _check_collected(self, collector: str, job_id: str) -> None:
         """collected-everywhere: once a node collected an acked job (every
-        holder confirmed), the holders drop it promptly (DELJOB)."""
+        holder confirmed), the holders drop it promptly (DELJOB). A node
+        that crashed meanwhile and loaded the job back from its AOF is not
+        counted unless every write is fsynced: the crash lost the DELJOB
+        record (legal with ``everysec`` and ``no``; an acked copy collects
+        itself, an unacked one is excused like in ``end_checks``)."""
+        incarnations = {n.name: n.incarnation for n in self.nodes}
         await trio.sleep(COLLECT_SETTLE_S)
         if not self.healthy():
             return
-        left = [n.name for n in self.nodes if job_id in n.server.node.jobs]
+        synced = self.appendfsync == "always"
+        left = [
+            n.name
+            for n in self.nodes
+            if job_id in n.server.node.jobs
+            and (synced or n.incarnation == incarnations[n.name] or job_id not in n.loaded)
+        ]
         if left:
             self._violate(
                 f"collected-everywhere: {collector} collected {job_id}, "

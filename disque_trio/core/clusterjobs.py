@@ -11,6 +11,8 @@ Rules, one per message:
   is replicated: queue it here and answer the waiting ADDJOB client.
 * WILLQUEUE: a holder will re-queue soon. If queued here, answer QUEUED
   (it will dequeue its own); if acked here, answer SETACK.
+* WILLQUEUE / QUEUED / WORKING for a job acked and deleted here lately: the
+  sender missed the ack (lost DELJOB): SETACK 0, it collects it itself.
 * QUEUED / WORKING: someone queued it (or a client works on it): push our
   re-queue timer by RETRY; if also queued here, dequeue when the sender wins
   the per-job comparison of node IDs (always for WORKING).
@@ -19,7 +21,8 @@ Rules, one per message:
 * GOTACK(known): the sender confirmed the ack; when every holder did, send
   DELJOB to them all and delete. Dummy acks go once a holder answers, or once
   every node said it does not know the job.
-* DELJOB: forget the job (and remember its ID for a while, held or not).
+* DELJOB: forget the job (and remember its ID for a while, held or not;
+  as acked when it was acked here).
 * ENQUEUE: queue it now (or after the delay): the sender chose us.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS; YOURJOBS: queue what arrived, remember the source.
@@ -322,9 +325,18 @@ def _on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
         node.set_requeue_time(job, node.now_ms() + msg.delay * 1000)
 
 
+def _answer_deleted(node: Node, sender: str, job_id: str) -> None:
+    """A holder announces a job acked and deleted here lately: it missed the
+    ack (its DELJOB after FASTACK or collection was lost, or we did not list
+    it). SETACK without a holder count: it acks and collects it itself."""
+    if job_id in node.deleted_acked:
+        node.outbox.append((sender, bus.SetAck(job_id, 0)))
+
+
 def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
+        _answer_deleted(node, sender, msg.job_id)
         return
     if job.state == JobState.ACKED:
         node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
@@ -355,6 +367,7 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
 def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
+        _answer_deleted(node, sender, msg.job_id)
         return
     if job.state in (JobState.ACTIVE, JobState.QUEUED) and sender not in job.nodes_delivered:
         job.nodes_delivered = (*job.nodes_delivered, sender)

@@ -202,8 +202,8 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
         if job is not None:
             node.unregister(job)
             known += 1
-        else:
-            node.remember_deleted(job_id)
+        # A holder the DELJOB misses is told when it announces the job.
+        node.remember_deleted(job_id, acked=True)
     return known
 
 

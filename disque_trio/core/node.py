@@ -120,6 +120,9 @@ class Node:
         # Jobs deleted here lately, ID -> wall ms, oldest first (see
         # remember_deleted).
         self.deleted_ids: dict[str, int] = {}
+        # Those of them that were acked (ACKJOB, FASTACK): a holder that
+        # missed the ack and still announces the job is told (SETACK).
+        self.deleted_acked: set[str] = set()
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -263,27 +266,31 @@ class Node:
         del self.jobs[job.id]
         if job.body is not None:
             self.body_bytes -= len(job.body)
-        self.remember_deleted(job.id)
+        self.remember_deleted(job.id, acked=job.state == JobState.ACKED)
         self._notify("deleted", job)
 
-    def remember_deleted(self, job_id: str) -> None:
+    def remember_deleted(self, job_id: str, acked: bool = False) -> None:
         """Remember for a while that a job is gone from here (collected,
         DELJOB, expired, moved away). A REPLJOB sent before may still be on
         its way (another link, overtaken by the DELJOB): taking it would
         resurrect the job as a copy no node acks or collects any more, and
         it would be delivered again. Only in a cluster: REPLJOB comes from
-        peers."""
+        peers. ``acked``: it was acked here, so a holder still announcing it
+        (WILLQUEUE, QUEUED) missed the ack and is told (clusterjobs)."""
         if self.cluster_size <= 1:
             return
         now = self.now_ms()
         deleted = self.deleted_ids
         deleted.pop(job_id, None)
         deleted[job_id] = now
+        if acked:
+            self.deleted_acked.add(job_id)
         while True:
             oldest, at = next(iter(deleted.items()))
             if len(deleted) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
                 break
             del deleted[oldest]
+            self.deleted_acked.discard(oldest)
 
     def _notify(self, event: str, job: Job) -> None:
         for observer in self.observers:

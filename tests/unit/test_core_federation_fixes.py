@@ -11,7 +11,7 @@ from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 
-from .core_support import NODE_ID, OTHER_ID, add, job, make_node, run, tick_at
+from .core_support import NODE_ID, OTHER_ID, add, get, job, make_node, run, tick_at
 
 THIRD_ID = "5a5a5a5a" + "c4" * 16
 
@@ -149,3 +149,82 @@ def test_deleted_ids_are_bounded_in_time_and_number(monkeypatch: pytest.MonkeyPa
     alone, _ = make_node()
     alone.remember_deleted("x")  # a single node gets no REPLJOB
     assert alone.deleted_ids == {}
+
+
+def _pair() -> tuple[Node, Node]:
+    """Two nodes (NODE_ID, OTHER_ID) that know each other."""
+    a, _ = make_node(node_id=NODE_ID)
+    b, _ = make_node(node_id=OTHER_ID)
+    a.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    b.cluster.add(NODE_ID, "127.0.0.1", 7711, 17711)
+    a.refresh_cluster_view()
+    b.refresh_cluster_view()
+    return a, b
+
+
+def _pump(nodes: dict[str, Node], drop: type | None = None) -> list[object]:
+    """Deliver every outbox message until none is left, but those of type
+    ``drop`` (lost); returns what was delivered."""
+    seen: list[object] = []
+    while any(n.outbox for n in nodes.values()):
+        for sender in list(nodes):
+            out, nodes[sender].outbox = nodes[sender].outbox, []
+            for to, msg in out:
+                if not isinstance(msg, drop or ()) and to in nodes:
+                    seen.append(msg)
+                    cj.receive(nodes[to], sender, msg)
+    return seen
+
+
+def test_a_holder_that_missed_the_fastack_deljob_is_told_on_willqueue() -> None:
+    # Seed 6059: n4 gave its job to n0 (YOURJOBS, both listed), n0 delivered
+    # and FASTACKed it, the DELJOB to n4 was lost (bus chaos). n4's copy came
+    # back after RETRY: its WILLQUEUE reached n0, which had deleted the job
+    # and said nothing, so the acked job was queued and delivered again.
+    n0, n4 = _pair()
+    nodes = {NODE_ID: n0, OTHER_ID: n4}
+    job_id = add(n4, "q", "body", "RETRY", 2, "REPLICATE", 1)
+    cj.receive(n4, NODE_ID, bus.NeedJobs("q", 1))
+    _pump(nodes)
+    assert job(n4, job_id).state == JobState.ACTIVE
+    assert get(n0, "q")[0][1] == job_id
+    assert run(n0, "FASTACK", job_id) == 1
+    _pump(nodes, drop=bus.DelJob)  # the DELJOB is lost
+    assert job(n4, job_id).state == JobState.ACTIVE
+    n4.outbox.append((NODE_ID, bus.WillQueue(job_id)))  # its timer, later
+    seen = _pump(nodes)
+    assert bus.SetAck(job_id, 0) in seen
+    assert job_id not in n4.jobs  # acked, confirmed by n0, collected
+    assert job_id in n4.deleted_acked
+
+
+def test_queued_from_a_holder_we_never_listed_gets_setack_after_collection() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert run(node, "ACKJOB", job_id) == 1
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs  # collected
+    node.outbox.clear()
+    cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert node.outbox == [(THIRD_ID, bus.SetAck(job_id, 0))]
+
+
+def test_a_job_deleted_without_an_ack_is_not_acked_by_its_tombstone() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # e.g. replication timed out
+    assert job_id in node.deleted_ids and job_id not in node.deleted_acked
+    node.outbox.clear()
+    cj.receive(node, THIRD_ID, bus.WillQueue(job_id))
+    cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert node.outbox == []
+
+
+def test_acked_tombstones_go_with_their_deleted_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    node, _, _ = _replica_of_a_job_added_on_other()
+    monkeypatch.setattr(node_module, "DELETED_IDS_MAX", 2)
+    node.remember_deleted("a", acked=True)
+    node.remember_deleted("b")
+    node.remember_deleted("c", acked=True)
+    assert list(node.deleted_ids) == ["b", "c"]
+    assert node.deleted_acked == {"c"}
