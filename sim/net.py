@@ -172,6 +172,7 @@ class SimNet:
         self.nursery: trio.Nursery | None = None
         self._conn_ids = 0
         self._rule_ids = 0
+        self.resets = 0  # connection resets so far (frames in flight lost)
 
     def view(self, owner: Owner) -> NodeNet:
         return NodeNet(self, owner)
@@ -291,6 +292,7 @@ class SimNet:
 
     def reset(self, port: int) -> int:
         """Reset every connection of a node (new ones are allowed)."""
+        self.resets += 1
         n = 0
         for conn in self.connections:
             if port in (conn.a, conn.b):
