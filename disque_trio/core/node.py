@@ -588,7 +588,10 @@ class Node:
             elif job.qtime:
                 # WAIT_REPL jobs use qtime for "add one more node" (50 ms).
                 qtime = job.qtime
-                if job.flags & FLAG_BCAST_WILLQUEUE:
+                # The WILLQUEUE advance is for jobs that may be queued: a
+                # WAIT_REPL job acts at qtime itself (an earlier timer would
+                # find nothing to do and come back at once, for ever).
+                if job.flags & FLAG_BCAST_WILLQUEUE and state != JobState.WAIT_REPL:
                     qtime -= WILLQUEUE_ADVANCE_MS
                 if qtime < at:
                     at = qtime

@@ -228,3 +228,21 @@ def test_acked_tombstones_go_with_their_deleted_ids(monkeypatch: pytest.MonkeyPa
     node.remember_deleted("c", acked=True)
     assert list(node.deleted_ids) == ["b", "c"]
     assert node.deleted_acked == {"c"}
+
+
+def test_wait_repl_job_told_queued_does_not_spin_its_timer() -> None:
+    """Seed 8020: a QUEUED for a job still waiting for replication gave it a
+    WILLQUEUE timer; once the clock passed qtime - advance, every tick found
+    nothing to do and re-armed the same past deadline (a busy loop)."""
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 2, "RETRY", 1)
+    [job_id] = list(node.jobs)
+    assert node.jobs[job_id].state == JobState.WAIT_REPL
+    cj.receive(node, OTHER_ID, bus.Queued(job_id, 0))
+    copy = node.jobs[job_id]
+    clock.ms = copy.qtime - 100  # past the WILLQUEUE advance, before qtime
+    node.tick()
+    due = node.next_deadline()
+    assert due is not None and due > node.now_ms()
