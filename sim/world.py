@@ -532,10 +532,10 @@ class World:
         record (legal with ``everysec`` and ``no``; an acked copy collects
         itself, an unacked one is excused like in ``end_checks``)."""
         incarnations = {n.name: n.incarnation for n in self.nodes}
-        resets = self.net.resets
+        disturbed = (self.net.resets, self.probes["crash"])
         await trio.sleep(COLLECT_SETTLE_S)
-        if not self.healthy() or self.net.resets != resets:
-            return  # a fault, or a connection reset that may have eaten the DELJOB
+        if not self.healthy() or (self.net.resets, self.probes["crash"]) != disturbed:
+            return  # a fault, a reset or a crash may have eaten the DELJOB
         synced = self.appendfsync == "always"
         left = [
             n.name

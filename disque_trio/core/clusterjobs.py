@@ -253,20 +253,22 @@ def receive(node: Node, sender: str, msg: object) -> None:
 
 
 def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
-    if node.leaving or node.memory_level() > 0:
-        return  # no new copies here: the sender will try another node
     data = msg.job
-    q = node.queues.get(data.queue)
-    if q is not None and q.pause & PAUSED_IN:
-        return
     job = node.jobs.get(data.id)
     if job is None:
+        if node.leaving or node.memory_level() > 0:
+            return  # no new copies here: the sender will try another node
+        q = node.queues.get(data.queue)
+        if q is not None and q.pause & PAUSED_IN:
+            return
         if data.id in node.deleted_ids:
             return  # deleted here lately: a late copy would resurrect it
         job = _job_from_data(node, data)
         job.flags |= FLAG_BCAST_QUEUED
         node.register(job)
     else:
+        # A copy we hold: learn the holders added since, whatever our state
+        # (paused in, leaving, short of memory refuse new copies only).
         merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
         job.nodes_delivered = merged
     if not msg.noreply:

@@ -3,6 +3,7 @@ right across federation and forgotten nodes, late copies of collected jobs."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from disque_trio.core import clusterjobs as cj
@@ -246,3 +247,27 @@ def test_wait_repl_job_told_queued_does_not_spin_its_timer() -> None:
     node.tick()
     due = node.next_deadline()
     assert due is not None and due > node.now_ms()
+
+
+def test_paused_in_node_still_learns_new_holders_of_a_copy_it_holds() -> None:
+    """Seed 8304: a node holding a copy paused its queue in input, then
+    ignored the REPLJOB that listed a holder added later; an ack made there
+    would never reach that holder."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    sender.cluster.add(NODE_ID, "127.0.0.1", 7711, 17711)
+    sender.refresh_cluster_view()
+    job_id = add(sender, "q", "body", "RETRY", 5, "REPLICATE", 1)
+    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
+    node, _ = make_node()
+    cj.receive(
+        node, OTHER_ID, bus.ReplJob(attrs.evolve(data, nodes_delivered=(OTHER_ID, NODE_ID)), False)
+    )
+    assert run(node, "PAUSE", "q", "in") is not None
+    later = attrs.evolve(data, nodes_delivered=(OTHER_ID, NODE_ID, THIRD_ID))
+    cj.receive(node, OTHER_ID, bus.ReplJob(later, True))
+    assert THIRD_ID in job(node, job_id).nodes_delivered
+    # A new copy is still refused while paused in.
+    other_id = add(sender, "q", "other", "RETRY", 5, "REPLICATE", 1)
+    fresh = cj.job_data(sender.jobs[other_id], sender.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(fresh, False))
+    assert other_id not in node.jobs
