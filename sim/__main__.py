@@ -186,8 +186,13 @@ def sweep(seeds: range, args: argparse.Namespace, save: bool = True) -> int:
         return seed, rc, lines, time.perf_counter() - t0
 
     passed = failed = 0
+    hit: set[str] = set()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for seed, rc, lines, wall in pool.map(one, seeds):
+            for line in lines:
+                if line.startswith("probes hit: "):
+                    names = line[len("probes hit: ") :].split(";")[0]
+                    hit.update(x.strip() for x in names.split(",") if x.strip() != "-")
             digest = next((x for x in reversed(lines) if x.startswith("digest ")), "no digest")
             if rc == 0:
                 passed += 1
@@ -211,6 +216,12 @@ def sweep(seeds: range, args: argparse.Namespace, save: bool = True) -> int:
                     "digest": digest,
                 }
                 (REGRESSIONS / f"seed-{seed}.json").write_text(json.dumps(record, indent=1) + "\n")
+    from .world import PROBES
+
+    missed = [p for p in PROBES if p not in hit]
+    print(
+        f"probes hit in this sweep: {len(PROBES) - len(missed)}/{len(PROBES)}; never: {', '.join(missed) or '-'}"
+    )
     print(f"sweep wall time {time.perf_counter() - started:.1f}s for {len(seeds)} seeds")
     print(f"seeds: {passed} passed, {failed} failed")
     return 1 if failed else 0
