@@ -246,7 +246,11 @@ class ClusterTable:
         for entry in entries:
             node = self.nodes.get(entry.node_id)
             if node is None:
-                if entry.node_id not in self.blacklist and entry.ip:
+                if (
+                    entry.node_id not in self.blacklist
+                    and entry.ip
+                    and not self._is_my_address(entry)
+                ):
                     self.add(entry.node_id, entry.ip, entry.port, entry.cluster_port)
                 continue
             if node is self.myself:
@@ -256,6 +260,15 @@ class ClusterTable:
                 self._maybe_mark_failed(node, now)
             else:
                 node.fail_reports.pop(sender.node_id, None)
+
+    def _is_my_address(self, entry: bus.GossipEntry) -> bool:
+        """An unknown ID at my own address is an earlier incarnation of this
+        node (its disk was wiped, it took a new ID): a peer that has not
+        forgotten it yet, or whose gossip was in flight when the operator
+        ran CLUSTER FORGET, must not make us list our dead self (Disque
+        would handshake that address and find itself)."""
+        me = self.myself
+        return bool(me.port) and (entry.ip, entry.port) == (me.ip, me.port)
 
     def _maybe_mark_failed(self, node: PeerNode, now: int) -> None:
         if not node.flags & PFAIL or node.flags & FAIL:

@@ -187,6 +187,11 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
     """
     if node.cluster_size <= 1 or node.leaving or is_at_most_once_id(job_id):
         return None
+    if job_id in node.deleted_acked:
+        # Acked and deleted here lately: the ack already reached the
+        # holders (a straggler is told when it announces the job), and a
+        # dummy would wait for every node of the cluster, a dead one too.
+        return None
     job = Job(job_id, "", None, JobState.ACKED)
     job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
     node.register(job)

@@ -199,6 +199,16 @@ def test_gossip_from_a_known_sender_teaches_unknown_nodes() -> None:
     assert table.wanted_links() == [table.nodes[B], node]
 
 
+def test_gossip_never_teaches_an_earlier_incarnation_of_myself() -> None:
+    # Seeds 9153, 9181: n0 was wiped and came back with a new ID; gossip in
+    # flight when the operator ran CLUSTER FORGET taught n0 its own old ID.
+    table = with_peers(B)
+    old_me = entry(C, ip="10.0.0.1", port=7711)  # my address, another ID
+    other_port = entry(D, ip="10.0.0.1", port=7799)  # same host, other node
+    table.on_heartbeat(ping(B, old_me, other_port), START_MS)
+    assert set(table.nodes) == {ME, B, D}
+
+
 def test_gossip_flags_of_an_unknown_node_are_not_copied() -> None:
     table = with_peers(B)
     table.on_heartbeat(ping(B, entry(C, PFAIL | FAIL | LEAVING)), START_MS)

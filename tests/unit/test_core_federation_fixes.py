@@ -271,3 +271,26 @@ def test_paused_in_node_still_learns_new_holders_of_a_copy_it_holds() -> None:
     fresh = cj.job_data(sender.jobs[other_id], sender.now_ms())
     cj.receive(node, OTHER_ID, bus.ReplJob(fresh, False))
     assert other_id not in node.jobs
+
+
+def test_ackjob_of_a_job_acked_and_collected_here_makes_no_dummy_ack() -> None:
+    # Seed 9010: a client acked on n2 a job n2 had just dropped (SETACK, then
+    # DELJOB); the dummy ack waited for a wiped node's old ID, long after
+    # the job was collected everywhere else.
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    cj.receive(node, OTHER_ID, bus.DelJob(job_id))
+    assert job_id in node.deleted_acked
+    node.outbox.clear()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert job_id not in node.jobs
+    assert not any(isinstance(m, bus.SetAck) for _, m in node.outbox)
+
+
+def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # not acked here
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
