@@ -9,8 +9,13 @@ Rules, one per message:
   re-queue after RETRY unless told (QUEUED) that someone else did.
 * GOTJOB: the sender holds a copy. When REPLICATE nodes confirmed, the job
   is replicated: queue it here and answer the waiting ADDJOB client.
-* WILLQUEUE: a holder will re-queue soon. If queued here, answer QUEUED
-  (it will dequeue its own); if acked here, answer SETACK.
+* WILLQUEUE: a holder will re-queue soon. If queued here, send QUEUED to
+  every holder (it will not queue; another queued copy resolves by the
+  QUEUED rule); if acked here, answer SETACK.
+* A queued copy whose retry point passes without QUEUED having gone to
+  every holder since the last one re-announces it (QUEUED, counting
+  nothing): messages are lost on a dropped link, and two queued copies
+  otherwise stay silent for ever.
 * WILLQUEUE / QUEUED / WORKING for a job acked and deleted here lately: the
   sender missed the ack (lost DELJOB): SETACK 0, it collects it itself.
 * QUEUED / WORKING: someone queued it (or a client works on it): push our
@@ -36,7 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import bus
 from ..protocol.replies import ReplyError, Status
-from .job import FLAG_BCAST_QUEUED, FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobState
+from .job import (
+    FLAG_BCAST_QUEUED,
+    FLAG_BCAST_WILLQUEUE,
+    FLAG_DELIVERED,
+    FLAG_TOLD_QUEUED,
+    Job,
+    JobState,
+)
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
 from .waiters import Waiter
 
@@ -200,6 +212,15 @@ def broadcast_queued(node: Node, job: Job, nack: bool) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.outbox.append((node_id, bus.Queued(job.id, flags)))
+
+
+def announce_queued(node: Node, job: Job) -> None:
+    """Tell every other holder that the job is queued here (counting
+    nothing): they push their timers; a queued one keeps a single copy."""
+    job.flags |= FLAG_TOLD_QUEUED
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.outbox.append((node_id, bus.Queued(job.id, 0)))
 
 
 def send_willqueue(node: Node, job: Job) -> None:
@@ -374,7 +395,9 @@ def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
     if job.state in (JobState.ACTIVE, JobState.QUEUED) and sender not in job.nodes_delivered:
         job.nodes_delivered = (*job.nodes_delivered, sender)
     if job.state == JobState.QUEUED:
-        node.outbox.append((sender, bus.Queued(job.id, 0)))
+        # To every holder, not just the sender: another one may have queued
+        # its copy too, without either of us knowing (a lost QUEUED).
+        announce_queued(node, job)
         node.probe("willqueue-answered-queued", job)
     elif job.state == JobState.ACKED:
         node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))

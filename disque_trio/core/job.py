@@ -42,6 +42,10 @@ STATE_BY_LABEL = {label: state for state, label in _STATE_LABELS.items()}
 FLAG_DELIVERED = 1  # handed to a client at least once (RETRY 0: never again)
 FLAG_BCAST_QUEUED = 2  # the next enqueue broadcasts QUEUED (re-queue, not first)
 FLAG_BCAST_WILLQUEUE = 4  # wake 500 ms before qtime to send WILLQUEUE
+# Queued here, and QUEUED went to every other holder since the last retry
+# point; if not, the retry point announces it (a lost QUEUED must not leave
+# two copies queued for ever).
+FLAG_TOLD_QUEUED = 8
 
 NodeIds = tuple[str, ...]
 

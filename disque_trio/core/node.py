@@ -43,6 +43,7 @@ from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELIVERED,
+    FLAG_TOLD_QUEUED,
     Job,
     JobState,
 )
@@ -351,12 +352,14 @@ class Node:
             # A re-queue (not the first queueing): tell the other holders so
             # that they push their own timers, and count the delivery.
             self.broadcast_queued(job, nack)
+            job.flags |= FLAG_TOLD_QUEUED
             if nack:
                 job.nacks += 1
             else:
                 job.deliveries += 1
         else:
             job.flags |= FLAG_BCAST_QUEUED
+            job.flags &= ~FLAG_TOLD_QUEUED
         self.update_awake(job, now=now)
         q = self.queue(job.queue, now)
         q.push(job)
@@ -643,7 +646,12 @@ class Node:
         if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:
             self._requeue(job, now)
         if job.state == JobState.QUEUED and job.qtime and job.qtime <= now and job.retry:
-            # Still queued when the retry came: keep it, push the next retry.
+            # Still queued when the retry came: keep it, push the next retry,
+            # and re-announce it unless every holder heard QUEUED since the
+            # last retry point (answering WILLQUEUE does it in steady state).
+            if not job.flags & FLAG_TOLD_QUEUED:
+                cj.announce_queued(self, job)
+            job.flags &= ~FLAG_TOLD_QUEUED
             job.flags |= FLAG_BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.time_error()
         if job.state == JobState.ACKED:

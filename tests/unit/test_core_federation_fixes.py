@@ -12,7 +12,18 @@ from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 
-from .core_support import NODE_ID, OTHER_ID, add, get, job, make_node, run, tick_at
+from .core_support import (
+    NODE_ID,
+    OTHER_ID,
+    FakeClock,
+    add,
+    elapse,
+    get,
+    job,
+    make_node,
+    run,
+    tick_at,
+)
 
 THIRD_ID = "5a5a5a5a" + "c4" * 16
 
@@ -294,3 +305,54 @@ def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
     cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # not acked here
     assert run(node, "ACKJOB", job_id) == 0
     assert node.jobs[job_id].is_dummy_ack
+
+
+def _holders_of_one_job(retry: int = 1) -> tuple[dict[str, Node], dict[str, FakeClock], str]:
+    """A job added on NODE_ID (queued there), held also by OTHER_ID."""
+    a, clock_a = make_node(node_id=NODE_ID)
+    b, clock_b = make_node(seed=1, node_id=OTHER_ID)
+    job_id = add(a, "q", "body", "RETRY", retry, "REPLICATE", 1)
+    a.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID)
+    data = cj.job_data(a.jobs[job_id], a.now_ms())
+    cj.receive(b, NODE_ID, bus.ReplJob(data, True))
+    return {NODE_ID: a, OTHER_ID: b}, {NODE_ID: clock_a, OTHER_ID: clock_b}, job_id
+
+
+def test_two_queued_copies_left_by_lost_messages_resolve_at_the_retry_point() -> None:
+    """Seeds 9006, 9162: the WILLQUEUE and QUEUED of one holder were lost
+    (a link dropped, bus chaos), so it queued its copy while the other was
+    queued too; queued copies never spoke again and the job stayed queued
+    twice (delivered twice) until a client took one."""
+    nodes, clocks, job_id = _holders_of_one_job()
+    a, b = nodes[NODE_ID], nodes[OTHER_ID]
+    elapse(b, clocks[OTHER_ID], 2000)  # its WILLQUEUE, then QUEUED: lost
+    b.outbox.clear()
+    assert job(a, job_id).state == job(b, job_id).state == JobState.QUEUED
+    for _ in range(3):
+        for node_id, n in nodes.items():
+            elapse(n, clocks[node_id], 1000)
+        _pump(nodes)
+    queued = [n for n in nodes.values() if job(n, job_id).state == JobState.QUEUED]
+    assert len(queued) == 1
+
+
+def test_a_queued_copy_answers_willqueue_to_every_holder() -> None:
+    node, _ = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID, THIRD_ID)
+    cj.receive(node, OTHER_ID, bus.WillQueue(job_id))
+    told = {to for to, m in node.outbox if m == bus.Queued(job_id, 0)}
+    assert told == {OTHER_ID, THIRD_ID}
+
+
+def test_a_queued_copy_that_answered_willqueue_does_not_re_announce() -> None:
+    node, clock = make_node()
+    job_id = add(node, "q", "body", "RETRY", 2)
+    node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID)
+    clock.ms += 1000
+    cj.receive(node, OTHER_ID, bus.WillQueue(job_id))
+    node.outbox.clear()
+    elapse(node, clock, 1500)  # past the retry point: every holder was told
+    assert node.outbox == []
+    elapse(node, clock, 2500)  # a whole period without a word: announce
+    assert node.outbox == [(OTHER_ID, bus.Queued(job_id, 0))]
