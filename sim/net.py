@@ -173,6 +173,7 @@ class SimNet:
         self._conn_ids = 0
         self._rule_ids = 0
         self.resets = 0  # connection resets so far (frames in flight lost)
+        self.changed_at = 0.0  # virtual time of the last fault change
 
     def view(self, owner: Owner) -> NodeNet:
         return NodeNet(self, owner)
@@ -281,6 +282,7 @@ class SimNet:
                     self.hang[pair] = max(hang_s, self.hang.get(pair, 0.0))
         self._changed.set()
         self._changed = trio.Event()
+        self._mark()
 
     def partition(self, a_ports: list[int], b_ports: list[int]) -> str:
         """Cut every link between the two groups of nodes (both ways)."""
@@ -293,6 +295,7 @@ class SimNet:
     def reset(self, port: int) -> int:
         """Reset every connection of a node (new ones are allowed)."""
         self.resets += 1
+        self._mark()
         n = 0
         for conn in self.connections:
             if port in (conn.a, conn.b):
@@ -306,6 +309,7 @@ class SimNet:
     def fence(self, port: int) -> None:
         """A crashed node: drop its listeners, break and refuse its connections."""
         self.fenced.add(port)
+        self._mark()
         for listen_port, listener in list(self.listeners.items()):
             if listener.owner == port:
                 del self.listeners[listen_port]  # its owner closes it
@@ -314,6 +318,13 @@ class SimNet:
 
     def unfence(self, port: int) -> None:
         self.fenced.discard(port)
+        self._mark()
+
+    def _mark(self) -> None:
+        try:
+            self.changed_at = trio.current_time()
+        except RuntimeError:  # outside trio.run (unit tests)
+            pass
 
     def _break_cut(self) -> None:
         kept: list[_Connection] = []

@@ -79,6 +79,7 @@ DOUBLE_QUEUED_S = 4.0
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
+LINK_SETTLE_S = 2.0  # reconnection back-off (0.5 s) plus handshake, with margin
 ADMIN_TIMEOUT_S = 2.0  # the world's own admin calls (MEET, FORGET)
 # Drain (40 s), settle (20 s), convergence (30 s) and restarts fit in this
 # beyond the safety phase: a run still going is stuck.
@@ -484,7 +485,7 @@ class World:
                     self.probes["aof-reload-requeued-job"] += 1
             if event in CORE_PROBES:
                 self.probes[event] += 1
-            if event == "ack-collected" and self.healthy() and self._nursery is not None:
+            if event == "ack-collected" and self.healthy(True) and self._nursery is not None:
                 self._nursery.start_soon(self._check_collected, name, job.id)
 
         return observe
@@ -499,7 +500,7 @@ class World:
         answered, in a healthy cluster, every node holding the job lists
         every other one (REPLJOB carries the growing list; a holder that
         missed a node would not tell it about an ack)."""
-        if self._nursery is not None and self.healthy():
+        if self._nursery is not None and self.healthy(True):
             self._nursery.start_soon(self._check_holders, job_id, trio.current_time())
 
     async def _check_holders(self, job_id: str, ok_at: float) -> None:
@@ -549,8 +550,12 @@ class World:
                 f"{COLLECT_SETTLE_S:.0f}s later {left} still hold it"
             )
 
-    def healthy(self) -> bool:
-        return not self.net.faulty and not self.chaos and all(n.up for n in self.nodes)
+    def healthy(self, settled: bool = False) -> bool:
+        """No fault in force and every node up; ``settled``: and for long
+        enough that the bus links broken by the last fault are back."""
+        if self.net.faulty or self.chaos or not all(n.up for n in self.nodes):
+            return False
+        return not settled or trio.current_time() - self.net.changed_at >= LINK_SETTLE_S
 
     def frames_in(self) -> int:
         return sum(n.server.bus.frames_in for n in self.nodes if n.up)
