@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     ci.add_argument("--jobs", type=int, default=2)
     mut = sub.add_parser("mutants", help="run the planted bugs (sim/mutants.py) until caught")
     mut.add_argument("names", nargs="*", help="only these mutants")
-    mut.add_argument("--seeds", default="1..40", help="A..B: seeds tried per mutant")
+    mut.add_argument("--seeds", default="1..60", help="A..B: seeds tried per mutant")
     mut.add_argument("--jobs", type=int, default=2)
     shrink = sub.add_parser("shrink", help="minimise a failing seed's plan (Hypothesis)")
     shrink.add_argument("--seed", type=int, required=True)

@@ -23,7 +23,7 @@ from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 from disque_trio.server.aof import AppendOnlyFile
 
-DEFAULT_SEEDS = tuple(range(1, 41))
+DEFAULT_SEEDS = tuple(range(1, 61))
 
 
 # -------------------------------------------------------------- mutants

@@ -13,8 +13,8 @@ from .conftest import SUMMARY
 
 ROOT = Path(__file__).resolve().parents[2]
 # Seeds tried per mutant: every mutant is caught well within this range
-# (the slowest, gotjob-duplicate-counted, at seed 23).
-MUTANT_SEEDS = "1..40"
+# (the slowest, queued-skips-dequeue, at seed 31; its runs stop at the first).
+MUTANT_SEEDS = "1..60"
 CI_SEEDS = 200
 
 
@@ -38,7 +38,11 @@ def test_a_mutant_is_caught_in_process() -> None:
 def test_every_mutant_is_caught() -> None:
     assert len(MUTANTS) >= 8
     rc, lines = _run(["mutants", "--seeds", MUTANT_SEEDS, "--jobs", "2"], timeout=900)
-    SUMMARY.extend(line for line in lines if ": caught" in line or ": NOT" in line)
+    SUMMARY.extend(
+        line
+        for line in lines
+        if (": caught" in line or ": NOT" in line) and not line.startswith("mutants:")
+    )
     last = next(line for line in reversed(lines) if line.startswith("mutants: "))
     SUMMARY.append(last)
     assert last == f"mutants: caught {len(MUTANTS)}/{len(MUTANTS)}", "\n".join(lines)
