@@ -71,6 +71,7 @@ class Workload:
     _delivered: set[str] = attrs.field(factory=set)
     _all_delivered: trio.Event = attrs.field(factory=trio.Event)
     _retry_of: dict[str, int] = attrs.field(factory=dict)  # job id -> RETRY (added OK)
+    _paused_node: int | None = None  # a node whose queue may still be paused in
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -128,6 +129,7 @@ class Workload:
             self._consumers_on.set()
             world.phase = "liveness: mesh"
             await world.mesh(CONVERGE_S)
+            await self._resume_queue(world)
             world.phase = "liveness: forget wiped ids"
             await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
@@ -159,6 +161,7 @@ class Workload:
         """One node pauses the queue in input (no BCAST), then resumes it."""
         await trio.sleep_until(start + self.plan.duration * 0.25)
         index = rng.randrange(world.count)
+        self._paused_node = index  # the PAUSE may apply even if its reply is lost
         try:
             client = await world.client(index)
             reply = await client.call("PAUSE", QUEUE, "in")
@@ -166,9 +169,26 @@ class Workload:
             await trio.sleep(self.plan.pause_in)
             reply = await client.call("PAUSE", QUEUE, "none")
             self.record("admin", "resume", {"node": index, "reply": _text(reply)})
+            self._paused_node = None
             await client.aclose()
         except CONN_ERRORS as e:
             self.record("admin", "error", {"node": index, "error": type(e).__name__})
+
+    async def _resume_queue(self, world: World) -> None:
+        """Liveness: an operator whose resume was lost to a fault (a reset,
+        a crash) resumes the queue once everything is healed."""
+        index = self._paused_node
+        if index is None:
+            return
+        with trio.move_on_after(5):
+            try:
+                client = await world.client(index)
+                reply = await client.call("PAUSE", QUEUE, "none")
+                self.record("admin", "resume", {"node": index, "reply": _text(reply)})
+                self._paused_node = None
+                await client.aclose()
+            except CONN_ERRORS as e:
+                self.record("admin", "error", {"node": index, "error": type(e).__name__})
 
     async def _producer(self, world: World, name: str, rng: random.Random) -> None:
         plan = self.plan
