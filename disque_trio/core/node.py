@@ -492,6 +492,13 @@ class Node:
             nodes = self.cluster.nodes.keys()
             everyone = len(nodes) > 1 and nodes <= set(job.nodes_confirmed)
         if everyone or (dummy and self.cluster_size == 1):
+            if not dummy:
+                # Every holder confirmed: tell them, as the GOTACK rule does.
+                # Collected here without a last GOTACK (CLUSTER FORGET dropped
+                # the missing holder), silence would leave a holder that does
+                # not know the forgotten ID (a wiped node's new incarnation)
+                # waiting for it for ever.
+                self.broadcast_deljob(job.id, job)
             self.unregister(job)
             return
         self.send_setack(job)

@@ -356,3 +356,31 @@ def test_a_queued_copy_that_answered_willqueue_does_not_re_announce() -> None:
     assert node.outbox == []
     elapse(node, clock, 2500)  # a whole period without a word: announce
     assert node.outbox == [(OTHER_ID, bus.Queued(job_id, 0))]
+
+
+def test_collecting_after_forget_tells_the_holders_that_do_not_know_the_node() -> None:
+    # Seed 11268: n2 was wiped and came back as a new ID; a job it took
+    # (YOURJOBS) still listed its old ID, which it never knew (gossip does
+    # not teach a node an earlier incarnation of itself), so FORGET was not
+    # run there. The other holders forgot the old ID and collected the
+    # acked job without a word: n2 waited for the old ID's GOTACK for ever.
+    a, b = _pair()
+    nodes = {NODE_ID: a, OTHER_ID: b}
+    old = "0123abcd" + "e5" * 16  # b's earlier incarnation: only a knows it
+    a.cluster.add(old, "127.0.0.1", 7712, 17712)
+    a.refresh_cluster_view()
+    job_id = add(a, "q", "body", "RETRY", 5, "REPLICATE", 1)
+    job(a, job_id).nodes_delivered = (NODE_ID, OTHER_ID, old)
+    cj.replicate(a, job(a, job_id), 0, noreply=True)
+    _pump(nodes)
+    assert run(a, "ACKJOB", job_id) == 1
+    a.try_gc(job(a, job_id))
+    _pump(nodes)
+    b.try_gc(job(b, job_id))
+    _pump(nodes)
+    assert job(a, job_id).state == job(b, job_id).state == JobState.ACKED  # wait for old
+    a.cluster.forget(old, a.now_ms())
+    assert a.forget_node(old) == 1
+    assert job_id not in a.jobs
+    _pump(nodes)
+    assert job_id not in b.jobs  # told by DELJOB, not left waiting for old
