@@ -290,10 +290,19 @@ def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
     else:
         # A copy we hold: learn the holders added since, whatever our state
         # (paused in, leaving, short of memory refuse new copies only).
-        merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
-        job.nodes_delivered = merged
+        job.nodes_delivered = _merge_holders(node, job.nodes_delivered, data.nodes_delivered)
     if not msg.noreply:
         node.outbox.append((sender, bus.GotJob(data.id)))
+
+
+def _merge_holders(
+    node: Node, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
+) -> tuple[str, ...]:
+    """Our holder list plus a peer's, without nodes we were told to forget
+    (a peer that has not run CLUSTER FORGET yet still lists them; an ack
+    would then wait for a node that is gone)."""
+    forgotten = node.cluster.blacklist
+    return tuple(dict.fromkeys((*ours, *(n for n in theirs if n not in forgotten))))
 
 
 def _job_from_data(node: Node, data: bus.JobData) -> Job:
@@ -312,7 +321,7 @@ def _job_from_data(node: Node, data: bus.JobData) -> Job:
     )
     job.nacks = data.nacks
     job.deliveries = data.deliveries
-    job.nodes_delivered = tuple(data.nodes_delivered)
+    job.nodes_delivered = _merge_holders(node, (), data.nodes_delivered)
     if data.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         job.qtime = now + (data.delay + data.retry) * 1000 + node.time_error()
@@ -557,8 +566,7 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
         elif job.retry == 0:
             continue  # a duplicate or late copy: at most once, never again
         else:
-            merged = tuple(dict.fromkeys((*job.nodes_delivered, *data.nodes_delivered)))
-            job.nodes_delivered = merged
+            job.nodes_delivered = _merge_holders(node, job.nodes_delivered, data.nodes_delivered)
         if job.retry:
             # Unlike the original, tell the other holders: one of them may
             # have queued its own copy meanwhile, and may not know this node

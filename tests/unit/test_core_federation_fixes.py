@@ -384,3 +384,23 @@ def test_collecting_after_forget_tells_the_holders_that_do_not_know_the_node() -
     assert job_id not in a.jobs
     _pump(nodes)
     assert job_id not in b.jobs  # told by DELJOB, not left waiting for old
+
+
+def test_holder_lists_from_peers_drop_nodes_we_forgot() -> None:
+    """Seed 12329: just after our CLUSTER FORGET of a wiped node, a peer that
+    had not run it yet sent a copy listing that node; our ack then waited
+    for it for ever."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
+    listed = attrs.evolve(data, nodes_delivered=(OTHER_ID, THIRD_ID))
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    node.cluster.forget(THIRD_ID, node.now_ms())
+    node.forget_node(THIRD_ID)
+    cj.receive(node, OTHER_ID, bus.YourJobs((listed,)))
+    assert THIRD_ID not in job(node, job_id).nodes_delivered
+    cj.receive(node, OTHER_ID, bus.ReplJob(listed, True))
+    assert THIRD_ID not in job(node, job_id).nodes_delivered
