@@ -557,6 +557,11 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
     now = node.now_ms()
     for data in msg.jobs:
         job = node.jobs.get(data.id)
+        if job is None and data.id in node.deleted_acked:
+            # Acked and deleted here lately (the YOURJOBS crossed our ack):
+            # not again; the sender keeps a copy, tell it about the ack.
+            _answer_deleted(node, sender, data.id)
+            continue
         if job is None:
             job = _job_from_data(node, data)
             node.register(job)

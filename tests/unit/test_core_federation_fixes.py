@@ -404,3 +404,22 @@ def test_holder_lists_from_peers_drop_nodes_we_forgot() -> None:
     assert THIRD_ID not in job(node, job_id).nodes_delivered
     cj.receive(node, OTHER_ID, bus.ReplJob(listed, True))
     assert THIRD_ID not in job(node, job_id).nodes_delivered
+
+
+def test_yourjobs_for_a_job_acked_here_lately_is_refused_and_answered() -> None:
+    """Seed 982383079: a NEEDJOBS held by a one-way partition was answered
+    with YOURJOBS after the receiver had FASTACKed the job; the copy came
+    back and was delivered again."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert run(node, "FASTACK", job_id) == 1
+    assert job_id not in node.jobs
+    node.outbox.clear()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert job_id not in node.jobs
+    assert (OTHER_ID, bus.SetAck(job_id, 0)) in node.outbox
