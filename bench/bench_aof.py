@@ -18,33 +18,33 @@ target is missed (exit 1 only if the benchmark itself could not run). Helpers
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import shutil
-import signal
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_single import (  # the bench directory is not a package: via sys.path
+from bench_single import (
     CLIENTS,
     HOST,
     BenchError,
     Server,
     Servers,
+    arm_signals,
     bench_timeout,
     command,
     free_port,
+    guarded,
     median,
     paired_ratio,
     redis_benchmark,
+    settle_repeat,  # the bench directory is not a package: via sys.path
 )
 
 POLICIES = ("off", "everysec", "always")
@@ -247,20 +247,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--timeout", type=float, default=900, help="abort the whole run after S seconds (900)"
     )
-    args = p.parse_args(argv)
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
-    if args.repeat < 1:
-        p.error("--repeat must be >= 1")
-    return args
-
-
-def _on_signal(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # unwind to main()'s finally, which stops the nodes
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise BenchError("the whole run exceeded --timeout")
+    return settle_repeat(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,12 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             "bench_aof: redis-benchmark not found (apt-get install redis-tools)", file=sys.stderr
         )
         return 1
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGALRM, _on_alarm)
     load_start = os.getloadavg()[0]
-    status = 0
-    signal.alarm(int(args.timeout))
+    arm_signals(args.timeout)
     servers = AofServers(args.dir)
     fs = filesystem_of(servers.workdir)
     bench = Bench(args, servers)
@@ -290,24 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     if load_start > 0.5:
         print(f"warning: load average is {load_start:.2f} before the start: figures will be noisy")
     t0 = time.perf_counter()
-    try:
-        bench.run()
-    except KeyboardInterrupt:
-        print("\ninterrupted; nodes stopped", file=sys.stderr)
-        status = 130
-    except BenchError as e:
-        print(f"\nbench_aof: aborted: {e}", file=sys.stderr)
-        status = 1
-    except Exception:
-        traceback.print_exc()
-        print("\nbench_aof: aborted by an unexpected error", file=sys.stderr)
-        status = 1
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with contextlib.suppress(Exception):
-            servers.stop_all()
+    status = guarded("bench_aof", bench.run, servers.stop_all)
     if bench.rows:
         print(
             f"\n== ADDJOB ops/s by AOF policy, median of {args.repeat} "

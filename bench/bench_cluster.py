@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -45,14 +44,17 @@ from bench_single import (
     HOST,
     BenchError,
     Server,
+    arm_signals,
     bench_timeout,
     check,
     command,
     encode,
     free_port,
+    guarded,
     median,
     paired_ratio,
     redis_benchmark,
+    settle_repeat,
 )
 
 NODE_NAMES = ("A", "B", "C")
@@ -837,23 +839,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1200,
         help="abort the whole run after this many seconds (default 1200)",
     )
-    args = p.parse_args(argv)
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
-    if args.repeat < 1:
-        p.error("--repeat must be >= 1")
-    return args
-
-
-def _on_signal(signum: int, frame: object) -> None:
-    # SIGINT and SIGTERM alike: unwind to main()'s finally, which stops the
-    # nodes. (Installed explicitly: a background job starts with SIGINT
-    # ignored, and Python would then not raise KeyboardInterrupt.)
-    raise KeyboardInterrupt
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise BenchError("the whole run exceeded --timeout")
+    return settle_repeat(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -864,9 +850,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGALRM, _on_alarm)
     load_start = os.getloadavg()[0]
     rb_version = subprocess.run(
         ["redis-benchmark", "--version"], capture_output=True, text=True, timeout=10
@@ -880,14 +863,15 @@ def main(argv: list[str] | None = None) -> int:
             f"warning: load average is {load_start:.2f} before the start: other processes "
             "compete for the CPUs, figures will be low and noisy"
         )
-    status = 0
-    signal.alarm(int(args.timeout))
+    arm_signals(args.timeout)
     cluster = Cluster()
     bench = Bench(args, cluster)
     print("sizes: " + ", ".join(f"{k}={v:,g}" for k, v in bench.size.items()), flush=True)
     t0 = time.perf_counter()
     mesh_s = None
-    try:
+
+    def run() -> None:
+        nonlocal mesh_s
         cluster.start()
         mesh_s = cluster.meet()
         bench.log(
@@ -898,22 +882,8 @@ def main(argv: list[str] | None = None) -> int:
             + f"; full mesh after {mesh_s:.1f} s"
         )
         bench.run()
-    except KeyboardInterrupt:
-        print("\ninterrupted; nodes stopped", file=sys.stderr)
-        status = 130
-    except BenchError as e:
-        print(f"\nbench_cluster: aborted: {e}", file=sys.stderr)
-        status = 1
-    except Exception:
-        traceback.print_exc()
-        print("\nbench_cluster: aborted by an unexpected error", file=sys.stderr)
-        status = 1
-    finally:
-        signal.alarm(0)
-        # No second Ctrl-C may cut the clean-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cluster.stop_all()
+
+    status = guarded("bench_cluster", run, cluster.stop_all)
     if bench.throughput or bench.delivery_rows:
         print(
             f"\n== disque-trio, 3-node cluster on loopback, median of {args.repeat} "

@@ -909,7 +909,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1800,
         help="abort the whole run after this many seconds (default 1800)",
     )
-    args = p.parse_args(argv)
+    return settle_repeat(p, p.parse_args(argv))
+
+
+def settle_repeat(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """--repeat defaults to 3, 1 with --quick (every bench script)."""
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
     if args.repeat < 1:
@@ -918,14 +922,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    # SIGINT and SIGTERM alike: unwind to main()'s finally, which stops the
-    # servers. (Installed explicitly: a background job starts with SIGINT
-    # ignored, and Python would then not raise KeyboardInterrupt.)
+    # SIGINT and SIGTERM alike: unwind to guarded()'s finally, which stops
+    # the servers. (Installed explicitly: a background job starts with
+    # SIGINT ignored, and Python would then not raise KeyboardInterrupt.)
     raise KeyboardInterrupt
 
 
 def _on_alarm(signum: int, frame: object) -> None:
     raise BenchError("the whole run exceeded --timeout")
+
+
+def arm_signals(timeout: float) -> None:
+    """Ctrl-C, SIGTERM and the --timeout alarm all unwind to guarded()."""
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(int(timeout))
+
+
+def guarded(name: str, run: Callable[[], None], stop: Callable[[], None]) -> int:
+    """Run the benchmark; whatever happens, stop the servers. The exit
+    status: 0, 130 when interrupted, 1 when aborted."""
+    status = 0
+    try:
+        run()
+    except KeyboardInterrupt:
+        print("\ninterrupted; servers stopped", file=sys.stderr)
+        status = 130
+    except BenchError as e:
+        print(f"\n{name}: aborted: {e}", file=sys.stderr)
+        status = 1
+    except Exception:
+        traceback.print_exc()
+        print(f"\n{name}: aborted by an unexpected error", file=sys.stderr)
+        status = 1
+    finally:
+        signal.alarm(0)
+        # No second Ctrl-C may cut the clean-up short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(Exception):
+            stop()
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -938,9 +976,6 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGALRM, _on_alarm)
     redis_version = subprocess.run(
         ["redis-server", "--version"], capture_output=True, text=True, timeout=10
     ).stdout.strip()
@@ -954,30 +989,12 @@ def main(argv: list[str] | None = None) -> int:
             f"warning: load average is {load_start:.2f} before the start: other processes "
             "compete for the CPUs, figures will be low and noisy (ratios less so)"
         )
-    status = 0
-    signal.alarm(int(args.timeout))
+    arm_signals(args.timeout)
     servers = Servers()
     bench = Bench(args, servers)
     print("sizes: " + ", ".join(f"{k}={v:,}" for k, v in bench.size.items()), flush=True)
     t0 = time.perf_counter()
-    try:
-        bench.run(names)
-    except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        status = 130
-    except BenchError as e:
-        print(f"\nbench_single: aborted: {e}", file=sys.stderr)
-        status = 1
-    except Exception:
-        traceback.print_exc()
-        print("\nbench_single: aborted by an unexpected error", file=sys.stderr)
-        status = 1
-    finally:
-        signal.alarm(0)
-        # No second Ctrl-C may cut the clean-up short.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        servers.stop_all()
+    status = guarded("bench_single", lambda: bench.run(names), servers.stop_all)
     if bench.rows:
         print(
             f"\n== disque-trio vs redis-server, single node, median of {args.repeat} "

@@ -162,33 +162,34 @@ class Workload:
         await trio.sleep_until(start + self.plan.duration * 0.25)
         index = rng.randrange(world.count)
         self._paused_node = index  # the PAUSE may apply even if its reply is lost
-        try:
-            client = await world.client(index)
-            reply = await client.call("PAUSE", QUEUE, "in")
-            self.record("admin", "pause", {"node": index, "reply": _text(reply)})
+        if await self._admin_pause(world, index, "in"):
             await trio.sleep(self.plan.pause_in)
-            reply = await client.call("PAUSE", QUEUE, "none")
-            self.record("admin", "resume", {"node": index, "reply": _text(reply)})
-            self._paused_node = None
-            await client.aclose()
-        except CONN_ERRORS as e:
-            self.record("admin", "error", {"node": index, "error": type(e).__name__})
+            await self._admin_pause(world, index, "none")
 
     async def _resume_queue(self, world: World) -> None:
         """Liveness: an operator whose resume was lost to a fault (a reset,
         a crash) resumes the queue once everything is healed."""
-        index = self._paused_node
-        if index is None:
-            return
-        with trio.move_on_after(5):
+        if self._paused_node is not None:
+            with trio.move_on_after(5):
+                await self._admin_pause(world, self._paused_node, "none")
+
+    async def _admin_pause(self, world: World, index: int, how: str) -> bool:
+        """PAUSE q <how> on one node; False if a fault got in the way."""
+        try:
+            client = await world.client(index)
             try:
-                client = await world.client(index)
-                reply = await client.call("PAUSE", QUEUE, "none")
-                self.record("admin", "resume", {"node": index, "reply": _text(reply)})
-                self._paused_node = None
+                reply = await client.call("PAUSE", QUEUE, how)
+            finally:
                 await client.aclose()
-            except CONN_ERRORS as e:
-                self.record("admin", "error", {"node": index, "error": type(e).__name__})
+        except CONN_ERRORS as e:
+            self.record("admin", "error", {"node": index, "error": type(e).__name__})
+            return False
+        self.record(
+            "admin", "pause" if how == "in" else "resume", {"node": index, "reply": _text(reply)}
+        )
+        if how == "none":
+            self._paused_node = None
+        return True
 
     async def _producer(self, world: World, name: str, rng: random.Random) -> None:
         plan = self.plan

@@ -388,7 +388,6 @@ class World:
     ) -> Callable[[str, object], None]:
         """Bus chaos on the receiving side of node i: frames dropped,
         duplicated or delivered late (after later ones: reordered)."""
-        incarnation = node.incarnation
 
         def deliver(sender: str, msg: object) -> None:
             node.handling = type(msg)
@@ -413,7 +412,7 @@ class World:
                 # Delivered once, later: after frames sent after it.
                 later = self.chaos_rng.uniform(0.05, 1.0)
                 self.trace.record(node.name, "chaos", {"ev": "late", "msg": kind})
-                self._nursery.start_soon(self._late, node, incarnation, later, sender, msg)
+                self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
                 return
             deliver(sender, msg)
             if r < drop + dup:
@@ -423,15 +422,17 @@ class World:
         return chaotic
 
     async def _late(
-        self, node: SimNode, incarnation: int, delay: float, sender: str, msg: object
+        self,
+        node: SimNode,
+        deliver: Callable[[str, object], None],
+        delay: float,
+        sender: str,
+        msg: object,
     ) -> None:
+        incarnation = node.incarnation
         await trio.sleep(delay)
         if node.up and node.incarnation == incarnation:
-            node.handling = type(msg)
-            try:
-                node.server._dispatch(sender, msg)
-            finally:
-                node.handling = None
+            deliver(sender, msg)
             node.server.after_bus_event()
 
     # ------------------------------------------------------------ observers

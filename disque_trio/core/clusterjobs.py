@@ -479,10 +479,6 @@ def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
         return
     now = node.now_ms()
     q = node.queue(name, now)
-    # The wall clock went back: a pacing mark in the future would silence
-    # this queue's requests for as long as the jump (found by the simulator).
-    q.needjobs_bcast_ms = min(q.needjobs_bcast_ms, now)
-    q.needjobs_adhoc_ms = min(q.needjobs_adhoc_ms, now)
     rate = q.import_rate(now)
     if reached_zero and rate == 0:
         return

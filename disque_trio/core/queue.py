@@ -11,7 +11,7 @@ order (first come, first served).
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
@@ -131,6 +131,23 @@ class Queue:
             self.import_current_ms = now_ms
             self.import_current_count = 0
         self.import_current_count += 1
+
+    def stat(self, now_ms: int) -> dict[str, Any]:
+        """What QSTAT reports (its keys and order); the dashboard and the
+        metrics read the same figures."""
+        now_s = now_ms // 1000
+        return {
+            "name": self.name,
+            "len": len(self.jobs),
+            "age": max(0, now_s - self.ctime),
+            "idle": max(0, now_s - self.atime),
+            "blocked": len(self.waiters),
+            "import-from": sorted(self.needjobs_responders),
+            "import-rate": self.import_rate(now_ms),
+            "jobs-in": self.jobs_in,
+            "jobs-out": self.jobs_out,
+            "pause": Pause(self.pause).label,
+        }
 
     def is_collectable(self, now_s: int, max_idle: int) -> bool:
         return (

@@ -110,23 +110,7 @@ def qstat(node: Node, argv: list[bytes]) -> Reply:
     q = node.queues.get(text(argv[1]))
     if q is None:
         return NULL_ARRAY
-    now = node.now_ms()
-    now_s = now // 1000
-    responders: list[Reply] = [*sorted(q.needjobs_responders)]
-    return flat(
-        {
-            "name": q.name,
-            "len": len(q.jobs),
-            "age": max(0, now_s - q.ctime),
-            "idle": max(0, now_s - q.atime),
-            "blocked": len(q.waiters),
-            "import-from": responders,
-            "import-rate": q.import_rate(now),
-            "jobs-in": q.jobs_in,
-            "jobs-out": q.jobs_out,
-            "pause": Pause(q.pause).label,
-        }
-    )
+    return flat(q.stat(node.now_ms()))
 
 
 def qscan(node: Node, argv: list[bytes]) -> Reply:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.cluster import FAIL, PFAIL
 from ..core.job import JobState
-from ..core.queue import Pause
 from ..protocol.wsjson import text_json
 
 if TYPE_CHECKING:
@@ -64,18 +63,10 @@ class NodeView:
 
     def queue_row(self, q: Queue, now_ms: int) -> dict[str, Any]:
         """One queue as QSTAT describes it, with JSON-friendly keys."""
-        now_s = now_ms // 1000
-        return {
-            "name": text_json(q.name),
-            "len": len(q.jobs),
-            "blocked": len(q.waiters),
-            "jobs_in": q.jobs_in,
-            "jobs_out": q.jobs_out,
-            "import_rate": q.import_rate(now_ms),
-            "pause": Pause(q.pause).label,
-            "age": max(0, now_s - q.ctime),
-            "idle": max(0, now_s - q.atime),
-        }
+        row = q.stat(now_ms)
+        del row["import-from"]
+        row["name"] = text_json(q.name)
+        return {key.replace("-", "_"): value for key, value in row.items()}
 
     def queues(self, limit: int | None = None) -> list[Queue]:
         """The node's queues by name; with a limit, the longest ones."""
@@ -89,7 +80,7 @@ class NodeView:
     def stats(self) -> dict[str, Any]:
         """The ``stats`` event's data (shape documented in docs/websocket.md)."""
         server = self.server
-        now = server.env.clock.wall_ms()
+        now = server.node.now_ms()  # the node's time: queue figures are kept in it
         aof = server.aof
         return {
             "time": now,

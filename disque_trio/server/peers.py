@@ -113,7 +113,8 @@ class Bus:
             if node_id not in self.links:
                 link = self.links[node_id] = PeerLink(node_id)
                 self._nursery.start_soon(self._link_task, link)
-        for node_id in [x for x in self.links if x not in set(wanted)]:
+        keep = set(wanted)
+        for node_id in [x for x in self.links if x not in keep]:
             self.links.pop(node_id).cancel_scope.cancel()
 
     async def wait_links_up(self) -> None:

@@ -3,15 +3,10 @@ picked by the commit passes (python -m sim mutants / python -m sim ci)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 from sim.mutants import MUTANTS, run_mutant
 
-from .conftest import SUMMARY
+from .conftest import SUMMARY, sim_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 # Seeds tried per mutant: every mutant is caught well within this range
 # (the slowest, queued-skips-dequeue, at seed 31; its runs stop at the first).
 MUTANT_SEEDS = "1..60"
@@ -19,14 +14,7 @@ CI_SEEDS = 200
 
 
 def _run(args: list[str], timeout: float) -> tuple[int, list[str]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "sim", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    out = sim_cli(*args, timeout=timeout)
     return out.returncode, out.stdout.strip().splitlines() + out.stderr.strip().splitlines()[-5:]
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -26,7 +25,26 @@ from sim.shrink import shrink_plan
 from sim.trace import Trace
 from sim.workload import Event
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import sim_cli
+
+
+def with_connection(
+    body: Callable[[SimNet, trio.abc.Stream, trio.abc.Stream], Awaitable[None]],
+) -> None:
+    """Run ``body(net, client, server)`` under MockClock: node 2's connection
+    to node 1's listener on port 10001."""
+
+    async def main() -> None:
+        net = SimNet(random.Random(1), Trace())
+        async with trio.open_nursery() as nursery:
+            net.nursery = nursery
+            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
+            client = await net.view(2).connect("127.0.0.1", 10001)
+            server = await listener.accept()
+            await body(net, client, server)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def run(seed: int, nodes: int | None = None, duration: int | None = None) -> Outcome:
@@ -121,15 +139,8 @@ def test_same_digest_across_processes_and_hash_seeds(seed: int) -> None:
     lines = []
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        out = subprocess.run(
-            [sys.executable, "-m", "sim", "run", "--seed", str(seed), "--quiet"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
+        out = sim_cli("run", "--seed", str(seed), "--quiet", env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
         lines.append(out.stdout.strip().splitlines()[-1])
     assert lines[0].startswith("digest ")
     assert lines[0] == lines[1]
@@ -169,58 +180,44 @@ def test_sim_disk_crash_drops_only_pending() -> None:
 
 
 def test_sim_net_partition_breaks_and_refuses() -> None:
-    async def main() -> None:
-        net = SimNet(random.Random(1), Trace())
-        async with trio.open_nursery() as nursery:
-            net.nursery = nursery
-            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
-            client = await net.view(2).connect("127.0.0.1", 10001)
-            server = await listener.accept()
-            await client.send_all(b"hello")
-            assert await server.receive_some(100) == b"hello"
-            net.partition([1], [2])
-            with pytest.raises(trio.BrokenResourceError):
-                await server.receive_some(100)
-            with pytest.raises(ConnectionRefusedError):
-                await net.view(2).connect("127.0.0.1", 10001)
-            # Clients (owner None) are not partitioned.
-            other = await net.view(None).connect("127.0.0.1", 10001)
-            net.heal()
-            again = await net.view(2).connect("127.0.0.1", 10001)
-            await again.aclose()
-            await other.aclose()
-            nursery.cancel_scope.cancel()
+    async def body(net: SimNet, client: trio.abc.Stream, server: trio.abc.Stream) -> None:
+        await client.send_all(b"hello")
+        assert await server.receive_some(100) == b"hello"
+        net.partition([1], [2])
+        with pytest.raises(trio.BrokenResourceError):
+            await server.receive_some(100)
+        with pytest.raises(ConnectionRefusedError):
+            await net.view(2).connect("127.0.0.1", 10001)
+        # Clients (owner None) are not partitioned.
+        other = await net.view(None).connect("127.0.0.1", 10001)
+        net.heal()
+        again = await net.view(2).connect("127.0.0.1", 10001)
+        await again.aclose()
+        await other.aclose()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    with_connection(body)
 
 
 def test_sim_net_one_way_partition_stalls_one_direction() -> None:
-    async def main() -> None:
-        net = SimNet(random.Random(1), Trace())
-        async with trio.open_nursery() as nursery:
-            net.nursery = nursery
-            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
-            client = await net.view(2).connect("127.0.0.1", 10001)
-            server = await listener.accept()
-            net.one_way([2], [1])  # 2 -> 1 dropped
-            await server.send_all(b"flows")
-            assert await client.receive_some(100) == b"flows"
-            await client.send_all(b"stalled")
-            with trio.move_on_after(5) as waited:
-                await server.receive_some(100)
-            assert waited.cancelled_caught
-            with pytest.raises(ConnectionRefusedError):
-                await net.view(2).connect("127.0.0.1", 10001)
-            net.heal()
-            assert await server.receive_some(100) == b"stalled"
-            net.fence(1)
-            with pytest.raises(trio.BrokenResourceError):
-                await client.receive_some(100)
-            with pytest.raises(ConnectionRefusedError):
-                await net.view(None).connect("127.0.0.1", 10001)
-            nursery.cancel_scope.cancel()
+    async def body(net: SimNet, client: trio.abc.Stream, server: trio.abc.Stream) -> None:
+        net.one_way([2], [1])  # 2 -> 1 dropped
+        await server.send_all(b"flows")
+        assert await client.receive_some(100) == b"flows"
+        await client.send_all(b"stalled")
+        with trio.move_on_after(5) as waited:
+            await server.receive_some(100)
+        assert waited.cancelled_caught
+        with pytest.raises(ConnectionRefusedError):
+            await net.view(2).connect("127.0.0.1", 10001)
+        net.heal()
+        assert await server.receive_some(100) == b"stalled"
+        net.fence(1)
+        with pytest.raises(trio.BrokenResourceError):
+            await client.receive_some(100)
+        with pytest.raises(ConnectionRefusedError):
+            await net.view(None).connect("127.0.0.1", 10001)
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    with_connection(body)
 
 
 def test_dead_disk_handle_writes_nothing() -> None:
@@ -252,15 +249,7 @@ def test_checker_excuses_losses_only_with_amnesia_below_replicate() -> None:
 
 def test_sweep_cli_reports_and_writes_regressions(tmp_path: Path) -> None:
     env = {**os.environ, "SIM_REGRESSIONS": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-m", "sim", "run", "--seeds", "1..2", "--jobs", "2", "--duration", "3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = sim_cli("run", "--seeds", "1..2", "--jobs", "2", "--duration", "3", env=env)
     lines = out.stdout.strip().splitlines()
     assert lines[-1] == "seeds: 2 passed, 0 failed", out.stdout + out.stderr
     assert out.returncode == 0
@@ -271,25 +260,15 @@ def test_sweep_cli_reports_and_writes_regressions(tmp_path: Path) -> None:
 def test_failing_run_prints_violation_trace_and_replay(tmp_path: Path) -> None:
     """A planted bug: exit 1, the violation, the trace files, the replay
     command; the last line is still the digest."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sim",
-            "run",
-            "--seed",
-            "1",
-            "--mutant",
-            "aof-write-dropped",
-            "--trace",
-            str(tmp_path / "t.jsonl"),
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    out = sim_cli(
+        "run",
+        "--seed",
+        "1",
+        "--mutant",
+        "aof-write-dropped",
+        "--trace",
+        str(tmp_path / "t.jsonl"),
+        "--quiet",
     )
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 1, out.stdout + out.stderr
@@ -337,30 +316,23 @@ def test_checker_flags_lost_phantom_and_retry0_duplicates() -> None:
 
 
 def test_sim_net_clog_holds_bytes_both_ways_and_reset_breaks() -> None:
-    async def main() -> None:
-        net = SimNet(random.Random(1), Trace())
-        async with trio.open_nursery() as nursery:
-            net.nursery = nursery
-            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
-            client = await net.view(2).connect("127.0.0.1", 10001)
-            server = await listener.accept()
-            key = net.add_rule("clog", [1], [2])
-            await client.send_all(b"held")
-            await server.send_all(b"back")
-            with trio.move_on_after(3) as waited:
-                await server.receive_some(100)
-            assert waited.cancelled_caught
-            net.remove_rule(key)
-            assert await server.receive_some(100) == b"held"
-            assert await client.receive_some(100) == b"back"
-            assert net.reset(1) == 1
-            with pytest.raises(trio.BrokenResourceError):
-                await client.receive_some(100)
-            again = await net.view(2).connect("127.0.0.1", 10001)  # resets do not refuse
-            await again.aclose()
-            nursery.cancel_scope.cancel()
+    async def body(net: SimNet, client: trio.abc.Stream, server: trio.abc.Stream) -> None:
+        key = net.add_rule("clog", [1], [2])
+        await client.send_all(b"held")
+        await server.send_all(b"back")
+        with trio.move_on_after(3) as waited:
+            await server.receive_some(100)
+        assert waited.cancelled_caught
+        net.remove_rule(key)
+        assert await server.receive_some(100) == b"held"
+        assert await client.receive_some(100) == b"back"
+        assert net.reset(1) == 1
+        with pytest.raises(trio.BrokenResourceError):
+            await client.receive_some(100)
+        again = await net.view(2).connect("127.0.0.1", 10001)  # resets do not refuse
+        await again.aclose()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    with_connection(body)
 
 
 def test_sim_net_overlapping_rules_heal_one_at_a_time() -> None:
@@ -413,26 +385,17 @@ def test_shrinker_finds_the_smallest_failing_plan() -> None:
 
 def test_shrink_cli_writes_a_plan_that_replay_reproduces(tmp_path: Path) -> None:
     out_path = tmp_path / "plan.json"
-    shrink = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sim",
-            "shrink",
-            "--seed",
-            "2",
-            "--mutant",
-            "pause-in-ignored",
-            "--max-runs",
-            "60",
-            "--out",
-            str(out_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    shrink = sim_cli(
+        "shrink",
+        "--seed",
+        "2",
+        "--mutant",
+        "pause-in-ignored",
+        "--max-runs",
+        "60",
+        "--out",
+        str(out_path),
         timeout=300,
-        check=False,
     )
     assert shrink.returncode == 0, shrink.stdout + shrink.stderr
     plan, mutant = load_plan(str(out_path))
@@ -440,14 +403,7 @@ def test_shrink_cli_writes_a_plan_that_replay_reproduces(tmp_path: Path) -> None
     original = Plan.from_seed(2)
     assert sum(plan.encode()) < sum(original.encode())
     assert len(plan.active_faults()) <= len(original.active_faults())
-    replay = subprocess.run(
-        [sys.executable, "-m", "sim", "replay", str(out_path), "--quiet"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    replay = sim_cli("replay", str(out_path), "--quiet")
     lines = replay.stdout.strip().splitlines()
     assert replay.returncode == 1
     assert any(line.startswith("VIOLATION pause-in") for line in lines)
