@@ -37,6 +37,7 @@ from bench_single import (
     Server,
     Servers,
     arm_signals,
+    bench_parser,
     bench_timeout,
     command,
     free_port,
@@ -226,26 +227,13 @@ def print_table(rows: list[Row]) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--quick", action="store_true", help="small counts, 1 repetition (< 60 s)")
-    p.add_argument(
-        "--repeat",
-        type=int,
-        default=None,
-        help="repetitions, median reported (default 3; 1 quick)",
-    )
+    p = bench_parser(__doc__, timeout=900)
     p.add_argument("--scale", type=float, default=1.0, help="multiply every request count")
     p.add_argument(
         "--dir",
         default=None,
         help="where to make the scratch directory (default: the temp dir); "
         "the fsync cost depends on its filesystem",
-    )
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.add_argument(
-        "--timeout", type=float, default=900, help="abort the whole run after S seconds (900)"
     )
     return settle_repeat(p, p.parse_args(argv))
 

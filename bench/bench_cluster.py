@@ -45,6 +45,7 @@ from bench_single import (
     BenchError,
     Server,
     arm_signals,
+    bench_parser,
     bench_timeout,
     check,
     command,
@@ -809,18 +810,7 @@ class Bench:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument(
-        "--quick", action="store_true", help="small counts, 1 repetition: a smoke run under 60 s"
-    )
-    p.add_argument(
-        "--repeat",
-        type=int,
-        default=None,
-        help="repetitions per figure, median reported (default 3; 1 with --quick)",
-    )
+    p = bench_parser(__doc__, timeout=1200)
     p.add_argument(
         "--ack",
         choices=("ackjob", "fastack"),
@@ -831,13 +821,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--pipeline-ack",
         action="store_true",
         help="delivery consumers send the ACK and the next GETJOB in one write",
-    )
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=1200,
-        help="abort the whole run after this many seconds (default 1200)",
     )
     return settle_repeat(p, p.parse_args(argv))
 

@@ -881,8 +881,24 @@ def select(only: list[str] | None) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = bench_parser(__doc__, timeout=1800)
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help=f"run only these (comma separated, repeatable; prefixes allowed): {', '.join(BENCHES)}",
+    )
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every request count (default 1.0)"
+    )
+    return settle_repeat(p, p.parse_args(argv))
+
+
+def bench_parser(doc: str | None, timeout: float) -> argparse.ArgumentParser:
+    """The options every bench script has: --quick, --repeat, --json, --timeout."""
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=(doc or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--quick", action="store_true", help="small counts, 1 repetition: a smoke run under 60 s"
@@ -893,23 +909,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="repetitions per figure, median reported (default 3; 1 with --quick)",
     )
-    p.add_argument(
-        "--only",
-        action="append",
-        metavar="NAME",
-        help=f"run only these (comma separated, repeatable; prefixes allowed): {', '.join(BENCHES)}",
-    )
-    p.add_argument(
-        "--scale", type=float, default=1.0, help="multiply every request count (default 1.0)"
-    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument(
         "--timeout",
         type=float,
-        default=1800,
-        help="abort the whole run after this many seconds (default 1800)",
+        default=timeout,
+        help=f"abort the whole run after this many seconds (default {timeout:g})",
     )
-    return settle_repeat(p, p.parse_args(argv))
+    return p
 
 
 def settle_repeat(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
