@@ -568,15 +568,17 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
             continue  # a duplicate or late copy: at most once, never again
         else:
             job.nodes_delivered = _merge_holders(node, job.nodes_delivered, data.nodes_delivered)
-        if job.retry:
-            # Unlike the original, tell the other holders: one of them may
-            # have queued its own copy meanwhile, and may not know this node
-            # holds one (the QUEUED rule then leaves a single copy queued).
-            job.flags |= FLAG_BCAST_QUEUED
-        else:
-            job.flags &= ~FLAG_BCAST_QUEUED
+        # A job moving between queues is not delivered again: queue it as a
+        # first queueing, which counts nothing.
+        job.flags &= ~FLAG_BCAST_QUEUED
         if not node.enqueue(job, now=now):
             continue
+        if job.retry:
+            # Unlike the original, tell the other holders (counting nothing):
+            # one of them may have queued its own copy meanwhile, and may not
+            # know this node holds one (the QUEUED rule then leaves a single
+            # copy queued).
+            announce_queued(node, job)
         node.probe("yourjobs-moved-a-job", job)
         q = node.queue(job.queue, now)
         if sender not in q.needjobs_responders:

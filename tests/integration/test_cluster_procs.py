@@ -141,3 +141,57 @@ def test_federation_between_processes(node_factory: object) -> None:
     assert got and all(entry[2].startswith("job-") for entry in got)
     stat = consumer.execute_command("QSTAT", "fed")
     assert stat[stat.index("import-from") + 1] == [producer.execute_command("CLUSTER", "MYID")]
+
+
+def _getjob_counters(r: redis.Redis, queue: str) -> tuple[str, tuple[int, int]]:
+    [[_, job_id, _, *rest]] = r.execute_command(
+        "GETJOB", "TIMEOUT", 8000, "WITHCOUNTERS", "FROM", queue
+    )
+    counters = dict(zip(rest[0::2], rest[1::2], strict=True))
+    return job_id, (counters["nacks"], counters["additional-deliveries"])
+
+
+def _show_counters(r: redis.Redis, job_id: str) -> tuple[str, int, int]:
+    fields = r.execute_command("SHOW", job_id)
+    info = dict(zip(fields[0::2], fields[1::2], strict=True))
+    return info["state"], info["nacks"], info["additional-deliveries"]
+
+
+def test_counters_count_deliveries_not_moves(node_factory: object) -> None:
+    """A job moved between nodes (federation's YOURJOBS) is not delivered
+    again: WITHCOUNTERS and SHOW give, on both nodes, the figures C Disque
+    gives for the same steps (measured side by side with its 1.0-rc1)."""
+    a, b = (client(n) for n in start_cluster(node_factory, 2))
+
+    # Never delivered, fetched on the other node.
+    job_id = a.execute_command("ADDJOB", "moved", "x", 0, "REPLICATE", 1)
+    assert _getjob_counters(b, "moved") == (job_id, (0, 0))
+    assert _show_counters(a, job_id) == ("active", 0, 0)
+    assert _show_counters(b, job_id) == ("active", 0, 0)
+
+    # Delivered, NACKed, then fetched on the other node.
+    job_id = a.execute_command("ADDJOB", "nacked", "x", 0, "REPLICATE", 1, "RETRY", 30)
+    assert _getjob_counters(a, "nacked") == (job_id, (0, 0))
+    assert a.execute_command("NACK", job_id) == 1
+    assert _getjob_counters(b, "nacked") == (job_id, (1, 0))
+    assert _show_counters(a, job_id) == ("active", 1, 0)
+    assert _show_counters(b, job_id) == ("active", 1, 0)
+
+    # Delivered, re-queued by RETRY, then fetched on the other node.
+    job_id = a.execute_command("ADDJOB", "retried", "x", 0, "REPLICATE", 1, "RETRY", 2)
+    assert _getjob_counters(a, "retried") == (job_id, (0, 0))
+    wait_for(lambda: _show_counters(a, job_id)[0] == "queued", what="the RETRY re-queue")
+    assert _getjob_counters(b, "retried") == (job_id, (0, 1))
+    assert _show_counters(a, job_id) == ("active", 0, 1)
+    assert _show_counters(b, job_id) == ("active", 0, 1)
+
+    # Two holders: one re-queues by RETRY and tells the other (QUEUED).
+    job_id = a.execute_command("ADDJOB", "both", "x", 0, "REPLICATE", 2, "RETRY", 2)
+    assert _getjob_counters(a, "both") == (job_id, (0, 0))
+    wait_for(
+        lambda: "queued" in (_show_counters(a, job_id)[0], _show_counters(b, job_id)[0]),
+        what="the RETRY re-queue",
+    )
+    assert _getjob_counters(b, "both") == (job_id, (0, 1))
+    assert _show_counters(a, job_id)[1:] == (0, 1)
+    assert _show_counters(b, job_id) == ("active", 0, 1)

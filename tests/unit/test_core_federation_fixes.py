@@ -54,6 +54,22 @@ def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
     assert {OTHER_ID, THIRD_ID} <= told
 
 
+def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
+    """Federation moves a job between queues; as in the original, neither
+    node counts an additional delivery, and the QUEUED it announces asks
+    nobody to count one."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
+    [msg] = [m for _, m in sender.outbox if isinstance(m, bus.YourJobs)]
+    node, _ = make_node()
+    cj.receive(node, OTHER_ID, msg)
+    assert (job(node, job_id).nacks, job(node, job_id).deliveries) == (0, 0)
+    assert [m.flags for _, m in node.outbox if isinstance(m, bus.Queued)] == [0]
+    reply = run(node, "GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "q")
+    assert reply == [["q", job_id, b"body", "nacks", 0, "additional-deliveries", 0]]
+
+
 def test_queued_from_an_unlisted_node_adds_it_to_the_holders() -> None:
     node, _ = make_node()
     job_id = add(node, "q", "body", "RETRY", 5)
