@@ -1,37 +1,46 @@
-"""Minimise a failing plan with Hypothesis' shrinker.
+"""Minimise a failing plan.
 
 A plan is a list of bounded integers in which zero means "nothing": no
 fault, fewest nodes, shortest run, no exotic job option (sim/plan.py). The
-failing seed's plan is handed to Hypothesis' engine as its first example;
-the engine then shrinks the list (deleting faults, lowering values towards
-zero) keeping only changes that still fail. The result is written as JSON
-for ``python -m sim replay``.
+shrinker starts from the failing seed's plan and keeps only changes that
+still fail, in passes repeated until a whole pass changes nothing (or the
+run budget is spent):
 
-This uses Hypothesis' conjecture engine directly (``ConjectureRunner``),
-which is internal API: tests/sim/test_shrink.py is its canary.
+1. delete faults, several at once first, then one by one;
+2. lower each value: to zero, else to the smallest value a bisection
+   between zero and the current value finds still failing.
+
+A change is kept when the plan still fails and is smaller: fewer faults,
+then a smaller sum of values, then earlier values smaller. The result is
+written as JSON for ``python -m sim replay``.
+
+This is written here rather than taken from Hypothesis: Hypothesis shrinks
+what its own generator drew, and its public API has no way to start from a
+given failing example (explicit examples are never shrunk; the example
+database's format is internal). The earlier version drove Hypothesis'
+engine through internal names, and a Hypothesis release renamed them.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.internal.conjecture.data import ConjectureData, Status
-from hypothesis.internal.conjecture.engine import ConjectureRunner
-from hypothesis.internal.escalation import InterestingOrigin
+from .plan import FAULT_FIELDS, MAX_FAULTS, SWARM_FIELDS, Plan
 
-from .plan import Plan
+_FAULTS_AT = len(SWARM_FIELDS)  # index of the first fault slot in encode()
+_FAULT_WIDTH = len(FAULT_FIELDS)
 
 
-class PlanFails(Exception):
-    """The one kind of failure the shrinker looks for: the plan fails."""
+class _Budget(Exception):
+    """The run budget is spent: stop shrinking, keep the best so far."""
 
 
-_ORIGIN = InterestingOrigin.from_exception(PlanFails())
+def _size(values: list[int]) -> tuple[int, int, list[int]]:
+    faults = sum(1 for slot in range(MAX_FAULTS) if values[_FAULTS_AT + slot * _FAULT_WIDTH] != 0)
+    return faults, sum(values), values
 
 
 def shrink_plan(
@@ -40,38 +49,87 @@ def shrink_plan(
     max_runs: int = 300,
     log: Callable[[str], None] | None = None,
 ) -> Plan:
-    """The smallest plan (same seed) Hypothesis finds for which
-    ``fails(plan)`` is still true. ``plan`` itself must fail."""
-    runs = 0
-    smallest = sum(plan.encode())
-
-    def test_function(data: ConjectureData) -> None:
-        nonlocal runs, smallest
-        candidate = Plan.decode(plan.seed, lambda bound: data.draw_integer(0, bound))
-        runs += 1
-        if fails(candidate):
-            if log is not None and sum(candidate.encode()) < smallest:
-                smallest = sum(candidate.encode())
-                log(f"run {runs}: still fails with {describe(candidate)}")
-            data.mark_interesting(_ORIGIN)
-
-    runner = ConjectureRunner(
-        test_function,
-        settings=settings(
-            database=None,
-            max_examples=max_runs,
-            phases=[Phase.shrink],
-            suppress_health_check=list(HealthCheck),
-            deadline=None,
-        ),
-        random=random.Random(plan.seed),
-    )
-    first = runner.cached_test_function(plan.encode())
-    if first.status != Status.INTERESTING:
+    """The smallest plan (same seed) found for which ``fails(plan)`` is
+    still true, trying at most ``max_runs`` candidates. ``plan`` itself must
+    fail."""
+    if not fails(plan):
         raise ValueError("the plan to shrink does not fail")
-    runner.shrink_interesting_examples()
-    [result] = runner.interesting_examples.values()
-    return Plan.from_values(plan.seed, [int(v) for v in result.choices])  # type: ignore[arg-type]
+    best = plan.encode()
+    seen: dict[tuple[int, ...], bool] = {tuple(best): True}
+    runs = 0
+
+    def attempt(values: list[int]) -> bool:
+        """Try a candidate; keep it as the best if it fails and is smaller."""
+        nonlocal best, runs
+        candidate = Plan.from_values(plan.seed, values)
+        values = candidate.encode()  # canonical: faults packed, values clamped
+        key = tuple(values)
+        if key not in seen:
+            if runs >= max_runs:
+                raise _Budget
+            runs += 1
+            seen[key] = fails(candidate)
+            if seen[key] and log is not None and _size(values) < _size(best):
+                log(f"run {runs}: still fails with {describe(candidate)}")
+        if seen[key] and _size(values) < _size(best):
+            best = values
+            return True
+        return False
+
+    try:
+        changed = True
+        while changed:
+            changed = _delete_faults(best, attempt)
+            changed = _lower_values(attempt, lambda: best) or changed
+    except _Budget:
+        pass
+    return Plan.from_values(plan.seed, best)
+
+
+def _delete_faults(values: list[int], attempt: Callable[[list[int]], bool]) -> bool:
+    """Delete faults in chunks (half of them, a quarter...), then one by
+    one; a fault's slot is zeroed and the plan's decoding drops it."""
+    changed = False
+    current = list(values)
+    chunk = MAX_FAULTS // 2
+    while chunk >= 1:
+        slot = MAX_FAULTS - chunk
+        while slot >= 0:
+            candidate = list(current)
+            start = _FAULTS_AT + slot * _FAULT_WIDTH
+            candidate[start : start + chunk * _FAULT_WIDTH] = [0] * (chunk * _FAULT_WIDTH)
+            if candidate != current and attempt(candidate):
+                current = Plan.from_values(0, candidate).encode()
+                changed = True
+            slot -= chunk
+        chunk //= 2
+    return changed
+
+
+def _lower_values(attempt: Callable[[list[int]], bool], best: Callable[[], list[int]]) -> bool:
+    """Lower each value in turn, to zero if that still fails, else by
+    bisection between zero (passes) and the current value (fails)."""
+    changed = False
+    for index in range(len(best())):
+        high = best()[index]
+        if high == 0:
+            continue
+        candidate = list(best())
+        candidate[index] = 0
+        if attempt(candidate):
+            changed = True
+            continue
+        low = 0
+        while high - low > 1:
+            middle = (low + high) // 2
+            candidate = list(best())
+            candidate[index] = middle
+            if attempt(candidate):
+                high = middle
+                changed = True
+            else:
+                low = middle
+    return changed
 
 
 def describe(plan: Plan) -> str:

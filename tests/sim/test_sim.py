@@ -367,9 +367,8 @@ def test_plans_round_trip_through_values_and_json(seed: int) -> None:
 
 
 def test_shrinker_finds_the_smallest_failing_plan() -> None:
-    """Canary for the Hypothesis engine API sim/shrink.py uses: a plan
-    "fails" when it has a crash in a cluster of at least two nodes; the
-    shrinker must remove every other fault and option."""
+    """A plan "fails" when it has a crash in a cluster of at least two
+    nodes; the shrinker must remove every other fault and option."""
     plan = Plan.from_seed(3)
     assert any(f.name == "crash" for f in plan.faults) and plan.nodes >= 2
 
@@ -381,6 +380,51 @@ def test_shrinker_finds_the_smallest_failing_plan() -> None:
     assert small.nodes == 2 and len(small.faults) == 1
     assert small.faults[0] == Fault(kind=1)
     assert small.encode().count(0) == len(small.encode()) - 2
+
+
+@given(st.integers(0, 10_000), st.data())
+@settings(max_examples=40, deadline=None)
+def test_shrinker_lowers_to_the_threshold_and_keeps_the_right_fault(
+    seed: int, data: st.DataObject
+) -> None:
+    """Against synthetic failure conditions the smallest failing plan is
+    known: every value zero but the one the condition needs, and that one
+    exactly at its threshold; and a fault condition keeps a single fault."""
+    plan = Plan.from_seed(seed)
+    values = plan.encode()
+    index = data.draw(st.sampled_from([i for i, v in enumerate(values[:10]) if v] or [0]))
+    threshold = data.draw(st.integers(0, values[index]))
+    runs = []
+
+    def value_fails(candidate: Plan) -> bool:
+        runs.append(candidate)
+        return candidate.encode()[index] >= threshold
+
+    small = shrink_plan(plan, value_fails, max_runs=500)
+    expected = [0] * len(values)
+    expected[index] = threshold
+    assert small.encode() == expected
+    assert len(runs) <= 500 + 1
+
+    if plan.faults:
+        kind = data.draw(st.sampled_from([f.kind for f in plan.faults]))
+        small = shrink_plan(plan, lambda p: any(f.kind == kind for f in p.faults))
+        assert small.faults == (Fault(kind=kind),)
+        assert sum(small.encode()) == kind
+
+
+def test_shrinker_stops_at_its_budget() -> None:
+    plan = Plan.from_seed(3)
+    runs: list[Plan] = []
+
+    def fails(candidate: Plan) -> bool:
+        runs.append(candidate)
+        return bool(candidate.faults)
+
+    small = shrink_plan(plan, fails, max_runs=5)
+    assert len(runs) == 1 + 5  # the check of the plan itself, then the budget
+    assert fails(small)
+    assert sum(small.encode()) <= sum(plan.encode())
 
 
 def test_shrink_cli_writes_a_plan_that_replay_reproduces(tmp_path: Path) -> None:
