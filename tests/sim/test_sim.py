@@ -163,6 +163,7 @@ def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> 
     assert isinstance(trio_run._r, random.Random)
     first = run(4, nodes=3, duration=3).world.trace.digest()
     assert run(4, nodes=3, duration=3).world.trace.digest() == first
+    assert run(5, nodes=3, duration=3).world.trace.digest() != first
 
 
 def test_sim_disk_crash_drops_only_pending() -> None:
