@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -386,6 +387,16 @@ def _take(buf: bytearray, pos: int, size: int) -> bytes:
 # hiredis gets at least this much at a time, or twice what it holds unparsed:
 # few feeds for a big command, little wasted copying when it must be rebuilt.
 _HIREDIS_MIN_FEED: Final = 16 * 1024
+# hiredis sizes an array from its header before reading a single item (13
+# bytes, "*2147483648\r\n", cost 3.5 s of allocation), nested arrays
+# included, and waits for a whole bulk whatever its announced length. Before
+# bytes reach it they are searched for a count of a million or more (7 digits)
+# or a bulk length of 100 MB or more (9 digits); such bytes, header or body,
+# go to the pure parser, which checks its limits on the header alone. The
+# search reaches back over the previous feed's last bytes, for a header cut
+# between two feeds.
+_BIG_HEADER: Final = re.compile(rb"\*[0-9]{7}|\$[0-9]{9}")
+_BIG_HEADER_REACH: Final = 10
 # Canonical headers of small items, to rebuild a command at C speed.
 _BULK_HEADERS: Final = tuple(b"$%d\r\n" % n for n in range(_BIG_BODY))
 _COUNT_HEADERS: Final = tuple(b"*%d\r\n" % n for n in range(1024))
@@ -434,8 +445,7 @@ class HiredisRequestParser(RequestParser):
             except hiredis.ProtocolError:
                 return self._pure_next()
             if cmd is False:
-                if self._fed < len(buf):
-                    self._feed_reader()
+                if self._fed < len(buf) and self._feed_reader():
                     continue
                 self._stuck = pos
                 return self._pure_next()
@@ -444,12 +454,18 @@ class HiredisRequestParser(RequestParser):
             if not self._skip_empty(cmd):
                 return self._pure_next()
 
-    def _feed_reader(self) -> None:
+    def _feed_reader(self) -> bool:
+        """Give hiredis the next piece of the buffer; False (nothing fed)
+        when the piece holds what looks like a huge count or length."""
         size = max(_HIREDIS_MIN_FEED, self._fed - self._pos)
         size = min(size, len(self._buf) - self._fed)
+        reach = max(self._pos, self._fed - _BIG_HEADER_REACH)
+        if _BIG_HEADER.search(self._buf, reach, self._fed + size) is not None:
+            return False
         # hiredis reads any buffer; its stub only names str and bytes.
         self._reader.feed(self._buf, self._fed, size)  # type: ignore[arg-type]
         self._fed += size
+        return True
 
     def _pure_next(self) -> list[bytes] | None:
         """Let the pure parser go on from _pos, then put hiredis back in step."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import re
 import time
+import tracemalloc
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -655,3 +657,50 @@ def test_reply_reader_rejects_garbage(data: bytes) -> None:
     reader.feed(data)
     with pytest.raises(ProtocolError):
         reader.next_reply()
+
+
+@pytest.mark.parametrize(
+    ("hostile", "error"),
+    [
+        (b"*2147483648\r\n", "invalid multibulk length"),
+        (b"*4294967295\r\n", "invalid multibulk length"),
+        (b"*1\r\n*2147483648\r\n", "expected '$', got '*'"),
+        (b"*2\r\n$4\r\nPING\r\n*2147483648\r\n", "expected '$', got '*'"),
+        (b"*1\r\n$2147483648\r\n", "invalid bulk length"),
+        (b"*1\r\n$999999999\r\n", "invalid bulk length"),
+    ],
+)
+@pytest.mark.parametrize("split", [None, 3])
+def test_huge_counts_are_refused_before_any_allocation(
+    hostile: bytes, error: str, split: int | None
+) -> None:
+    """13 bytes once made hiredis allocate a 2**31-slot list (3.5 s of the
+    event loop): the header is refused from its digits alone, whole or cut
+    between two reads, after a good command in the same pipeline too."""
+    parser = make_parser()
+    good = b"*1\r\n$4\r\nPING\r\n"
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match=re.escape(error)):
+            if split is None:
+                parser.feed(good + hostile)
+            else:
+                parser.feed(good + hostile[:split])
+                assert parser.next_command() == [b"PING"]
+                assert parser.next_command() is None
+                parser.feed(hostile[split:])
+            while parser.next_command() is not None:
+                pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_big_looking_digits_inside_a_body_are_still_read() -> None:
+    """The guard only sends such bytes to the pure parser, which reads them."""
+    body = b"*1234567 and $123456789 are text here"
+    parser = make_parser()
+    parser.feed(b"*2\r\n$4\r\nECHO\r\n$%d\r\n%b\r\n" % (len(body), body) * 3)
+    assert [parser.next_command() for _ in range(3)] == [[b"ECHO", body]] * 3
+    assert parser.next_command() is None
