@@ -237,13 +237,19 @@ class Node:
         its timer right after (enqueue does), to index it only once."""
         if job.id in self.jobs:
             return False
+        pending = self.aof
+        record = b""
+        if pending is not None and job.body is not None and job.state != JobState.WAIT_REPL:
+            # Encoded before the job is held: never a job in memory whose
+            # record could not be written.
+            record = aof.loadjob(job_record(job))
         self.jobs[job.id] = job
         if job.body is not None:
             self.body_bytes += len(job.body)
         if schedule:
             self.update_awake(job)
-        if self.aof is not None and job.state != JobState.WAIT_REPL:
-            self.persist(job)
+        if pending is not None and record:
+            pending.append(record)
         if self.observers:
             self._notify("registered", job)
         return True

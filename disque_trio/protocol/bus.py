@@ -27,7 +27,9 @@ msgpack values. The converter is configured here to be strict, because
 cattrs' defaults are lenient (``int("7")``, a tuple built from any iterable):
 
 * integers must be msgpack integers (not bools, floats or strings) and are
-  never negative; nothing on this bus counts below zero. Ports fit in 16 bits.
+  never negative; nothing on this bus counts below zero. None is above
+  2**63-1, a job's TTL, DELAY and RETRY fit in 32 bits (protocol/limits.py),
+  ports in 16 bits.
 * every ``str`` travels as msgpack *bin*: UTF-8 with ``surrogateescape``.
   Queue names are whatever bytes a client sent, decoded with surrogateescape,
   so this makes them round-trip exactly; IPs, node IDs and job IDs are ASCII
@@ -69,6 +71,8 @@ import attrs
 import cattrs
 import msgpack
 
+from .limits import MAX_INT64, MAX_JOB_SECONDS
+
 __all__ = [
     "FLAG_INCR_DELIV",
     "FLAG_INCR_NACKS",
@@ -101,6 +105,7 @@ __all__ = [
     "Port",
     "Queued",
     "ReplJob",
+    "Seconds",
     "SetAck",
     "WillQueue",
     "Working",
@@ -167,11 +172,13 @@ class _Check(enum.Enum):
     NODE_ID = enum.auto()
     JOB_ID = enum.auto()
     PORT = enum.auto()
+    SECONDS = enum.auto()
 
 
 NodeId: TypeAlias = Annotated[str, _Check.NODE_ID]
 JobId: TypeAlias = Annotated[str, _Check.JOB_ID]
 Port: TypeAlias = Annotated[int, _Check.PORT]
+Seconds: TypeAlias = Annotated[int, _Check.SECONDS]  # a job's TTL, DELAY or RETRY
 
 
 # --------------------------------------------------------------------------
@@ -252,9 +259,9 @@ class JobData:
     body: bytes
     repl: int
     ctime: int  # ms * 1_000_000 + counter, at the creating node: orders queues
-    ttl: int  # seconds to live, at least 1
-    delay: int  # seconds
-    retry: int  # seconds; 0 = at most once
+    ttl: Seconds  # seconds to live, at least 1
+    delay: Seconds
+    retry: Seconds  # 0 = at most once
     nacks: int
     deliveries: int
     nodes_delivered: tuple[NodeId, ...]  # the nodes that may have a copy
@@ -293,7 +300,7 @@ class Enqueue:
     TYPE: ClassVar[MsgType] = MsgType.ENQUEUE
 
     job_id: JobId
-    delay: int  # seconds from reception before queueing; 0 = now
+    delay: Seconds  # from reception before queueing; 0 = now
 
 
 @attrs.frozen
@@ -409,9 +416,16 @@ def _describe(value: object) -> str:
 
 def _structure_int(value: object, _: object) -> int:
     # `type() is` rejects bool, a subclass of int.
-    if type(value) is not int or value < 0:
-        raise BusError(f"expected a non-negative integer, got {_describe(value)}")
+    if type(value) is not int or not 0 <= value <= MAX_INT64:
+        raise BusError(f"expected an integer in 0..2**63-1, got {_describe(value)}")
     return value
+
+
+def _structure_seconds(value: object, _: object) -> int:
+    seconds = _structure_int(value, _)
+    if seconds > MAX_JOB_SECONDS:
+        raise BusError(f"expected seconds in 0..{MAX_JOB_SECONDS}, got {seconds}")
+    return seconds
 
 
 def _structure_port(value: object, _: object) -> int:
@@ -465,6 +479,7 @@ _CHECKED_STRUCTURE: Final[MappingProxyType[_Check, _StructureHook]] = MappingPro
         _Check.NODE_ID: _structure_node_id,
         _Check.JOB_ID: _structure_job_id,
         _Check.PORT: _structure_port,
+        _Check.SECONDS: _structure_seconds,
     }
 )
 

@@ -273,6 +273,11 @@ class Bus:
                 OSError,
             ):
                 pass
+            except Exception:
+                # A message the core could not handle is a bug of ours, but
+                # it ends this link only: the peer reconnects, the node lives.
+                self.bad_frames += 1
+                log.exception("error handling a bus message, link closed")
 
     async def _read_messages(self, stream: trio.abc.Stream, peer: bus.Handshake, ip: str) -> None:
         decoder = bus.FrameDecoder()

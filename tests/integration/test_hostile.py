@@ -6,7 +6,10 @@ from __future__ import annotations
 import socket
 import time
 
+import attrs
 import pytest
+
+from disque_trio.protocol import bus
 
 from .conftest import NodeProcess
 
@@ -50,3 +53,68 @@ def test_huge_multibulk_headers_are_refused_at_once(node: NodeProcess, header: b
         for s in sockets:
             s.close()
     assert ping_time(node) < 2.0
+
+
+class BusStranger:
+    """A raw socket on a node's bus port that speaks the frame format."""
+
+    def __init__(self, node: NodeProcess) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", node.port + 10000), timeout=10)
+        self.node_id = "ab" * 20
+        self.sock.sendall(bus.encode_frame(bus.Handshake(self.node_id, "127.0.0.1", 1, 2)))
+        decoder = bus.FrameDecoder()
+        while (msg := decoder.next_message()) is None:
+            decoder.feed(self.sock.recv(65536))
+        assert isinstance(msg, bus.Handshake)
+
+    def send(self, msg: bus.Message) -> None:
+        self.sock.sendall(bus.encode_frame(msg))
+
+    def closed_by_node(self) -> bool:
+        self.sock.settimeout(10)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+STOLEN = bus.JobData(
+    id="D-abababab-" + "A" * 24 + "-05a1",
+    queue="q",
+    body=b"stolen",
+    repl=1,
+    ctime=1,
+    ttl=600,
+    delay=0,
+    retry=60,
+    nacks=0,
+    deliveries=0,
+    nodes_delivered=("ab" * 20,),
+)
+
+
+@pytest.mark.parametrize(
+    "fields", [{"ttl": 2**64 - 1}, {"retry": 2**64 - 1}, {"delay": 2**32}, {"nacks": 2**64 - 1}]
+)
+def test_repljob_with_out_of_range_numbers_closes_that_link_only(
+    node_factory: object, fields: dict[str, int]
+) -> None:
+    """With the AOF on, a REPLJOB whose TTL was 2**64-1 made the AOF
+    writer raise OverflowError out of the bus task and the node exited."""
+    node: NodeProcess = node_factory("--appendonly", "yes")  # type: ignore[operator]
+    stranger = BusStranger(node)
+    try:
+        stranger.send(bus.Meet(stranger.node_id, 0))
+        stranger.send(bus.ReplJob(attrs.evolve(STOLEN, **fields)))
+        assert stranger.closed_by_node()
+    finally:
+        stranger.close()
+    assert ping_time(node) < 2.0
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"JSCAN\r\n")
+        reply = s.recv(1024)
+    assert b"D-abababab" not in reply  # the job was not taken
+    assert node.proc is not None and node.proc.poll() is None

@@ -48,7 +48,7 @@ from disque_trio.protocol.bus import (
 # --------------------------------------------------------------------------
 
 U64 = 2**64 - 1
-uints = st.integers(0, U64)
+uints = st.integers(0, 2**63 - 1)  # every int on the wire (protocol/limits.py)
 small_uints = st.integers(0, 2**32 - 1)
 ports = st.integers(0, 0xFFFF)
 node_ids = st.integers(0, 2**160 - 1).map(lambda n: f"{n:040x}")
@@ -300,11 +300,18 @@ def test_ping_pong_and_meet_are_distinct_messages() -> None:
         pytest.param(packed([5, ["é".encode() * 20]]), "job ID", id="non-ascii-job-id"),
         pytest.param(packed([3, [NODE.upper().encode()]]), "node_id: expected a node ID", id="uppercase-node-id"),
         pytest.param(packed([3, [b"g" * 40]]), "node ID", id="non-hex-node-id"),
-        pytest.param(packed([8, [JOB_ID.encode(), "3"]]), "may_have: expected a non-negative integer, got str '3'", id="str-for-int"),
-        pytest.param(packed([8, [JOB_ID.encode(), b"3"]]), "may_have: expected a non-negative integer", id="bin-for-int"),
+        pytest.param(packed([8, [JOB_ID.encode(), "3"]]), "may_have: expected an integer in 0..2**63-1, got str '3'", id="str-for-int"),
+        pytest.param(packed([8, [JOB_ID.encode(), b"3"]]), "may_have: expected an integer in 0..2**63-1", id="bin-for-int"),
         pytest.param(packed([8, [JOB_ID.encode(), True]]), "got bool True", id="bool-for-int"),
         pytest.param(packed([8, [JOB_ID.encode(), 3.0]]), "got float 3.0", id="float-for-int"),
         pytest.param(packed([8, [JOB_ID.encode(), -3]]), "got int -3", id="negative-int"),
+        pytest.param(packed([8, [JOB_ID.encode(), U64]]), "got int 18446744073709551615", id="u64-int"),
+        pytest.param(packed([8, [JOB_ID.encode(), 2**63]]), "may_have: expected an integer in 0..2**63-1", id="int-past-i64"),
+        pytest.param(packed([4, [job_with(5, U64), False]]), "job: ttl: expected an integer", id="u64-ttl"),
+        pytest.param(packed([4, [job_with(5, 2**32), False]]), "job: ttl: expected seconds in 0..4294967295, got 4294967296", id="ttl-past-u32"),
+        pytest.param(packed([4, [job_with(7, 2**40), False]]), "job: retry: expected seconds", id="retry-past-u32"),
+        pytest.param(packed([4, [job_with(6, 2**32), False]]), "job: delay: expected seconds", id="delay-past-u32"),
+        pytest.param(packed([6, [JOB_ID.encode(), 2**32]]), "delay: expected seconds", id="enqueue-delay-past-u32"),
         pytest.param(packed([8, [JOB_ID.encode(), None]]), "got NoneType None", id="nil-for-int"),
         pytest.param(packed([10, [JOB_ID.encode(), 1]]), "known: expected a boolean", id="int-for-bool"),
         pytest.param(packed([12, ["queue", 1]]), "queue: expected a string as bin, got str", id="msgpack-str-queue"),
