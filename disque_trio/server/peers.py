@@ -30,6 +30,7 @@ import trio
 from ..core.cluster import ClusterTable
 from ..core.job import JobState
 from ..protocol import bus
+from .listen import accept_loop
 
 if TYPE_CHECKING:
     from .runtime import NodeServer
@@ -249,11 +250,8 @@ class Bus:
     # ------------------------------------------------------------- inbound
 
     async def _accept_loop(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
-        async with listener:
-            while True:
-                stream = await listener.accept()
-                assert self._nursery is not None
-                self._nursery.start_soon(self._inbound, stream)
+        assert self._nursery is not None
+        await accept_loop(listener, self._inbound, self._nursery, "cluster bus")
 
     async def _inbound(self, stream: trio.abc.Stream) -> None:
         async with stream:

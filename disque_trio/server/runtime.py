@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -38,6 +39,7 @@ from .aof import AppendOnlyFile
 from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
+from .listen import accept_loop
 from .peers import Bus
 from .slowlog import SlowLog
 from .web import WebPortError, WebServer
@@ -273,11 +275,8 @@ class NodeServer:
             self._nursery.start_soon(fn, *args)
 
     async def _serve_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
-        async with listener:
-            while True:
-                stream = await listener.accept()
-                assert self._nursery is not None
-                self._nursery.start_soon(serve_client, self, stream)
+        assert self._nursery is not None
+        await accept_loop(listener, partial(serve_client, self), self._nursery, "client")
 
     # -------------------------------------------------------------- clients
 
