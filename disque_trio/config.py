@@ -623,6 +623,9 @@ class Config:
     cluster_announce_port: int = _directive(IntKind(0, MAX_PORT), 0)
     # New: the largest bulk string a client may send (Redis' setting and default).
     proto_max_bulk_len: int = _directive(MemoryKind(low=_MB), 512 * _MB, mutable=True)
+    # New: input a client may have sent and the node not yet run (Redis'
+    # setting and default); past it the client is disconnected.
+    client_query_buffer_limit: int = _directive(MemoryKind(low=_MB), _GB, mutable=True)
     # New: None ("auto") means client port + 1000; 0 disables the web listener.
     web_port: int | None = _directive(PortOrAutoKind(), None)
     # New: Origin headers a browser may connect from; empty means same host only.

@@ -18,7 +18,7 @@ import trio
 
 from ..core.waiters import Waiter
 from ..protocol.replies import Reply, ReplyError
-from ..protocol.resp import ProtocolError, encode_into, make_parser
+from ..protocol.resp import ProtocolError, RequestParser, encode_into, make_parser
 from .client import Client
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stre
             return
         server.stat_net_in += len(data)
         parser.feed(data)
+        if _over_query_limit(server, client, parser):
+            return
         client.last_ms = clock.wall_ms()
         while True:
             try:
@@ -132,7 +134,7 @@ async def _wait(
     server: NodeServer,
     client: Client,
     stream: trio.abc.Stream,
-    parser: object,
+    parser: RequestParser,
     waiter: Waiter,
     done: trio.Event,
 ) -> Reply:
@@ -145,7 +147,9 @@ async def _wait(
     gone = trio.Event()
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_input, stream, parser, gone, nursery.cancel_scope)
+            nursery.start_soon(
+                _watch_input, server, client, stream, parser, gone, nursery.cancel_scope
+            )
             with trio.move_on_after(timeout):
                 await done.wait()
             nursery.cancel_scope.cancel()
@@ -160,16 +164,41 @@ async def _wait(
 
 
 async def _watch_input(
-    stream: trio.abc.Stream, parser: object, gone: trio.Event, scope: trio.CancelScope
+    server: NodeServer,
+    client: Client,
+    stream: trio.abc.Stream,
+    parser: RequestParser,
+    gone: trio.Event,
+    scope: trio.CancelScope,
 ) -> None:
-    """While blocked, keep reading: buffer pipelined input, notice EOF."""
+    """While blocked, keep reading: buffer pipelined input (up to the query
+    buffer limit), notice EOF."""
     try:
         while data := await stream.receive_some(READ_SIZE):
-            parser.feed(data)  # type: ignore[attr-defined]
+            server.stat_net_in += len(data)
+            parser.feed(bytes(data))
+            if _over_query_limit(server, client, parser):
+                break
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     gone.set()
     scope.cancel()
+
+
+def _over_query_limit(server: NodeServer, client: Client, parser: RequestParser) -> bool:
+    """True (and logged) when the client's unprocessed input passed
+    client-query-buffer-limit: it is then disconnected."""
+    size = parser.buffered()
+    if size <= server.config.client_query_buffer_limit:
+        return False
+    server.stat_query_buffer_closed += 1
+    log.warning(
+        "closing client %d (%s): query buffer of %d bytes is over client-query-buffer-limit",
+        client.id,
+        client.addr,
+        size,
+    )
+    return True
 
 
 async def _monitor_loop(server: NodeServer, client: Client, stream: trio.abc.Stream) -> None:

@@ -110,6 +110,7 @@ class NodeServer:
         self.stat_connections = 0
         self.stat_commands = 0
         self.stat_rejected = 0
+        self.stat_query_buffer_closed = 0  # clients over client-query-buffer-limit
         self.stat_net_in = 0
         self.stat_net_out = 0
         self.monitors: dict[int, trio.MemorySendChannel[bytes]] = {}
@@ -576,7 +577,7 @@ class NodeServer:
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT."""
         self.stat_connections = self.stat_commands = self.stat_rejected = 0
-        self.stat_net_in = self.stat_net_out = 0
+        self.stat_query_buffer_closed = self.stat_net_in = self.stat_net_out = 0
         self.node.stats.reset()
         self.slowlog.reset()
         self.peak_memory = self.used_memory()

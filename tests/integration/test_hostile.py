@@ -118,3 +118,50 @@ def test_repljob_with_out_of_range_numbers_closes_that_link_only(
         reply = s.recv(1024)
     assert b"D-abababab" not in reply  # the job was not taken
     assert node.proc is not None and node.proc.poll() is None
+
+
+def info_field(node: NodeProcess, field: str) -> str:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"INFO\r\n")
+        text = b""
+        while not text.endswith(b"\r\n\r\n") or text.count(b"\r\n") < 3:
+            text += s.recv(65536)
+    for line in text.decode().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1]
+    raise AssertionError(f"{field} not in INFO")
+
+
+def sends_until_closed(s: socket.socket, data: bytes, limit: int) -> bool:
+    """Send ``data`` over and over, at most ``limit`` bytes: True once the
+    node closed the connection (a timeout error if it never does)."""
+    sent = 0
+    try:
+        while sent < limit:
+            s.sendall(data)
+            sent += len(data)
+        s.settimeout(5)
+        return s.recv(1) == b""
+    except (BrokenPipeError, ConnectionResetError):
+        return True
+
+
+def test_query_buffer_limit_closes_a_client_that_floods_input(
+    node_factory: object,
+) -> None:
+    """A client blocked in GETJOB that kept sending had 1.57 GB buffered and
+    stayed connected; past client-query-buffer-limit it is disconnected,
+    blocked or not."""
+    node: NodeProcess = node_factory("--client-query-buffer-limit", "2mb")  # type: ignore[operator]
+    blocked = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+    big_bulk = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+    try:
+        blocked.sendall(b"GETJOB TIMEOUT 60000 FROM nothing-here\r\n")
+        assert sends_until_closed(blocked, b"PING\r\n" * 10_000, 64 << 20)
+        big_bulk.sendall(b"*2\r\n$4\r\nECHO\r\n$100000000\r\n")
+        assert sends_until_closed(big_bulk, b"x" * 65536, 64 << 20)
+    finally:
+        blocked.close()
+        big_bulk.close()
+    assert ping_time(node) < 2.0
+    assert info_field(node, "client_query_buffer_limit_disconnections") == "2"
