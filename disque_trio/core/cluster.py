@@ -11,8 +11,14 @@ which nodes it should be connected to (:meth:`ClusterTable.wanted_links`).
 
 Membership spreads by gossip: every PING/PONG/MEET carries a few random
 entries of the sender's table; an unknown node in gossip is added (unless it
-was forgotten less than a minute ago). ``CLUSTER MEET`` only opens a link:
-the peer's identity comes from the handshake on that link.
+was forgotten less than a minute ago) in the ``handshake`` state: it counts
+for nothing (cluster size, replication, failure votes, nodes.conf) until our
+own link to it passes the bus handshake (which, with a cluster secret, proves
+it holds the secret). One that does not within ``HANDSHAKE_TIMEOUT_MS`` (or
+the node timeout, if longer) is dropped, and at most
+``MAX_HANDSHAKE_NODES`` wait at once, so a peer cannot fill the table with
+nodes that do not exist. ``CLUSTER MEET`` only opens a link: the peer's
+identity comes from the handshake on that link.
 
 Failure detection (SPEC section 4): a node that does not answer a PING within
 ``cluster-node-timeout`` is ``PFAIL`` (fail?) here; when a majority of the
@@ -50,12 +56,15 @@ _GOSSIP_FLAGS = PFAIL | FAIL | LEAVING
 BLACKLIST_MS = 60_000  # a FORGET keeps a node from being re-added by gossip
 FAIL_REPORT_VALIDITY_MULT = 2  # reports older than 2x node timeout expire
 PING_PERIOD_MS = 1000  # one random node pinged per second, like the original
+HANDSHAKE_TIMEOUT_MS = 5000  # a gossiped node must answer our handshake by then
+MAX_HANDSHAKE_NODES = 256  # gossiped nodes waiting for their handshake, at most
 
 
 class PeerNode:
     """One node as this node sees it."""
 
     __slots__ = (
+        "added_ms",
         "cport",
         "fail_reports",
         "fail_time",
@@ -81,6 +90,7 @@ class PeerNode:
         self.link_since = 0
         self.fail_reports: dict[str, int] = {}  # reporter id -> ms of the report
         self.fail_time = 0
+        self.added_ms = 0  # when gossip taught us this node (handshake timeout)
 
     @property
     def failing(self) -> bool:
@@ -183,6 +193,9 @@ class ClusterTable:
             return
         node.link_up = up
         node.link_since = now
+        if up and node.flags & HANDSHAKE:
+            node.flags &= ~HANDSHAKE  # it answered as itself: a member now
+            self.version += 1
         if up:
             # The node just answered our handshake: it is alive. A restarted
             # node must be usable again at once, not after the next PONG.
@@ -250,9 +263,12 @@ class ClusterTable:
                     entry.node_id not in self.blacklist
                     and entry.ip
                     and not self._is_my_address(entry)
+                    and self._handshakes() < MAX_HANDSHAKE_NODES
                 ):
-                    self.add(entry.node_id, entry.ip, entry.port, entry.cluster_port)
+                    self._add_gossiped(entry, now)
                 continue
+            if node.flags & HANDSHAKE:
+                continue  # not a member yet: its failure reports mean nothing
             if node is self.myself:
                 continue
             if entry.flags & (PFAIL | FAIL):
@@ -260,6 +276,14 @@ class ClusterTable:
                 self._maybe_mark_failed(node, now)
             else:
                 node.fail_reports.pop(sender.node_id, None)
+
+    def _add_gossiped(self, entry: bus.GossipEntry, now: int) -> None:
+        node = PeerNode(entry.node_id, entry.ip, entry.port, entry.cluster_port, HANDSHAKE)
+        node.added_ms = now
+        self.nodes[entry.node_id] = node
+
+    def _handshakes(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.flags & HANDSHAKE)
 
     def _is_my_address(self, entry: bus.GossipEntry) -> bool:
         """An unknown ID at my own address is an earlier incarnation of this
@@ -300,7 +324,17 @@ class ClusterTable:
             self._next_ping_ms = now + PING_PERIOD_MS
             self._ping_oldest_of_a_sample(now)
         for node in self.others():
-            self._check_node(node, now)
+            if node.flags & HANDSHAKE:
+                self._check_handshake(node, now)
+            else:
+                self._check_node(node, now)
+
+    def _check_handshake(self, node: PeerNode, now: int) -> None:
+        """Drop a gossiped node that never answered our handshake (it may
+        not exist; gossip brings it back if it does)."""
+        node.added_ms = min(node.added_ms, now)
+        if now - node.added_ms > max(HANDSHAKE_TIMEOUT_MS, self.timeout_ms):
+            del self.nodes[node.node_id]
 
     def _ping_oldest_of_a_sample(self, now: int) -> None:
         candidates = [n for n in self.others() if n.link_up and not n.ping_sent]
@@ -394,6 +428,8 @@ class ClusterTable:
         """The nodes.conf text: one CLUSTER NODES line per node, then vars."""
         lines = []
         for node in self.nodes.values():
+            if node.flags & HANDSHAKE:
+                continue  # not a member until it answers: not worth keeping
             flags = node.flags & (MYSELF | LEAVING)
             names = [name for bit, name in _FLAG_NAMES if flags & bit] or ["noflags"]
             lines.append(

@@ -23,7 +23,9 @@ from disque_trio.core.cluster import (
     BLACKLIST_MS,
     FAIL,
     HANDSHAKE,
+    HANDSHAKE_TIMEOUT_MS,
     LEAVING,
+    MAX_HANDSHAKE_NODES,
     MYSELF,
     NOADDR,
     PFAIL,
@@ -193,7 +195,7 @@ def test_gossip_from_a_known_sender_teaches_unknown_nodes() -> None:
     table.on_heartbeat(ping(B, entry(C, ip="10.0.0.3", port=7713), entry(D, ip="")), START_MS)
     assert set(table.nodes) == {ME, B, C}  # D had no address: ignored
     node = table.nodes[C]
-    assert (node.ip, node.port, node.cport, node.flags) == ("10.0.0.3", 7713, 17713, 0)
+    assert (node.ip, node.port, node.cport, node.flags) == ("10.0.0.3", 7713, 17713, HANDSHAKE)
     assert not node.link_up
     assert node.pong_received == 0  # never heard from it directly
     assert table.wanted_links() == [table.nodes[B], node]
@@ -212,7 +214,48 @@ def test_gossip_never_teaches_an_earlier_incarnation_of_myself() -> None:
 def test_gossip_flags_of_an_unknown_node_are_not_copied() -> None:
     table = with_peers(B)
     table.on_heartbeat(ping(B, entry(C, PFAIL | FAIL | LEAVING)), START_MS)
+    assert table.nodes[C].flags == HANDSHAKE
+
+
+def test_a_gossiped_node_counts_only_once_our_link_to_it_is_up() -> None:
+    """A peer's gossip cannot make this node count nodes that do not
+    exist (300 fake entries in one PING made ADDJOB answer -NOREPL)."""
+    table = with_peers(B)
+    table.on_heartbeat(ping(B, entry(C)), START_MS)
+    assert table.size == 2 and table.reachable() == [table.nodes[B]]
+    assert C not in table.to_config()
+    assert table.nodes[C] in table.wanted_links()  # the shell tries its link
+    version = table.version
+    table.link_changed(C, True, START_MS + 10)
     assert table.nodes[C].flags == 0
+    assert table.size == 3 and table.nodes[C] in table.reachable()
+    assert C in table.to_config() and table.version > version
+
+
+def test_a_gossiped_node_that_never_answers_is_dropped() -> None:
+    table = with_peers(B)
+    table.on_heartbeat(ping(B, entry(C)), START_MS)
+    table.cron(START_MS + HANDSHAKE_TIMEOUT_MS)
+    assert C in table.nodes
+    table.cron(START_MS + max(HANDSHAKE_TIMEOUT_MS, table.timeout_ms) + 1)
+    assert C not in table.nodes and C not in table.blacklist  # gossip may bring it back
+
+
+def test_gossip_adds_at_most_so_many_nodes_waiting_for_a_handshake() -> None:
+    table = with_peers(B)
+    fakes = [f"{n:040x}" for n in range(1, 2 * MAX_HANDSHAKE_NODES)]
+    for chunk in range(0, len(fakes), 50):
+        table.on_heartbeat(ping(B, *(entry(f) for f in fakes[chunk : chunk + 50])), START_MS)
+    waiting = [n for n in table.nodes.values() if n.flags & HANDSHAKE]
+    assert len(waiting) == MAX_HANDSHAKE_NODES
+    assert table.size == 2
+
+
+def test_failure_reports_about_a_node_in_handshake_are_ignored() -> None:
+    table = with_peers(B, D)
+    table.on_heartbeat(ping(B, entry(C)), START_MS)
+    table.on_heartbeat(ping(D, entry(C, PFAIL)), START_MS)
+    assert table.nodes[C].fail_reports == {}
 
 
 def test_messages_from_unknown_senders_are_ignored() -> None:
