@@ -182,3 +182,42 @@ def test_getjob_from_without_queue_through_a_raw_socket(node: NodeProcess) -> No
         data
         == f"-ERR syntax error: a queue name is needed after FROM ({GETJOB_USAGE})\r\n".encode()
     )
+
+
+def test_addjob_retry_and_ttl_edges_through_redis_py(node: NodeProcess) -> None:
+    """As the original answers (checked against disque 1.0-rc1): RETRY is not
+    held to TTL; RETRY 0 needs REPLICATE 1, the default on a node alone."""
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    for opts, ttl, retry in [
+        (["RETRY", 100, "TTL", 10], 10, 100),  # RETRY > TTL: accepted as given
+        (["RETRY", 10, "TTL", 10], 10, 10),  # RETRY == TTL
+        (["TTL", 5], 5, 1),  # default RETRY with a small TTL: 1
+        (["RETRY", 0], 86400, 0),
+    ]:
+        job_id = r.execute_command("ADDJOB", "edges", "b", 0, *opts)
+        show = r.execute_command("SHOW", job_id)
+        info = dict(zip(show[::2], show[1::2], strict=True))
+        assert (info[b"ttl"], info[b"retry"]) == (ttl, retry), opts
+    with pytest.raises(redis.ResponseError) as raised:
+        r.execute_command("ADDJOB", "edges", "b", 0, "RETRY", 0, "REPLICATE", 2)
+    assert str(raised.value) == (
+        "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+    )
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
+def test_redis_cli_getjob_and_addjob_edges(node: NodeProcess) -> None:
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], capture_output=True, timeout=10, check=True
+        )
+        return out.stdout.decode().strip()
+
+    assert cli("GETJOB", "FROM") == (
+        f"ERR syntax error: a queue name is needed after FROM ({GETJOB_USAGE})"
+    )
+    assert (
+        cli("GETJOB", "COUNT", "0", "FROM", "q") == "ERR COUNT must be a number greater than zero"
+    )
+    assert cli("GETJOB", "TIMEOUT", "-1", "FROM", "q") == "ERR timeout is negative"
+    assert cli("ADDJOB", "q", "body", "0", "RETRY", "100", "TTL", "10").startswith("D-")
