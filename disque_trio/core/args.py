@@ -67,12 +67,86 @@ def option(arg: bytes) -> bytes:
     return arg.lower()
 
 
+def syntax_error(detail: str) -> ReplyError:
+    """``ERR syntax error: <detail>``: the original's code and first words
+    (clients that match on them still do), then what is actually wrong."""
+    return err(f"syntax error: {detail}")
+
+
+# ----------------------------------------------------------------- GETJOB
+
+GETJOB_USAGE = "GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"
+GETJOB_NO_QUEUE = syntax_error(f"a queue name is needed after FROM ({GETJOB_USAGE})")
+GETJOB_NO_FROM = syntax_error(f"FROM and at least one queue name are needed ({GETJOB_USAGE})")
+COUNT_ERROR = "COUNT must be a number greater than zero"
+
+
+class GetJobArgs:
+    """GETJOB's arguments after validation (defaults filled in)."""
+
+    __slots__ = ("count", "nohang", "queues", "timeout", "withcounters")
+
+    def __init__(self) -> None:
+        self.timeout = 0  # ms; 0 blocks until a job comes
+        self.count = 1
+        self.nohang = False
+        self.withcounters = False
+        self.queues: list[str] = []
+
+
+def parse_getjob(argv: list[bytes]) -> GetJobArgs:
+    """Parse ``GETJOB [options] FROM q1 ... qN`` (argv[0] is the command).
+
+    The original's rules, which this keeps: options come before FROM, in
+    any order and case; every word after FROM is a queue name, even one
+    spelled like an option; a malformed TIMEOUT or COUNT is refused with its
+    own message. Only its bare ``ERR syntax error`` is made to say which
+    rule was broken (the text still starts the same).
+    """
+    args = GetJobArgs()
+    i, n = 1, len(argv)
+    while i < n:
+        opt = option(argv[i])
+        if opt == b"nohang":
+            args.nohang = True
+        elif opt == b"withcounters":
+            args.withcounters = True
+        elif opt == b"from":
+            # A name given twice is visited twice per round, as in the original.
+            args.queues = [text(a) for a in argv[i + 1 :]]
+            if not args.queues:
+                raise GETJOB_NO_QUEUE
+            return args
+        elif opt in (b"timeout", b"count"):
+            if i + 1 == n:
+                raise syntax_error(f"{opt.decode().upper()} needs a value ({GETJOB_USAGE})")
+            if opt == b"timeout":
+                args.timeout = parse_timeout_ms(argv[i + 1])
+            else:
+                args.count = _positive_count(argv[i + 1])
+            i += 1
+        else:
+            raise syntax_error(f"unknown option '{text(argv[i])}' ({GETJOB_USAGE})")
+        i += 1
+    raise GETJOB_NO_FROM
+
+
+def _positive_count(arg: bytes) -> int:
+    value = parse_int(arg, COUNT_ERROR)  # not a number: the same message
+    if value <= 0:
+        raise err(COUNT_ERROR)
+    return value
+
+
 __all__ = [
     "SYNTAX_ERROR",
+    "GetJobArgs",
     "job_ids",
     "option",
     "parse_cursor",
+    "parse_getjob",
     "parse_int",
     "parse_timeout_ms",
+    "syntax_error",
     "text",
 ]

@@ -83,6 +83,9 @@ class AddJobArgs:
             raise err(
                 "The specified DELAY is greater than TTL. Job refused since would never be delivered"
             )
+        # RETRY is not held to TTL, as in the original: RETRY 100 TTL 10 is
+        # accepted and the job simply expires before it could be re-queued
+        # (delivered at most once, though its ID says at-least-once).
         if self.retry == -1:
             self.retry = max(1, min(self.ttl // 10, DEFAULT_RETRY_MAX))
 

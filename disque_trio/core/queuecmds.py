@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..protocol.replies import NULL_ARRAY, SYNTAX_ERROR, Reply, ReplyError, Status, err
-from .args import option, parse_int, parse_timeout_ms, text
+from ..protocol.replies import NULL_ARRAY, SYNTAX_ERROR, Reply, ReplyError, Status
+from .args import option, parse_getjob, parse_int, text
 from .jobcmds import ScanArgs, flat
 from .node import Node, job_reply
 from .queue import PAUSED_OUT, Pause
@@ -16,58 +16,23 @@ LEAVING_ERROR = ReplyError(
 
 def getjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
-    timeout, count, nohang, withcounters = 0, 1, False, False
-    queues: list[str] = []
-    i = 1
-    while i < len(argv):
-        opt, has_value = option(argv[i]), i + 1 < len(argv)
-        if opt == b"nohang":
-            nohang = True
-        elif opt == b"withcounters":
-            withcounters = True
-        elif opt == b"timeout" and has_value:
-            timeout = parse_timeout_ms(argv[i + 1])
-            i += 1
-        elif opt == b"count" and has_value:
-            count = _positive(argv[i + 1])
-            i += 1
-        elif opt == b"from":
-            # Every word after FROM is a queue name, even "TIMEOUT". A name
-            # given twice is visited twice per round, as in the original.
-            queues = [text(a) for a in argv[i + 1 :]]
-            break
-        else:
-            raise SYNTAX_ERROR
-        i += 1
-    if not queues:
-        raise SYNTAX_ERROR
-    jobs = take_jobs(node, queues, count, withcounters)
+    args = parse_getjob(argv)
+    jobs = take_jobs(node, args.queues, args.count, args.withcounters)
     if jobs:
         return jobs
-    if nohang:
+    if args.nohang:
         return NULL_ARRAY
     if node.leaving:
         raise LEAVING_ERROR
     # A client waits once on each queue, however many times it named it.
     waiter = Waiter(
-        queues=tuple(dict.fromkeys(queues)),
-        count=count,
-        withcounters=withcounters,
-        timeout_ms=timeout,
+        queues=tuple(dict.fromkeys(args.queues)),
+        count=args.count,
+        withcounters=args.withcounters,
+        timeout_ms=args.timeout,
     )
     node.block(waiter)
     return waiter
-
-
-def _positive(arg: bytes) -> int:
-    message = "COUNT must be a number greater than zero"
-    try:
-        value = parse_int(arg, message)
-    except ReplyError:
-        raise err(message) from None
-    if value <= 0:
-        raise err(message)
-    return value
 
 
 def take_jobs(node: Node, queues: list[str], count: int, withcounters: bool) -> list[Reply]:

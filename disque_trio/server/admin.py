@@ -7,6 +7,7 @@ these need the server's view (clients, configuration, process).
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,8 @@ def _check_password(ctx: Context, password: bytes) -> Reply:
     expected = ctx.server.config.requirepass
     if not expected:
         return err("Client sent AUTH, but no password is set")
-    if password != str(expected).encode():
+    # Constant time, like the web port's check (server/web.py).
+    if not hmac.compare_digest(password, expected.encode("utf-8", "surrogateescape")):
         ctx.client.authenticated = False
         return err("invalid password")
     ctx.client.authenticated = True

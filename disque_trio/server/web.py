@@ -14,12 +14,24 @@ handed over: the bytes h11 already read are replayed to trio-websocket's
 server handshake through a :class:`ReplayStream`. Browsers may only connect
 from an allowed Origin (``web-allowed-origins``; empty means the page's own
 host:port), which stops any web page from driving a local node; clients that
-send no Origin (command-line tools) are let in. The ``requirepass`` rule is
-enforced per command, exactly as on the RESP port.
+send no Origin (command-line tools) are let in.
+
+With ``requirepass`` set, every request but /healthz must carry the password
+as HTTP Basic credentials (any user name) or ``Authorization: Bearer``, or is
+answered 401 with a Basic challenge, so that a browser asks for it once and
+then sends it with every request of the page, the /ws handshake included.
+/ws also lets in a handshake without credentials (command-line tools, older
+clients): that session must send AUTH first, as a RESP client must. A
+handshake with credentials that are wrong gets 401 like any other request.
+The password is read on every request, so CONFIG SET requirepass applies at
+once.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import importlib.resources
 import logging
 import mimetypes
@@ -69,6 +81,9 @@ _TYPES = {
     ".ico": "image/x-icon",
 }
 _GET = ("GET", "HEAD")
+REALM = "disque-trio"
+_CHALLENGE = [("www-authenticate", f'Basic realm="{REALM}"')]
+_OPEN_PATHS = frozenset({"/healthz"})  # answered without credentials
 
 
 class WebPortError(OSError):
@@ -131,10 +146,15 @@ class WebServer:
             if request is None:
                 return
             path = urlsplit(request.target.decode("latin-1")).path
-            if path == "/ws":
-                await self._websocket(http, request)
+            credentials = self.credentials(request)
+            if path == "/ws" and credentials is not False:
+                # Without credentials the session starts unauthenticated.
+                await self._websocket(http, request, credentials is True)
                 return
-            await self._route(http, request, path)
+            if credentials is True or path in _OPEN_PATHS:
+                await self._route(http, request, path)
+            else:
+                await self._unauthorized(http, request, credentials)
             if not http.next_cycle():
                 return
 
@@ -159,6 +179,32 @@ class WebServer:
                 await http.respond(200, body, metrics.CONTENT_TYPE, head_only=head)
         else:
             await http.respond(404, b"not found\n", head_only=head)
+
+    def credentials(self, request: h11.Request) -> bool | None:
+        """True when the request may go on: no ``requirepass``, or its
+        ``Authorization`` header carries it (Basic, any user, or Bearer);
+        None when it has no such header; False when the header is wrong."""
+        expected = self.server.config.requirepass
+        if not expected:
+            return True
+        value = header(request, b"authorization")
+        if value is None:
+            return None
+        given = _password_in(value)
+        if given is None:
+            return False
+        return hmac.compare_digest(given, expected.encode("utf-8", "surrogateescape"))
+
+    async def _unauthorized(
+        self, http: HttpConnection, request: h11.Request, credentials: bool | None
+    ) -> None:
+        reason = "authentication required" if credentials is None else "invalid credentials"
+        body = (
+            f"{reason}: send the node's requirepass as HTTP Basic credentials "
+            "(any user name) or as Authorization: Bearer\n"
+        )
+        head = request.method == b"HEAD"
+        await http.respond(401, body.encode(), headers=_CHALLENGE, head_only=head)
 
     def health(self) -> tuple[int, str]:
         if self.server.aof.loading:
@@ -186,7 +232,9 @@ class WebServer:
 
     # --------------------------------------------------------- websocket
 
-    async def _websocket(self, http: HttpConnection, request: h11.Request) -> None:
+    async def _websocket(
+        self, http: HttpConnection, request: h11.Request, authenticated: bool
+    ) -> None:
         method = request.method.decode("latin-1")
         if not await _allow(http, method, ("GET",)):
             return
@@ -208,7 +256,7 @@ class WebServer:
             if handshake.cancelled_caught:
                 nursery.cancel_scope.cancel()
                 return
-            await self._session(ws_request, request, http.stream)
+            await self._session(ws_request, request, http.stream, authenticated)
             nursery.cancel_scope.cancel()
 
     async def _session(
@@ -216,6 +264,7 @@ class WebServer:
         ws_request: trio_websocket.WebSocketRequest,
         request: h11.Request,
         stream: trio.abc.Stream,
+        authenticated: bool,
     ) -> None:
         if not self.origin_allowed(request):
             origin = header(request, b"origin")
@@ -226,6 +275,8 @@ class WebServer:
         if client is None:
             await ws_request.reject(503, body=b"max number of clients reached\n")
             return
+        if authenticated:
+            client.authenticated = True  # the handshake carried the password
         try:
             ws = await ws_request.accept()
             with trio.CancelScope() as scope:
@@ -281,6 +332,26 @@ def _host_port(netloc: str, default_port: int) -> tuple[str, int] | None:
     except ValueError:
         return None
     return (parts.hostname or "", port)
+
+
+def _password_in(authorization: str) -> bytes | None:
+    """The password an Authorization header value carries (Basic: the part
+    after the first colon of the decoded pair; Bearer: the token), or None
+    for another scheme or a malformed value. Bytes as the client sent them
+    (UTF-8 from browsers and Prometheus)."""
+    scheme, _, rest = authorization.strip().partition(" ")
+    rest = rest.strip()
+    raw = rest.encode("latin-1")  # the header's own bytes, see header()
+    if scheme.lower() == "bearer" and raw:
+        return raw
+    if scheme.lower() != "basic":
+        return None
+    try:
+        pair = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    _user, colon, password = pair.partition(b":")
+    return password if colon else None
 
 
 def _content_type(name: str) -> str:

@@ -107,8 +107,8 @@ def full_page_png(driver: WebDriver) -> bytes:
 class WebNode(NodeProcess):
     """A node process and the port of its web listener."""
 
-    def __init__(self, port: int, workdir: Path) -> None:
-        super().__init__(port, workdir, ["--port", str(port), "--bind", "127.0.0.1"])
+    def __init__(self, port: int, workdir: Path, *extra: str) -> None:
+        super().__init__(port, workdir, ["--port", str(port), "--bind", "127.0.0.1", *extra])
         # The default web port: the client port + 1000 (free_port checks it).
         self.web_port = port + 1000
 
@@ -130,12 +130,24 @@ class WebNode(NodeProcess):
             time.sleep(0.05)
 
 
-@pytest.fixture
-def web_node(tmp_path: Path) -> Iterator[WebNode]:
-    node = WebNode(free_port(), tmp_path)
+def _running(node: WebNode) -> Iterator[WebNode]:
     try:
         node.start()
-        node.wait_web()
+        node.wait_web()  # /healthz needs no password
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture
+def web_node(tmp_path: Path) -> Iterator[WebNode]:
+    yield from _running(WebNode(free_port(), tmp_path))
+
+
+PASSWORD = "s3cret"
+
+
+@pytest.fixture
+def protected_web_node(tmp_path: Path) -> Iterator[WebNode]:
+    """A node started with ``requirepass`` PASSWORD."""
+    yield from _running(WebNode(free_port(), tmp_path, "--requirepass", PASSWORD))

@@ -1,6 +1,8 @@
 """The dashboard in a real browser: headless chromium loads the page of a
 running node, sees queues appear, pauses one with its button, adds a job
-through the form and finds it in the job browser, then saves a screenshot."""
+through the form and finds it in the job browser, then saves a screenshot.
+With requirepass set, the page needs HTTP credentials, which the browser
+then sends with the page's own requests, the /ws handshake included."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from .conftest import WebNode
+from .conftest import PASSWORD, WebNode
 
 WAIT_S = 10  # stats arrive once a second; anything slower than this is a bug
 
@@ -193,3 +195,30 @@ def qstat(r: redis.Redis, queue: str) -> dict[str, Any]:
 
 def pairs(flat: list[Any]) -> list[tuple[Any, Any]]:
     return list(zip(flat[::2], flat[1::2], strict=True))
+
+
+def test_dashboard_behind_requirepass(browser: WebDriver, protected_web_node: WebNode) -> None:
+    node = protected_web_node
+    r = redis.Redis(port=node.port, password=PASSWORD, decode_responses=True, socket_timeout=10)
+    try:
+        r.execute_command("ADDJOB", "private", "x", 0)
+        # Without credentials: the browser gets the 401, not the page.
+        browser.get(node.url)
+        assert not browser.find_elements(By.CSS_SELECTOR, "#conn-state")
+        assert "private" not in browser.page_source
+        # With them (what the browser's own password prompt would give it):
+        # the page, its script and style load, and the WebSocket is let in
+        # already authenticated: the page's own AUTH dialog never shows.
+        with_credentials = node.url.replace("http://", f"http://anyone:{PASSWORD}@", 1)
+        browser.get(with_credentials)
+        wait_for(browser, "the connected state", lambda d: connection_state(d) == "connected")
+        assert not css(browser, "#auth-dialog").get_dom_attribute("open")
+        wait_for(browser, "the private row", lambda d: queue_row(d, "private"))
+        r.execute_command("ADDJOB", "private", "y", 0)
+        wait_for(browser, "private length 2", lambda d: row_cell_text(d, "private", ".len") == "2")
+        assert browser.execute_script("return location.href") == node.url  # not kept in the URL
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        # Only the first, refused page load.
+        assert all("401" in e["message"] for e in severe), severe
+    finally:
+        r.close()

@@ -43,7 +43,8 @@ class NodeProcess:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
+                    # NOAUTH: up, with requirepass set.
+                    if s.recv(64).startswith((b"+PONG", b"-NOAUTH")):
                         return
             except OSError:
                 time.sleep(0.05)

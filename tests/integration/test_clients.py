@@ -136,3 +136,88 @@ def test_debug_sleep_stops_the_whole_node(node: NodeProcess) -> None:
         assert s.recv(100) == b"+OK\r\n"
     assert waited >= 0.3  # PING had to wait for the sleep to end
     assert sleeper.ping()
+
+
+GETJOB_USAGE = "GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"
+
+
+def test_getjob_argument_errors_through_redis_py(node: NodeProcess) -> None:
+    """The original answers a bare "ERR syntax error" to the first four; the
+    text now says what is missing and still starts the same. The rest are
+    the original's answers, word for word (checked against disque 1.0-rc1)."""
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    cases = [
+        (["FROM"], f"syntax error: a queue name is needed after FROM ({GETJOB_USAGE})"),
+        (
+            ["NOHANG"],
+            f"syntax error: FROM and at least one queue name are needed ({GETJOB_USAGE})",
+        ),
+        (["TIMEOUT"], f"syntax error: TIMEOUT needs a value ({GETJOB_USAGE})"),
+        (["FOO", "FROM", "errq"], f"syntax error: unknown option 'FOO' ({GETJOB_USAGE})"),
+        (["COUNT", 0, "FROM", "errq"], "COUNT must be a number greater than zero"),
+        (["COUNT", -1, "FROM", "errq"], "COUNT must be a number greater than zero"),
+        (["TIMEOUT", -1, "FROM", "errq"], "timeout is negative"),
+        (["TIMEOUT", "1.5", "FROM", "errq"], "timeout is not an integer or out of range"),
+    ]
+    for words, message in cases:
+        with pytest.raises(redis.ResponseError) as raised:
+            r.execute_command("GETJOB", *words)
+        assert str(raised.value) == message, words
+    with pytest.raises(redis.ResponseError, match=r"^wrong number of arguments for 'getjob'"):
+        r.execute_command("GETJOB")
+    assert r.execute_command("QSTAT", "errq") is None  # refused: the queue was never made
+    assert r.execute_command("INFO", "clients")  # the connection stays usable
+    assert r.execute_command("GETJOB", "NOHANG", "FROM", "q") is None
+    assert r.execute_command("GETJOB", "TIMEOUT", 1, "FROM", "q") is None
+
+
+def test_getjob_from_without_queue_through_a_raw_socket(node: NodeProcess) -> None:
+    """The exact line on the wire: the ERR code first, as in the original."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"*2\r\n$6\r\nGETJOB\r\n$4\r\nFROM\r\n")
+        data = b""
+        while not data.endswith(b"\r\n"):
+            data += s.recv(1000)
+    assert (
+        data
+        == f"-ERR syntax error: a queue name is needed after FROM ({GETJOB_USAGE})\r\n".encode()
+    )
+
+
+def test_addjob_retry_and_ttl_edges_through_redis_py(node: NodeProcess) -> None:
+    """As the original answers (checked against disque 1.0-rc1): RETRY is not
+    held to TTL; RETRY 0 needs REPLICATE 1, the default on a node alone."""
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    for opts, ttl, retry in [
+        (["RETRY", 100, "TTL", 10], 10, 100),  # RETRY > TTL: accepted as given
+        (["RETRY", 10, "TTL", 10], 10, 10),  # RETRY == TTL
+        (["TTL", 5], 5, 1),  # default RETRY with a small TTL: 1
+        (["RETRY", 0], 86400, 0),
+    ]:
+        job_id = r.execute_command("ADDJOB", "edges", "b", 0, *opts)
+        show = r.execute_command("SHOW", job_id)
+        info = dict(zip(show[::2], show[1::2], strict=True))
+        assert (info[b"ttl"], info[b"retry"]) == (ttl, retry), opts
+    with pytest.raises(redis.ResponseError) as raised:
+        r.execute_command("ADDJOB", "edges", "b", 0, "RETRY", 0, "REPLICATE", 2)
+    assert str(raised.value) == (
+        "With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+    )
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli not installed")
+def test_redis_cli_getjob_and_addjob_edges(node: NodeProcess) -> None:
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], capture_output=True, timeout=10, check=True
+        )
+        return out.stdout.decode().strip()
+
+    assert cli("GETJOB", "FROM") == (
+        f"ERR syntax error: a queue name is needed after FROM ({GETJOB_USAGE})"
+    )
+    assert (
+        cli("GETJOB", "COUNT", "0", "FROM", "q") == "ERR COUNT must be a number greater than zero"
+    )
+    assert cli("GETJOB", "TIMEOUT", "-1", "FROM", "q") == "ERR timeout is negative"
+    assert cli("ADDJOB", "q", "body", "0", "RETRY", "100", "TTL", "10").startswith("D-")

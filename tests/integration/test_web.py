@@ -20,6 +20,7 @@ from typing import Any
 
 import h11
 import pytest
+import redis
 import trio
 import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
@@ -447,6 +448,199 @@ async def test_requirepass_applies_to_commands_and_subscriptions() -> None:
         assert await c.result("PING") == "PONG"
         sub = await c.send(subscribe=["stats"])
         assert await c.recv() == {"id": sub, "result": "OK"}
+
+
+# ---------------------------------------------- requirepass on the web port
+# A real node process (``--requirepass``), reached on its default web port.
+
+PASSWORD = "s3cret"
+CHALLENGE = 'Basic realm="disque-trio"'
+
+
+def basic(password: str, user: str = "anyone") -> list[tuple[str, str]]:
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return [("authorization", f"Basic {pair}")]
+
+
+def bearer(password: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {password}")]
+
+
+def ws_handshake(*extra: tuple[str, str]) -> list[tuple[str, str]]:
+    return [
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        ("sec-websocket-key", base64.b64encode(b"0123456789abcdef").decode()),
+        ("sec-websocket-version", "13"),
+        *extra,
+    ]
+
+
+def protected_node(node_factory: Any, *extra: str) -> tuple[NodeProcess, int]:
+    node: NodeProcess = node_factory(*extra)
+    return node, node.port + 1000
+
+
+async def test_requirepass_protects_every_web_endpoint_but_healthz(node_factory: Any) -> None:
+    node, port = protected_node(node_factory, "--requirepass", PASSWORD)
+    r = redis.Redis(port=node.port, password=PASSWORD, socket_timeout=10)
+    r.execute_command("ADDJOB", "secret-queue", "x", 0)
+    for method, target in [
+        ("GET", "/"),
+        ("GET", "/metrics"),
+        ("GET", "/static/dashboard.js"),
+        ("GET", "/static/dashboard.css"),
+        ("GET", "/static/missing.js"),  # no probing for files either
+        ("GET", "/nope"),
+        ("POST", "/metrics"),
+    ]:
+        status, headers, body = await http_request(port, method, target)
+        assert status == 401, target
+        assert headers["www-authenticate"] == CHALLENGE
+        assert body.startswith(b"authentication required") and b"secret-queue" not in body
+    status, headers, body = await http_request(port, "HEAD", "/metrics")
+    assert (status, headers["www-authenticate"], body) == (401, CHALLENGE, b"")
+    status, headers, body = await http_request(port, "GET", "/healthz")
+    assert (status, body) == (200, b"ok\n") and "www-authenticate" not in headers
+    assert (await http_request(port, "HEAD", "/healthz"))[0] == 200
+
+    for credentials in (basic(PASSWORD), basic(PASSWORD, user=""), bearer(PASSWORD)):
+        status, headers, body = await http_request(port, "GET", "/metrics", credentials)
+        assert status == 200 and 'disque_queue_length{queue="secret-queue"} 1' in body.decode()
+        status, headers, body = await http_request(port, "GET", "/", credentials)
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        for name in ("dashboard.js", "dashboard.css"):
+            assert (await http_request(port, "GET", f"/static/{name}", credentials))[0] == 200
+        assert (await http_request(port, "GET", "/nope", credentials))[0] == 404
+        assert (await http_request(port, "POST", "/metrics", credentials))[0] == 405
+    lower = [("authorization", f"bearer {PASSWORD}")]  # the scheme is case-insensitive
+    assert (await http_request(port, "GET", "/metrics", lower))[0] == 200
+
+
+WRONG_AUTHORIZATIONS = [
+    "Basic " + base64.b64encode(b"anyone:wrong").decode(),
+    "Basic " + base64.b64encode(b"anyone:s3cret ").decode(),
+    "Basic " + base64.b64encode(PASSWORD.encode()).decode(),  # no user:password pair
+    "Basic !!not-base64!!",
+    "Basic",
+    "Bearer wrong",
+    "Bearer",
+    f"Digest {PASSWORD}",
+    PASSWORD,
+]
+
+
+async def test_wrong_credentials_get_401(node_factory: Any) -> None:
+    _, port = protected_node(node_factory, "--requirepass", PASSWORD)
+    for authorization in WRONG_AUTHORIZATIONS:
+        for target in ("/", "/metrics", "/static/dashboard.js"):
+            status, headers, body = await http_request(
+                port, "GET", target, [("authorization", authorization)]
+            )
+            assert (status, headers["www-authenticate"]) == (401, CHALLENGE), authorization
+            assert body.startswith(b"invalid credentials")
+        # A /ws handshake with wrong credentials is refused too (without
+        # any: accepted, then AUTH is needed, see below).
+        handshake = ws_handshake(("authorization", authorization))
+        status, headers, _ = await http_request(port, "GET", "/ws", handshake)
+        assert (status, headers["www-authenticate"]) == (401, CHALLENGE), authorization
+
+
+async def test_websocket_with_requirepass(node_factory: Any) -> None:
+    _, port = protected_node(node_factory, "--requirepass", PASSWORD)
+    url = f"ws://127.0.0.1:{port}/ws"
+    # No HTTP credentials: let in, and the AUTH command is needed, as before.
+    async with trio_websocket.open_websocket_url(url) as conn:
+        c = WsClient(conn)
+        assert (await c.call("PING"))["error"] == "NOAUTH Authentication required."
+        assert (await c.call("AUTH", "wrong"))["error"] == "ERR invalid password"
+        assert await c.result("AUTH", PASSWORD) == "OK"
+        assert await c.result("PING") == "PONG"
+    # Credentials in the handshake (what a browser re-sends after the
+    # dashboard page asked for them): the session starts authenticated.
+    for credentials in (basic(PASSWORD), bearer(PASSWORD)):
+        async with trio_websocket.open_websocket_url(url, extra_headers=credentials) as conn:
+            c = WsClient(conn)
+            assert await c.result("PING") == "PONG"
+            sub = await c.send(subscribe=["stats"])
+            assert await c.recv() == {"id": sub, "result": "OK"}
+    # The same-origin rule still applies to an authenticated browser.
+    evil = ws_handshake(("origin", "http://evil.example"), *basic(PASSWORD))
+    assert (await http_request(port, "GET", "/ws", evil))[0] == 403
+
+    def ws(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "disque_trio", "ws", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    refused = ws(url, "PING")
+    assert refused.returncode == 1 and refused.stderr.startswith("NOAUTH")
+    ok = ws("--auth", PASSWORD, url, "PING")
+    assert (ok.returncode, json.loads(ok.stdout)) == (0, "PONG"), ok.stderr
+
+
+async def test_config_set_requirepass_applies_to_the_web_port_at_once(node_factory: Any) -> None:
+    node, port = protected_node(node_factory)
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    async with KeepAlive(port) as kept:
+        assert (await kept.get("/metrics"))[0] == 200
+        assert (await http_request(port, "GET", "/"))[0] == 200
+        r.config_set("requirepass", "first")
+        # The very next request, even on a connection opened before.
+        status, headers, _ = await kept.get("/metrics")
+        assert (status, headers["www-authenticate"]) == (401, CHALLENGE)
+        assert (await kept.get("/metrics", bearer("first")))[0] == 200
+        r = redis.Redis(port=node.port, password="first", socket_timeout=10)
+        r.config_set("requirepass", "second")
+        assert (await kept.get("/metrics", bearer("first")))[0] == 401
+        assert (await kept.get("/metrics", basic("second")))[0] == 200
+        assert (await kept.get("/healthz"))[0] == 200
+        r.config_set("requirepass", "")
+        assert (await kept.get("/metrics"))[0] == 200
+        assert (await kept.get("/"))[0] == 200
+
+
+class KeepAlive:
+    """One HTTP/1.1 connection for several requests in a row."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = h11.Connection(h11.CLIENT)
+        self.stream: trio.SocketStream | None = None
+
+    async def __aenter__(self) -> KeepAlive:
+        self.stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.stream is not None
+        await self.stream.aclose()
+
+    async def get(
+        self, target: str, headers: list[tuple[str, str]] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        assert self.stream is not None
+        if self.conn.our_state is h11.DONE:
+            self.conn.start_next_cycle()
+        all_headers = [("host", f"127.0.0.1:{self.port}"), *(headers or [])]
+        request = h11.Request(method="GET", target=target, headers=all_headers)
+        await self.stream.send_all(self.conn.send(request) + self.conn.send(h11.EndOfMessage()))
+        status, response_headers, body = 0, {}, b""
+        with trio.fail_after(WAIT_S):
+            while True:
+                event = self.conn.next_event()
+                if event is h11.NEED_DATA:
+                    self.conn.receive_data(await self.stream.receive_some(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    response_headers = {k.decode(): v.decode() for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    return status, response_headers, body
 
 
 # ---------------------------------------------------------------- origin

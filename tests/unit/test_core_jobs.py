@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from disque_trio.core.ids import is_at_most_once_id
 from disque_trio.core.job import JobState
+from disque_trio.core.jobcmds import AddJobArgs
 from disque_trio.core.queue import Pause
 from disque_trio.protocol.replies import ReplyError, Status
 
@@ -22,6 +24,7 @@ from .core_support import (
     fields,
     get,
     hook,
+    ids_of,
     job,
     make_node,
     run,
@@ -180,6 +183,65 @@ def test_addjob_replicate_ok_when_peers_are_reachable() -> None:
     node.cluster_size, node.reachable_peers = 3, 2
     assert error_line(run(node, "ADDJOB", "q", "b", 0, "REPLICATE", 4)) == NOREPL
     assert not isinstance(run(node, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC"), ReplyError)
+
+
+# RETRY against TTL. The original (disque 1.0-rc1, job.c addjobCommand)
+# checks neither against the other: ADDJOB q body 0 RETRY 100 TTL 10 is
+# accepted as given, SHOW says retry 100, and the job, never re-queued
+# before it expires, is delivered at most once although its ID says
+# at-least-once (odd TTL digits). Only RETRY 0 with REPLICATE > 1 and
+# DELAY >= TTL are refused. This node does the same.
+@pytest.mark.parametrize(
+    ("opts", "ttl", "retry"),
+    [
+        (["RETRY", 10, "TTL", 10], 10, 10),  # RETRY == TTL
+        (["RETRY", 11, "TTL", 10], 10, 11),  # RETRY > TTL
+        (["RETRY", 100, "TTL", 10], 10, 100),
+        (["TTL", 10, "RETRY", 100], 10, 100),  # order does not matter
+        (
+            ["RETRY", 99999999999, "TTL", 10],
+            10,
+            99999999999,
+        ),  # kept (the C node truncates to 32 bits)
+        (["TTL", 5], 5, 1),  # default RETRY: TTL/10, at least 1
+        (["TTL", 1], 1, 1),  # ... so RETRY == TTL
+        (["RETRY", 0], 86400, 0),  # alone, REPLICATE defaults to 1: at-most-once
+        (["RETRY", 0, "TTL", 1], 1, 0),
+        (["REPLICATE", 1, "RETRY", 0, "TTL", 10], 10, 0),
+        (["DELAY", 5, "RETRY", 100, "TTL", 10], 10, 100),  # only DELAY is held to TTL
+    ],
+)
+def test_addjob_retry_is_not_checked_against_ttl(opts: list[Any], ttl: int, retry: int) -> None:
+    node, _ = make_node()
+    args = AddJobArgs(node, [str(a).encode() for a in ["ADDJOB", "q", "b", 0, *opts]])
+    assert (args.ttl, args.retry) == (ttl, retry)
+    job_id = add(node, "q", "b", *opts)
+    info = fields(run(node, "SHOW", job_id))
+    assert (info["ttl"], info["retry"]) == (ttl, retry)
+    assert is_at_most_once_id(job_id) == (retry == 0)
+
+
+def test_addjob_retry_zero_needs_replicate_1_in_a_cluster() -> None:
+    """Where the default REPLICATE is more than 1, RETRY 0 alone is refused."""
+    node, _ = make_node()
+    node.cluster_size, node.reachable_peers = 3, 2
+    message = (
+        "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+    )
+    assert error_line(run(node, "ADDJOB", "q", "b", 0, "RETRY", 0)) == message
+    assert error_line(run(node, "ADDJOB", "q", "b", 0, "RETRY", 0, "TTL", 1)) == message
+    assert not isinstance(run(node, "ADDJOB", "q", "b", 0, "RETRY", 0, "REPLICATE", 1), ReplyError)
+
+
+def test_a_job_whose_retry_outlives_its_ttl_is_delivered_once_then_expires() -> None:
+    node, clock = make_node()
+    job_id = add(node, "q", "b", "RETRY", 100, "TTL", 10)
+    assert ids_of(get(node, "q")) == [job_id]  # delivered, never acked
+    elapse(node, clock, 9_000)
+    assert job(node, job_id).state == JobState.ACTIVE and run(node, "QLEN", "q") == 0
+    elapse(node, clock, 2_000)  # past the TTL, long before RETRY would re-queue it
+    assert job_id not in node.jobs and run(node, "QLEN", "q") == 0
+    check_invariants(node)
 
 
 def test_addjob_maxlen() -> None:

@@ -27,6 +27,9 @@ from .core_support import (
     run,
 )
 
+# Spelled out here, not imported: the tests pin the text clients see.
+USAGE = "GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"
+
 QSTAT_KEYS = [
     "name",
     "len",
@@ -128,16 +131,21 @@ def test_getjob_from_consumes_all_remaining_words() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["NOHANG"], "ERR syntax error"),
-        (["FROM"], "ERR syntax error"),
-        (["FOO", "FROM", "q"], "ERR syntax error"),
-        (["COUNT"], "ERR syntax error"),  # COUNT as the last word
-        (["TIMEOUT"], "ERR syntax error"),
+        # The original answers a bare "ERR syntax error" to the first five;
+        # the text now says what is wrong and still starts the same.
+        (["NOHANG"], f"ERR syntax error: FROM and at least one queue name are needed ({USAGE})"),
+        (["FROM"], f"ERR syntax error: a queue name is needed after FROM ({USAGE})"),
+        (["NOHANG", "FROM"], f"ERR syntax error: a queue name is needed after FROM ({USAGE})"),
+        (["FOO", "FROM", "q"], f"ERR syntax error: unknown option 'FOO' ({USAGE})"),
+        (["COUNT"], f"ERR syntax error: COUNT needs a value ({USAGE})"),  # COUNT as the last word
+        (["TIMEOUT"], f"ERR syntax error: TIMEOUT needs a value ({USAGE})"),
+        (["COUNT", 1], f"ERR syntax error: FROM and at least one queue name are needed ({USAGE})"),
         (["COUNT", 0, "FROM", "q"], "ERR COUNT must be a number greater than zero"),
         (["COUNT", -2, "FROM", "q"], "ERR COUNT must be a number greater than zero"),
         (["COUNT", "x", "FROM", "q"], "ERR COUNT must be a number greater than zero"),
         (["TIMEOUT", -1, "FROM", "q"], "ERR timeout is negative"),
         (["TIMEOUT", "x", "FROM", "q"], "ERR timeout is not an integer or out of range"),
+        (["TIMEOUT", "1.5", "FROM", "q"], "ERR timeout is not an integer or out of range"),
     ],
 )
 def test_getjob_errors(args: list[Any], message: str) -> None:
