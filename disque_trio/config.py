@@ -621,6 +621,10 @@ class Config:
     # New: what other nodes should dial, for nodes behind NAT; ""/0: our own.
     cluster_announce_ip: str = _directive(StringKind(), "")
     cluster_announce_port: int = _directive(IntKind(0, MAX_PORT), 0)
+    # New: a secret every node of the cluster shares; "" means none (as the
+    # original: anyone who reaches the bus port can join). Links prove it
+    # with a challenge-response handshake; it never travels.
+    cluster_secret: str = _directive(StringKind(MAX_PASSWORD_LEN), "", mutable=True)
     # New: the largest bulk string a client may send (Redis' setting and default).
     proto_max_bulk_len: int = _directive(MemoryKind(low=_MB), 512 * _MB, mutable=True)
     # New: input a client may have sent and the node not yet run (Redis'

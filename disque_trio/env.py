@@ -160,6 +160,14 @@ class Env:
     # Stop the whole node for that many seconds (DEBUG SLEEP). In production
     # the event loop really stops; the simulator freezes the node instead.
     block: Callable[[float], None] = lambda seconds: None
+    # Unpredictable bytes (bus handshake nonces): the OS's in production;
+    # unset, they come from rng, so that simulated runs replay exactly.
+    secure_bytes: Callable[[int], bytes] | None = None
+
+    def token_bytes(self, count: int) -> bytes:
+        if self.secure_bytes is not None:
+            return self.secure_bytes(count)
+        return self.rng.randbytes(count)
 
 
 def _read_rss() -> int | None:
@@ -179,4 +187,5 @@ def real_env() -> Env:
         disk=FileDisk(),
         rss=_read_rss,
         block=time.sleep,
+        secure_bytes=os.urandom,
     )

@@ -243,11 +243,15 @@ class World:
         clock = node.clock if node is not None and node.clock is not None else None
         if clock is None:
             clock = SimClock(BASE_WALL_MS, self.skews_ms[i], self.drifts_ppm[i])
+        seed = self.node_seeds[i] + incarnation * 1_000_003
         env = Env(
             clock=clock,
-            rng=random.Random(self.node_seeds[i] + incarnation * 1_000_003),
+            rng=random.Random(seed),
             net=self.net.view(port),
             disk=handle,
+            # Handshake nonces from a stream of their own: the node's other
+            # random choices stay what they were before nonces existed.
+            secure_bytes=random.Random(seed ^ 0x6E6F6E6365).randbytes,
         )
         server = NodeServer(config, env, persist_cluster=True)
         if node is None:

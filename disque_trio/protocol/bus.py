@@ -7,9 +7,11 @@ Nodes talk over TCP links, one byte stream each. Every message is a
 *frame*: a 4-byte big-endian length, then that many bytes of msgpack holding
 the array ``[type_code, body]``. ``type_code`` is the original Disque's
 ``CLUSTERMSG_TYPE_*`` number (PING=0 ... PAUSE=15, see ``MsgType``) so that
-cluster.c stays a cross-reference; HANDSHAKE (100) is ours: it is the first
-frame each side sends on a new link, and says who is talking, where its
-client and bus ports are and which protocol version it speaks. ``body`` is
+cluster.c stays a cross-reference; HANDSHAKE (100) and AUTH (101) are ours:
+the handshake is the first frame each side sends on a new link, and says who
+is talking, where its client and bus ports are, which protocol version it
+speaks, and a fresh random nonce; AUTH then proves, in both directions, that
+the sender knows the cluster secret (see ``handshake_proof``). ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -61,6 +63,8 @@ message; a hand-written fast path for the hot ones was not worth its upkeep.
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import operator
 import re
 from collections.abc import Callable
@@ -76,12 +80,15 @@ from .limits import MAX_INT64, MAX_JOB_SECONDS
 __all__ = [
     "FLAG_INCR_DELIV",
     "FLAG_INCR_NACKS",
+    "HANDSHAKE_MAX_FRAME",
     "MAX_FRAME",
     "MAX_FRAME_LIMIT",
     "NODE_FLAG_FAIL",
     "NODE_FLAG_LEAVING",
     "NODE_FLAG_PFAIL",
+    "NONCE_LEN",
     "PROTOCOL_VERSION",
+    "Auth",
     "BusError",
     "DelJob",
     "Enqueue",
@@ -111,10 +118,14 @@ __all__ = [
     "Working",
     "YourJobs",
     "encode_frame",
+    "handshake_proof",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 MAX_FRAME: Final = 64 * 1024 * 1024
+# Until a link is authenticated its frames are tiny: a handshake and a proof.
+HANDSHAKE_MAX_FRAME: Final = 4096
+NONCE_LEN: Final = 16
 # The length prefix is 4 bytes. A prefix with its top bit set is a negative
 # int32 to a C peer and is most likely garbage: capping max_frame below 2 GiB
 # guarantees such a length is always refused.
@@ -163,6 +174,7 @@ class MsgType(enum.IntEnum):
     WORKING = 14  # like QUEUED, and always dequeue
     PAUSE = 15  # set the paused state of a queue
     HANDSHAKE = 100  # ours: first frame on a link
+    AUTH = 101  # ours: proof of the cluster secret, right after the handshakes
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -196,7 +208,18 @@ class Handshake:
     ip: str
     port: Port  # client port
     cluster_port: Port
+    nonce: bytes = b""  # NONCE_LEN random bytes, fresh for every link
     version: int = PROTOCOL_VERSION
+
+
+@attrs.frozen
+class Auth:
+    """Right after the handshakes: ``handshake_proof`` for the sender's role
+    (empty when the sender has no cluster secret)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.AUTH
+
+    proof: bytes
 
 
 @attrs.frozen
@@ -373,6 +396,7 @@ class Pause:
 
 Message: TypeAlias = (
     Handshake
+    | Auth
     | Ping
     | Pong
     | Meet
@@ -612,6 +636,37 @@ _ENCODERS: Final[MappingProxyType[type[Message], _UnstructureHook]] = MappingPro
 
 
 # --------------------------------------------------------------------------
+# Authentication
+# --------------------------------------------------------------------------
+
+_PROOF_LABEL: Final = b"disque-trio bus v2 proof"
+
+
+def handshake_proof(
+    secret: bytes, role: bytes, connector: Handshake, acceptor: Handshake
+) -> bytes:
+    """What the side playing ``role`` (b"connector" or b"acceptor") sends in
+    AUTH: an HMAC-SHA256, keyed by the cluster secret, of both handshakes'
+    nonces and node IDs. The secret never travels. Both nonces make it fresh
+    (a recorded proof is useless on another link), the role keeps a peer
+    from reflecting our own proof back at us, and the IDs bind it to who
+    claims to be talking. Empty when there is no secret."""
+    if not secret:
+        return b""
+    message = b"|".join(
+        (
+            _PROOF_LABEL,
+            role,
+            connector.nonce,
+            acceptor.nonce,
+            connector.node_id.encode(),
+            acceptor.node_id.encode(),
+        )
+    )
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+# --------------------------------------------------------------------------
 # Frames
 # --------------------------------------------------------------------------
 
@@ -683,6 +738,13 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> None:
         self._buf += data
+
+    def set_max_frame(self, max_frame: int) -> None:
+        """Change the limit for the frames still to come (a link allows big
+        frames once it is authenticated)."""
+        if not 0 < max_frame <= MAX_FRAME_LIMIT:
+            raise ValueError(f"max_frame must be in 1..{MAX_FRAME_LIMIT}, got {max_frame}")
+        self._max_frame = max_frame
 
     def next_message(self) -> Message | None:
         """The next complete message, or ``None`` if more bytes are needed."""

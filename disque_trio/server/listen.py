@@ -5,7 +5,8 @@ left (and ENFILE, ENOBUFS, ENOMEM for the system's equivalents). That is a
 moment of overload, not a reason to stop the node: the loop waits a little
 and accepts again, once connections have closed. Trio's ``serve_listeners``
 does the same but logs a traceback on every retry, ten times a second; this
-loop says it once every ``WARN_EVERY_S``, with how many accepts failed.
+loop says it once every ``WARN_EVERY_S`` (a :class:`Throttle`), with how
+many accepts failed meanwhile.
 Any other accept error is a bug or a closed listener, and propagates.
 
 Each accepted stream runs ``handler(stream)`` in the nursery given, which is
@@ -30,6 +31,29 @@ WARN_EVERY_S = 10.0
 Handler = Callable[[trio.abc.Stream], Awaitable[object]]
 
 
+class Throttle:
+    """Warnings a stranger can trigger at will (refused handshakes, bad
+    frames, failed accepts), logged at most once every ``every`` seconds per
+    kind, with how many were held back meanwhile: a flood of bad
+    connections must not become a flood of log lines."""
+
+    def __init__(self, every: float = WARN_EVERY_S) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str, *args: object) -> None:
+        now = trio.current_time()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.every:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return
+        held = self._held.pop(kind, 0)
+        self._last[kind] = now
+        suffix = f" ({held} more like it since the last report)" if held else ""
+        log.warning(message + suffix, *args)
+
+
 async def accept_loop(
     listener: trio.abc.Listener[trio.abc.Stream],
     handler: Handler,
@@ -37,8 +61,7 @@ async def accept_loop(
     what: str,
 ) -> None:
     """Accept on ``listener`` until cancelled; ``what`` names the port in logs."""
-    failed = 0
-    warned_at = -WARN_EVERY_S
+    throttle = Throttle()
     async with listener:
         while True:
             try:
@@ -46,17 +69,13 @@ async def accept_loop(
             except OSError as e:
                 if e.errno not in CAPACITY_ERRNOS:
                     raise
-                failed += 1
-                now = trio.current_time()
-                if now - warned_at >= WARN_EVERY_S:
-                    log.warning(
-                        "cannot accept on the %s port: %s (%d times); retrying every %.1f s",
-                        what,
-                        e.strerror or errno.errorcode.get(e.errno or 0, e),
-                        failed,
-                        BACKOFF_S,
-                    )
-                    warned_at, failed = now, 0
+                throttle.warn(
+                    "accept",
+                    "cannot accept on the %s port: %s; retrying every %.1f s",
+                    what,
+                    e.strerror or errno.errorcode.get(e.errno or 0, str(e)),
+                    BACKOFF_S,
+                )
                 await trio.sleep(BACKOFF_S)
                 continue
             nursery.start_soon(handler, stream)

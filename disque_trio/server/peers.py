@@ -3,34 +3,48 @@
 Links are one-way. Each node sends to a peer over the connection it opened
 itself, and only reads on the connections peers opened to it::
 
-    connector                              acceptor
-      Handshake(id, ip, ports)  ------->
-                                <-------   Handshake(id, ip, ports)
-      message, message, ...     ------->   (read, decoded, fed to the core)
+    connector                                  acceptor
+      Handshake(id, ip, ports, nonce C)  ------->
+                                         <-------   Handshake(id, ip, ports, nonce A)
+                                         <-------   Auth(proof of the acceptor)
+      Auth(proof of the connector)       ------->
+      message, message, ...              ------->   (read, decoded, fed to the core)
 
 The acceptor answers the handshake so that the connector learns who it
-reached (CLUSTER MEET knows only an address). An acceptor ignores messages
-from a node it does not know unless the first one is MEET, like the original.
+reached (CLUSTER MEET knows only an address). Each proof is an HMAC of both
+nonces and IDs keyed by ``cluster-secret`` (``bus.handshake_proof``): each
+side checks the other's before anything else is read or dispatched, so
+without the secret a connection gets no further than two frames of 4 KB at
+most (``bus.HANDSHAKE_MAX_FRAME``), and the secret never travels. Without a
+secret on either side, the proofs are empty and anyone may connect, as with
+the original; a side with a secret refuses a side without one.
+
+An acceptor ignores messages from a node it does not know unless the first
+one is MEET, like the original. Until its node is known, an inbound link may
+send frames of ``PENDING_MAX_FRAME`` at most, and at most
+``PENDING_MAX_LINKS`` such links exist at once: a stranger that never MEETs
+holds little memory.
 
 Each link has a bounded outbox: when a peer is slow or gone, messages are
 dropped, which the protocol tolerates (every message is re-sent or re-derived
 later: pings, GC retries, replication re-sends, NEEDJOBS back-off). A frame
-that does not decode closes that link and is logged; it never reaches the
-node's nursery.
+that does not decode closes that link and is logged (throttled); it never
+reaches the node's nursery.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
 from ..core.cluster import ClusterTable
 from ..core.job import JobState
 from ..protocol import bus
-from .listen import accept_loop
+from .listen import Throttle, accept_loop
 
 if TYPE_CHECKING:
     from .runtime import NodeServer
@@ -45,10 +59,25 @@ OUTBOX_SIZE = 65_536
 SEND_BATCH = 256
 READ_SIZE = 64 * 1024
 HANDSHAKE_TIMEOUT_S = 5.0
+# Inbound links whose node is not known yet (handshaking, or waiting for
+# MEET), and the largest frame one may send: a MEET with its gossip fits.
+PENDING_MAX_LINKS = 64
+PENDING_MAX_FRAME = 256 * 1024
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 0.5  # a refused connect is cheap; a restarted node is found fast
 
 Dispatch = Callable[[str, object], None]
+_M = TypeVar("_M", bound=bus.Message)
+
+
+class HandshakeRefused(Exception):
+    """The peer spoke another protocol version or failed the secret check."""
+
+
+class _Pending:
+    """Whether an inbound link still counts in Bus.pending_links."""
+
+    active = True
 
 
 class PeerLink:
@@ -87,6 +116,12 @@ class Bus:
         self.received_by_type: dict[type, int] = {}
         # Set when an outbound link comes up (start-up waits on it).
         self._link_up = trio.Event()
+        self.pending_links = 0  # inbound links whose node is not known yet
+        self.refused_links = 0  # handshakes refused (version, secret, too many)
+        # Cancel scopes of the inbound links, to drop them all when the
+        # cluster secret changes (they proved the old one).
+        self._inbound_scopes: set[trio.CancelScope] = set()
+        self.throttle = Throttle()
 
     # --------------------------------------------------------------- setup
 
@@ -141,6 +176,14 @@ class Bus:
         for link in self.links.values():
             link.cancel_scope.cancel()
 
+    def secret_changed(self) -> None:
+        """CONFIG SET cluster-secret: every link proved the old secret (or
+        none); drop them all, so each one handshakes again with the new."""
+        for scope in self._inbound_scopes:
+            scope.cancel()
+        for link in self.links.values():
+            link.connection_scope.cancel()
+
     # ------------------------------------------------------------ outbound
 
     async def _link_task(self, link: PeerLink) -> None:
@@ -166,7 +209,12 @@ class Bus:
 
     async def _serve_link(self, link: PeerLink, stream: trio.abc.Stream) -> None:
         try:
-            peer = await self._handshake(stream, initiator=True)
+            peer, _ = await self._handshake(stream, initiator=True)
+        except HandshakeRefused as e:
+            self.refused_links += 1
+            self.throttle.warn("refused-out", "link to %s refused: %s", link.node_id[:8], e)
+            await trio.sleep(BACKOFF_MAX_S)
+            return
         except (bus.BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as e:
             log.debug("handshake with %s failed: %s", link.node_id[:8], e)
             return
@@ -226,26 +274,51 @@ class Bus:
     def dropped(self) -> int:
         return sum(link.dropped for link in self.links.values())
 
-    async def _handshake(self, stream: trio.abc.Stream, initiator: bool) -> bus.Handshake | None:
+    async def _handshake(
+        self, stream: trio.abc.Stream, initiator: bool
+    ) -> tuple[bus.Handshake | None, bus.FrameDecoder]:
+        """Exchange handshakes and proofs (see the module's picture): the
+        peer's handshake, or None if it closed the connection first, and
+        the decoder holding whatever it sent after its proof. Raises
+        HandshakeRefused, BusError, OSError or TooSlowError."""
         me = self.table.myself
         config = self.server.config
+        secret = config.cluster_secret.encode("utf-8", "surrogateescape")
         # Behind NAT a node tells the address its peers must dial.
         cport = config.cluster_announce_port or me.cport
-        mine = bus.Handshake(me.node_id, self.server.announce_ip(), me.port, cport)
-        decoder = bus.FrameDecoder()
+        mine = bus.Handshake(
+            me.node_id,
+            self.server.announce_ip(),
+            me.port,
+            cport,
+            self.server.env.token_bytes(bus.NONCE_LEN),
+        )
+        decoder = bus.FrameDecoder(bus.HANDSHAKE_MAX_FRAME)
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             if initiator:
                 await stream.send_all(bus.encode_frame(mine))
-            while (msg := decoder.next_message()) is None:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    return None
-                decoder.feed(bytes(data))
-            if not isinstance(msg, bus.Handshake):
-                raise bus.BusError(f"expected a handshake, got {type(msg).__name__}")
+            peer = await _receive(stream, decoder, bus.Handshake)
+            if peer is None:
+                return None, decoder
+            if peer.version != bus.PROTOCOL_VERSION:
+                raise HandshakeRefused(
+                    f"it speaks bus protocol {peer.version}, this node {bus.PROTOCOL_VERSION}"
+                )
+            connector, acceptor = (mine, peer) if initiator else (peer, mine)
             if not initiator:
-                await stream.send_all(bus.encode_frame(mine))
-        return msg
+                proof = bus.handshake_proof(secret, b"acceptor", connector, acceptor)
+                await stream.send_all(bus.encode_frame(mine) + bus.encode_frame(bus.Auth(proof)))
+            auth = await _receive(stream, decoder, bus.Auth)
+            if auth is None:
+                return None, decoder
+            role = b"acceptor" if initiator else b"connector"
+            _check_proof(
+                secret, auth.proof, bus.handshake_proof(secret, role, connector, acceptor)
+            )
+            if initiator:
+                proof = bus.handshake_proof(secret, b"connector", connector, acceptor)
+                await stream.send_all(bus.encode_frame(bus.Auth(proof)))
+        return peer, decoder
 
     # ------------------------------------------------------------- inbound
 
@@ -255,15 +328,40 @@ class Bus:
 
     async def _inbound(self, stream: trio.abc.Stream) -> None:
         async with stream:
+            if self.pending_links >= PENDING_MAX_LINKS:
+                self.refused_links += 1
+                self.throttle.warn(
+                    "pending",
+                    "bus connection from %s refused: %d links already wait for a handshake or MEET",
+                    _peer_ip(stream),
+                    PENDING_MAX_LINKS,
+                )
+                return
+            self.pending_links += 1
+            pending = _Pending()
+            scope = trio.CancelScope()
+            self._inbound_scopes.add(scope)
             try:
-                peer = await self._handshake(stream, initiator=False)
-                if peer is None:
-                    return
-                ip = peer.ip or _peer_ip(stream)
-                await self._read_messages(stream, peer, ip)
+                with scope:
+                    peer, decoder = await self._handshake(stream, initiator=False)
+                    if peer is None:
+                        return
+                    ip = peer.ip or _peer_ip(stream)
+                    if peer.node_id in self.table.nodes:
+                        pending.active = False
+                        self.pending_links -= 1
+                        decoder.set_max_frame(bus.MAX_FRAME)
+                    else:
+                        decoder.set_max_frame(PENDING_MAX_FRAME)
+                    await self._read_messages(stream, peer, ip, decoder, pending)
+            except HandshakeRefused as e:
+                self.refused_links += 1
+                self.throttle.warn(
+                    "refused-in", "bus link from %s refused: %s", _peer_ip(stream), e
+                )
             except bus.BusError as e:
                 self.bad_frames += 1
-                log.warning("bad frame on the bus, link closed: %s", e)
+                self.throttle.warn("bad-frame", "bad frame on the bus, link closed: %s", e)
             except (
                 trio.BrokenResourceError,
                 trio.ClosedResourceError,
@@ -276,12 +374,25 @@ class Bus:
                 # it ends this link only: the peer reconnects, the node lives.
                 self.bad_frames += 1
                 log.exception("error handling a bus message, link closed")
+            finally:
+                self._inbound_scopes.discard(scope)
+                if pending.active:
+                    self.pending_links -= 1
 
-    async def _read_messages(self, stream: trio.abc.Stream, peer: bus.Handshake, ip: str) -> None:
-        decoder = bus.FrameDecoder()
-        while data := await stream.receive_some(READ_SIZE):
-            decoder.feed(bytes(data))
+    async def _read_messages(
+        self,
+        stream: trio.abc.Stream,
+        peer: bus.Handshake,
+        ip: str,
+        decoder: bus.FrameDecoder,
+        pending: _Pending,
+    ) -> None:
+        """Decode and dispatch until the peer closes. The decoder may hold
+        frames already (sent right after the peer's proof)."""
+        while True:
+            handled = 0
             while (msg := decoder.next_message()) is not None:
+                handled += 1
                 self.frames_in += 1
                 kind = type(msg)
                 self.received_by_type[kind] = self.received_by_type.get(kind, 0) + 1
@@ -291,8 +402,17 @@ class Bus:
                     if self.table.add(peer.node_id, ip, peer.port, peer.cluster_port) is None:
                         continue
                     self.sync_links()
+                if pending.active:
+                    pending.active = False
+                    self.pending_links -= 1
+                    decoder.set_max_frame(bus.MAX_FRAME)
                 self.dispatch(peer.node_id, msg)
-            self.server.after_bus_event()
+            if handled:
+                self.server.after_bus_event()
+            data = await stream.receive_some(READ_SIZE)
+            if not data:
+                return
+            decoder.feed(bytes(data))
 
     # ---------------------------------------------------------------- meet
 
@@ -301,7 +421,10 @@ class Bus:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             stream = await self.server.env.net.connect(ip, cport)
         async with stream:
-            peer = await self._handshake(stream, initiator=True)
+            try:
+                peer, _ = await self._handshake(stream, initiator=True)
+            except HandshakeRefused as e:
+                raise OSError(f"the node refused the link: {e}") from None
             if peer is None:
                 raise OSError("the node closed the connection during the handshake")
             await stream.send_all(bus.encode_frame(self.table.heartbeat(bus.Meet)))  # type: ignore[arg-type]
@@ -330,3 +453,28 @@ def _peer_ip(stream: trio.abc.Stream) -> str:
         return str(sock.getpeername()[0])
     except OSError:
         return "127.0.0.1"
+
+
+async def _receive(
+    stream: trio.abc.Stream, decoder: bus.FrameDecoder, kind: type[_M]
+) -> _M | None:
+    """The next message, which must be of ``kind``; None at EOF."""
+    while (msg := decoder.next_message()) is None:
+        data = await stream.receive_some(READ_SIZE)
+        if not data:
+            return None
+        decoder.feed(bytes(data))
+    if not isinstance(msg, kind):
+        raise bus.BusError(f"expected {kind.__name__}, got {type(msg).__name__}")
+    return msg
+
+
+def _check_proof(secret: bytes, given: bytes, expected: bytes) -> None:
+    if not secret:
+        if given:
+            raise HandshakeRefused("it has a cluster-secret and this node has none")
+        return
+    if not given:
+        raise HandshakeRefused("it has no cluster-secret and this node has one")
+    if not hmac.compare_digest(given, expected):
+        raise HandshakeRefused("it does not know the cluster-secret")

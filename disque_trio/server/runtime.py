@@ -565,6 +565,8 @@ class NodeServer:
             self.node.maxmemory = self.config.maxmemory
         elif name == "cluster-node-timeout":
             self.node.cluster.timeout_ms = self.config.cluster_node_timeout
+        elif name == "cluster-secret":
+            self.bus.secret_changed()
         self._cache_config()
 
     def _cache_config(self) -> None:

@@ -195,3 +195,32 @@ def test_counters_count_deliveries_not_moves(node_factory: object) -> None:
     assert _getjob_counters(b, "both") == (job_id, (0, 1))
     assert _show_counters(a, job_id)[1:] == (0, 1)
     assert _show_counters(b, job_id) == ("active", 0, 1)
+
+
+def test_a_cluster_with_a_secret_forms_and_refuses_outsiders(node_factory: object) -> None:
+    nodes = start_cluster(node_factory, 3, "--cluster-secret", "shared s3cret")
+    job_id = client(nodes[0]).execute_command("ADDJOB", "q", "x", 0, "REPLICATE", 3)
+    assert client(nodes[2]).execute_command("SHOW", job_id) is not None
+    outsider = node_factory("--cluster-secret", "another")  # type: ignore[operator]
+    # MEET answers at once, as the original's does; the link is refused.
+    assert client(outsider).execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[0].port)
+    assert client(nodes[0]).execute_command("CLUSTER", "MEET", "127.0.0.1", outsider.port)
+    time.sleep(1.0)
+    assert len(nodes_lines(nodes[0])) == 3 and len(nodes_lines(outsider)) == 1
+    outsider.kill(signal.SIGTERM)
+    assert "does not know the cluster-secret" in outsider.output()
+
+
+def test_rolling_a_cluster_onto_a_secret(node_factory: object) -> None:
+    """docs/security.md's procedure: CONFIG SET cluster-secret on every
+    node; links drop and come back once both ends share it."""
+    nodes = start_cluster(node_factory, 3)
+    for n in nodes:
+        assert client(n).execute_command("CONFIG", "SET", "cluster-secret", "rolled") == "OK"
+    for n in nodes:
+        wait_for(
+            lambda n=n: all(f[-1] == "connected" for f in nodes_lines(n)),
+            what="links back up under the secret",
+        )
+    job_id = client(nodes[1]).execute_command("ADDJOB", "q", "x", 5000, "REPLICATE", 3)
+    assert all(client(n).execute_command("SHOW", job_id) is not None for n in nodes)

@@ -28,7 +28,10 @@ def ping_time(node: NodeProcess) -> float:
 def read_until_closed(s: socket.socket, limit: int = 1 << 16) -> bytes:
     data = b""
     while len(data) < limit:
-        chunk = s.recv(limit)
+        try:
+            chunk = s.recv(limit)
+        except ConnectionResetError:
+            break  # closed with our input unread: a reset, not a FIN
         if not chunk:
             break
         data += chunk
@@ -56,16 +59,26 @@ def test_huge_multibulk_headers_are_refused_at_once(node: NodeProcess, header: b
 
 
 class BusStranger:
-    """A raw socket on a node's bus port that speaks the frame format."""
+    """A raw socket on a node's bus port that speaks the frame format and
+    the handshake, with the cluster secret given (or none)."""
 
-    def __init__(self, node: NodeProcess) -> None:
+    def __init__(self, node: NodeProcess, secret: bytes = b"", node_id: str = "ab" * 20) -> None:
         self.sock = socket.create_connection(("127.0.0.1", node.port + 10000), timeout=10)
-        self.node_id = "ab" * 20
-        self.sock.sendall(bus.encode_frame(bus.Handshake(self.node_id, "127.0.0.1", 1, 2)))
+        self.node_id = node_id
+        mine = bus.Handshake(node_id, "127.0.0.1", 1, 2, b"s" * bus.NONCE_LEN)
+        self.sock.sendall(bus.encode_frame(mine))
         decoder = bus.FrameDecoder()
-        while (msg := decoder.next_message()) is None:
-            decoder.feed(self.sock.recv(65536))
-        assert isinstance(msg, bus.Handshake)
+        received: list[bus.Message] = []
+        while len(received) < 2:
+            data = self.sock.recv(65536)
+            assert data, "the node closed the connection during the handshake"
+            decoder.feed(data)
+            while (msg := decoder.next_message()) is not None:
+                received.append(msg)
+        theirs, auth = received
+        assert isinstance(theirs, bus.Handshake) and isinstance(auth, bus.Auth)
+        proof = bus.handshake_proof(secret, b"connector", mine, theirs)
+        self.sock.sendall(bus.encode_frame(bus.Auth(proof)))
 
     def send(self, msg: bus.Message) -> None:
         self.sock.sendall(bus.encode_frame(msg))
@@ -79,6 +92,19 @@ class BusStranger:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def cluster_nodes(node: NodeProcess) -> list[str]:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"CLUSTER NODES\r\n")
+        header = b""
+        while not header.endswith(b"\r\n"):
+            header += s.recv(1)
+        size = int(header[1:-2])
+        body = b""
+        while len(body) < size + 2:
+            body += s.recv(65536)
+    return body[:size].decode().splitlines()
 
 
 STOLEN = bus.JobData(
@@ -165,3 +191,56 @@ def test_query_buffer_limit_closes_a_client_that_floods_input(
         big_bulk.close()
     assert ping_time(node) < 2.0
     assert info_field(node, "client_query_buffer_limit_disconnections") == "2"
+
+
+@pytest.mark.parametrize("given", [b"", b"wrong secret"])
+def test_without_the_cluster_secret_a_stranger_cannot_meet(
+    node_factory: object, given: bytes
+) -> None:
+    node: NodeProcess = node_factory("--cluster-secret", "s3cret")  # type: ignore[operator]
+    stranger = BusStranger(node, given)
+    try:
+        stranger.send(bus.Meet(stranger.node_id, 0))
+        assert stranger.closed_by_node()
+    finally:
+        stranger.close()
+    assert len(cluster_nodes(node)) == 1
+    assert ping_time(node) < 2.0
+
+
+def test_with_the_cluster_secret_a_node_may_meet(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--cluster-secret", "s3cret")  # type: ignore[operator]
+    stranger = BusStranger(node, b"s3cret")
+    try:
+        stranger.send(bus.Meet(stranger.node_id, 0))
+        deadline = time.monotonic() + 10
+        while len(cluster_nodes(node)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(line.startswith(stranger.node_id) for line in cluster_nodes(node))
+    finally:
+        stranger.close()
+
+
+def test_strangers_that_never_meet_hold_little(node_factory: object) -> None:
+    """Eight handshaken connections with no MEET held 529 MB of frames in
+    progress; now such a link may send 256 KB frames at most, and no more
+    than 64 of them wait at once."""
+    node: NodeProcess = node_factory()  # type: ignore[operator]
+    big = BusStranger(node)
+    try:
+        big.sock.sendall((64 << 20).to_bytes(4, "big") + b"x" * 65536)
+        assert big.closed_by_node()
+    finally:
+        big.close()
+    strangers = [BusStranger(node, node_id=f"{n:040x}") for n in range(1, 65)]
+    try:
+        extra = socket.create_connection(("127.0.0.1", node.port + 10000), timeout=10)
+        extra.sendall(bus.encode_frame(bus.Handshake("ff" * 20, "127.0.0.1", 1, 2, b"x" * 16)))
+        assert read_until_closed(extra) == b""  # refused before any handshake
+        extra.close()
+        assert ping_time(node) < 2.0
+    finally:
+        for stranger in strangers:
+            stranger.close()
+    time.sleep(0.5)
+    BusStranger(node).close()  # room again once they left

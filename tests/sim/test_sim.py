@@ -8,7 +8,6 @@ import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -100,14 +99,16 @@ def test_restarted_node_keeps_its_id_and_fsynced_jobs() -> None:
 
 
 def test_job_expired_while_down_is_not_amnesia() -> None:
-    """Seed 922367157: n2 (appendfsync always) held a TTL 4 job, crashed for
-    3.4 s and came back after its TTL: the AOF load rightly drops it. That is
-    not amnesia; a job still within its TTL and not loaded would be."""
-    plan = Plan.from_seed(922367157)
-    plan = attrs.evolve(plan, faults=plan.faults[:1])  # the crash of n2 alone
+    """First seen on seed 922367157: n2 (appendfsync always) held a short-TTL
+    job, crashed for 8 s and came back after its TTL: the AOF load rightly
+    drops it. That is not amnesia; a job still within its TTL and not loaded
+    would be. (The plan is spelled out: a seed's plan draws it only as long
+    as nothing else in the run moves.)"""
+    crash = Fault(kind=FAULT_KINDS.index("crash"), victim=2, start=20, length=80)
+    plan = Plan(seed=1, extra_nodes=2, extra_seconds=8, fsync=0, ttl_pct=40, faults=(crash,))
     outcome = execute(plan)
     n2 = outcome.world.nodes[2]
-    assert set(n2.held_at_crash) - n2.loaded == {"D-d21b55d4-BigRXVl1k5wasgsNfg0zP7g4-0001"}
+    assert set(n2.held_at_crash) - n2.loaded  # some job expired while n2 was down
     assert not outcome.world.amnesia
     assert outcome.ok, outcome.violations
 

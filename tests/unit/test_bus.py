@@ -17,6 +17,7 @@ from disque_trio.protocol import bus
 from disque_trio.protocol.bus import (
     MAX_FRAME,
     PROTOCOL_VERSION,
+    Auth,
     BusError,
     DelJob,
     Enqueue,
@@ -89,8 +90,15 @@ def heartbeat(cls: type[Ping | Pong | Meet]) -> st.SearchStrategy[Message]:
 
 
 STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
+    Auth: st.builds(Auth, proof=st.binary(max_size=64)),
     Handshake: st.builds(
-        Handshake, node_id=node_ids, ip=ips, port=ports, cluster_port=ports, version=uints
+        Handshake,
+        node_id=node_ids,
+        ip=ips,
+        port=ports,
+        cluster_port=ports,
+        nonce=st.binary(max_size=32),
+        version=uints,
     ),
     Ping: heartbeat(Ping),
     Pong: heartbeat(Pong),
@@ -253,13 +261,15 @@ def test_the_wire_format() -> None:
         [JOB_ID.encode(), b"q", b"body", 3, 10**15, 86400, 0, 300, 1, 2, [NODE.encode()]],
         True,
     ]
-    assert wire_body(Handshake(NODE, "10.0.0.1", 7711, 17711)) == [
+    assert wire_body(Handshake(NODE, "10.0.0.1", 7711, 17711, b"n" * 16)) == [
         NODE.encode(),
         b"10.0.0.1",
         7711,
         17711,
+        b"n" * 16,
         PROTOCOL_VERSION,
     ]
+    assert wire_body(Auth(b"proof")) == [b"proof"]
 
 
 def test_ping_pong_and_meet_are_distinct_messages() -> None:
@@ -316,7 +326,7 @@ def test_ping_pong_and_meet_are_distinct_messages() -> None:
         pytest.param(packed([10, [JOB_ID.encode(), 1]]), "known: expected a boolean", id="int-for-bool"),
         pytest.param(packed([12, ["queue", 1]]), "queue: expected a string as bin, got str", id="msgpack-str-queue"),
         pytest.param(packed([12, [7, 1]]), "queue: expected a string as bin", id="int-for-str"),
-        pytest.param(packed([100, [NODE.encode(), b"::1", 65536, 1, 1]]), "port: expected a port number, got 65536", id="port-range"),
+        pytest.param(packed([100, [NODE.encode(), b"::1", 65536, 1, b"", 1]]), "port: expected a port number, got 65536", id="port-range"),
         pytest.param(packed([0, [NODE.encode(), 0, {}]]), "gossip: expected an array", id="map-for-array"),
         pytest.param(packed([0, [NODE.encode(), 0, b"xy"]]), "gossip: expected an array", id="bin-for-array"),
         pytest.param(packed([0, [NODE.encode(), 0, [[NODE.encode()]]]]), "gossip: [0]: expected 7 fields, got 1", id="short-gossip"),
@@ -459,3 +469,19 @@ def test_fuzz_corrupted_frames(msg: Message, data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(1, 4))):
         frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
     outcome([bytes(frame)])
+
+
+def test_handshake_proofs_bind_secret_role_nonces_and_ids() -> None:
+    connector = Handshake(NODE, "10.0.0.1", 7711, 17711, b"c" * 16)
+    acceptor = Handshake("f" * 40, "10.0.0.2", 7712, 17712, b"a" * 16)
+    proof = bus.handshake_proof(b"secret", b"connector", connector, acceptor)
+    assert len(proof) == 32
+    assert bus.handshake_proof(b"", b"connector", connector, acceptor) == b""
+    others = [
+        bus.handshake_proof(b"secreT", b"connector", connector, acceptor),
+        bus.handshake_proof(b"secret", b"acceptor", connector, acceptor),
+        bus.handshake_proof(b"secret", b"connector", attrs.evolve(connector, nonce=b"d" * 16), acceptor),
+        bus.handshake_proof(b"secret", b"connector", connector, attrs.evolve(acceptor, nonce=b"b" * 16)),
+        bus.handshake_proof(b"secret", b"connector", attrs.evolve(connector, node_id="e" * 40), acceptor),
+    ]  # fmt: skip
+    assert proof not in others and len(set(others)) == len(others)
