@@ -237,7 +237,8 @@ class AppendOnlyFile:
         if state == JobState.ACKED:
             job.state = JobState.ACKED
         elif rec.retry:
-            # Back as active: the retry timer re-queues it (SPEC section 6).
+            # Back as active: the retry timer re-queues it (docs/design.md,
+            # Persistence).
             # Not before its recorded queue time: a job still waiting for its
             # DELAY used to come back RETRY seconds after the load instead.
             # Nor after the longest timer it can have had: a recorded time
