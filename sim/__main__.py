@@ -238,11 +238,40 @@ def ci_seeds(count: int) -> range:
 # ------------------------------------------------------------------- main
 
 
+class PlanFileError(Exception):
+    """A plan file that cannot be read or holds no plan; the message is one line."""
+
+
 def load_plan(path: str) -> tuple[Plan, str | None]:
-    data = json.loads(Path(path).read_text())
-    if "plan" in data:
-        return Plan.from_json(json.dumps(data["plan"])), data.get("mutant")
-    return Plan.from_json(json.dumps(data)), None
+    """A plan saved as JSON: a bare plan, or a record with a ``plan`` key
+    (shrink output, regressions) and maybe a ``mutant``."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise PlanFileError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise PlanFileError(f"{path} is not a JSON text file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanFileError(f"{path} is not valid JSON: {e}") from None
+    record = isinstance(data, dict) and "plan" in data
+    mutant = data.get("mutant") if record else None
+    try:
+        plan = Plan.from_json(json.dumps(data["plan"] if record else data))
+    except Exception as e:  # cattrs raises several kinds for a wrong shape
+        raise PlanFileError(f"{path} does not hold a simulator plan: {_first_line(e)}") from None
+    if mutant is not None and not isinstance(mutant, str):
+        raise PlanFileError(f"{path}: 'mutant' must be a name or null")
+    return plan, mutant
+
+
+def _first_line(e: BaseException) -> str:
+    """The first concrete error (cattrs groups them), on one line."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__} {text[0]}" if text else type(e).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     shrink.add_argument("--duration", type=int, default=None)
     shrink.add_argument("--mutant")
     shrink.add_argument("--max-runs", type=int, default=300)
-    shrink.add_argument("--out", help="where to write the plan (default sim-traces/)")
+    shrink.add_argument(
+        "--out", help="where to write the plan (default sim/traces/shrunk-SEED[-MUTANT].json)"
+    )
     replay = sub.add_parser("replay", help="run a plan saved as JSON (shrink, regressions)")
     replay.add_argument("plan")
     replay.add_argument("--mutant")
@@ -295,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
             args.seed, args.nodes, args.duration, args.mutant, args.max_runs, args.out
         )
     if args.cmd == "replay":
-        plan, mutant = load_plan(args.plan)
+        try:
+            plan, mutant = load_plan(args.plan)
+        except PlanFileError as e:
+            print(f"python -m sim replay: {e}", file=sys.stderr)
+            return 2
         mutant = args.mutant or mutant
         outcome = run_plan(plan, mutant, progress=not args.quiet)
         return report_run(outcome, mutant, args.trace, args.plan)

@@ -20,7 +20,7 @@ the node timeout, if longer) is dropped, and at most
 nodes that do not exist. ``CLUSTER MEET`` only opens a link: the peer's
 identity comes from the handshake on that link.
 
-Failure detection (SPEC section 4): a node that does not answer a PING within
+Failure detection (docs/design.md): a node that does not answer a PING within
 ``cluster-node-timeout`` is ``PFAIL`` (fail?) here; when a majority of the
 cluster reports it PFAIL or FAIL in gossip it becomes ``FAIL`` and a FAIL
 message is broadcast. Any message from the node clears both at once, so a

@@ -1,4 +1,4 @@
-"""The node-to-node job protocol (SPEC section 5): functions of the Node.
+"""The node-to-node job protocol (docs/design.md): functions of the Node.
 
 Rules, one per message:
 

@@ -13,7 +13,7 @@ installed (``Waiter.notify``) or appends to :attr:`Node.effects` for the shell
 to drain after the call. Because each call is synchronous and Trio runs one
 task at a time, every command is atomic without locks.
 
-Rules kept here (SPEC section 2):
+Rules kept here (docs/design.md, "Jobs and timers"):
 
 * A job is in exactly one of the states of :class:`JobState`; it is in its
   queue's sorted list if and only if its state is ``QUEUED``.

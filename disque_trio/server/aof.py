@@ -148,6 +148,48 @@ class AppendOnlyFile:
         self.state = "on"
         return count
 
+    def load_summary(self) -> str:
+        """The log line after a load: how many jobs, and when the active
+        ones go back to their queues. A reloaded job comes back ``active``,
+        not queued: its queue stays empty until its RETRY comes, which
+        looks like data loss unless the log says so."""
+        node = self.server.node
+        now = node.now_ms()
+        requeue_at: list[int] = []
+        retry0 = queued = acked = 0
+        for job in node.jobs.values():
+            if job.state == JobState.QUEUED:
+                queued += 1
+            elif job.state == JobState.ACKED:
+                acked += 1
+            elif job.qtime:
+                requeue_at.append(job.qtime)
+            else:
+                retry0 += 1
+        total = len(node.jobs)
+        head = f"{total} {'job' if total == 1 else 'jobs'} loaded from the AOF"
+        parts: list[str] = []
+        if requeue_at:
+            first, last = (
+                _seconds_until(min(requeue_at), now),
+                _seconds_until(max(requeue_at), now),
+            )
+            label = "active" if len(requeue_at) == total else f"{len(requeue_at)} active"
+            if len(requeue_at) == 1:
+                parts.append(f"{label}: queued again by its RETRY in {first} s")
+            else:
+                parts.append(
+                    f"{label}: queued again by their RETRY, the first in {first} s, "
+                    f"the last in {last} s"
+                )
+        if retry0:
+            parts.append(f"{retry0} active with RETRY 0: not queued again (at most once)")
+        if queued:
+            parts.append(f"{queued} queued")
+        if acked:
+            parts.append(f"{acked} acked, waiting to be collected")
+        return f"{head} ({'; '.join(parts)})" if parts else head
+
     def _replay(self, data: bytes) -> int:
         node = self.server.node
         saved, node.aof = node.aof, None  # replaying must not log again
@@ -195,7 +237,8 @@ class AppendOnlyFile:
         if state == JobState.ACKED:
             job.state = JobState.ACKED
         elif rec.retry:
-            # Back as active: the retry timer re-queues it (SPEC section 6).
+            # Back as active: the retry timer re-queues it (docs/design.md,
+            # Persistence).
             # Not before its recorded queue time: a job still waiting for its
             # DELAY used to come back RETRY seconds after the load instead.
             # Nor after the longest timer it can have had: a recorded time
@@ -341,3 +384,8 @@ class AppendOnlyFile:
                 ("aof_delayed_fsync", 0),
             ]
         return fields
+
+
+def _seconds_until(at_ms: int, now_ms: int) -> int:
+    """Whole seconds from now to a node time, rounded up."""
+    return max(0, -(-(at_ms - now_ms) // 1000))

@@ -531,12 +531,12 @@ class NodeServer:
             self.node.aof = []
         self.aof.loading = True
         try:
-            count = self.aof.load()
+            self.aof.load()
         finally:
             self.aof.loading = False
         if not config.appendonly:
             self.aof.turn_off()
-        log.info("DB loaded from append only file: %d jobs", count)
+        log.info("%s", self.aof.load_summary())
         if config.aof_enqueue_jobs_once:
             config.config_set("aof-enqueue-jobs-once", "no")
             if config.path is not None:

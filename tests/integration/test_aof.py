@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -145,6 +146,33 @@ def test_kill9_keeps_every_acknowledged_job(node_factory: Any, policy: str) -> N
     assert r.execute_command("GETJOB", "NOHANG", "FROM", "qa", "q0") is None
     assert shows(r, [acked]) == [None]
     assert state(shows(r, [once])[0]) == "active"
+
+
+def test_load_log_says_when_reloaded_jobs_are_queued_again(node_factory: Any) -> None:
+    """Reloaded jobs are active, not queued: QLEN is 0 until their RETRY
+    comes. The load line says so, with the first and last re-queue times."""
+    node = aof_node(node_factory)
+    r = connect(node)
+    add_jobs(r, "q", 1, retry=12)
+    add_jobs(r, "q", 2, retry=300)
+    add_jobs(r, "q", 1, retry=0)
+    assert node.kill() == -9
+    node.start()
+    r = connect(node)
+    assert r.execute_command("QLEN", "q") == 0
+    cursor, active = r.execute_command("JSCAN", "STATE", "active", "COUNT", 100)
+    assert cursor == "0" and len(active) == 4
+    node.kill()
+    line = next(x for x in node.output().splitlines() if "loaded from the AOF" in x)
+    found = re.search(
+        r"4 jobs loaded from the AOF \(3 active: queued again by their RETRY, "
+        r"the first in (\d+) s, the last in (\d+) s; "
+        r"1 active with RETRY 0: not queued again \(at most once\)\)$",
+        line,
+    )
+    assert found is not None, line
+    # At least RETRY seconds from the load (rounded up, minus the time error).
+    assert 11 <= int(found[1]) <= 13 and 299 <= int(found[2]) <= 301, line
 
 
 # ----------------------------------------------------------- controlled restart

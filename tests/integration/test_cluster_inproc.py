@@ -1,5 +1,5 @@
 """Several whole nodes in one trio.run over in-memory streams (autojump
-clock): the node-to-node rules of SPEC section 5, fast and deterministic."""
+clock): the node-to-node rules of core/clusterjobs.py, fast and deterministic."""
 
 from __future__ import annotations
 

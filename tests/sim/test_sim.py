@@ -454,3 +454,27 @@ def test_shrink_cli_writes_a_plan_that_replay_reproduces(tmp_path: Path) -> None
     assert replay.returncode == 1
     assert any(line.startswith("VIOLATION pause-in") for line in lines)
     assert lines[-1].startswith("digest ")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read"),
+        ('{"plan": {"seed": 1,', "is not valid JSON"),
+        ('{"plan": {"nodes": 2}}', "does not hold a simulator plan"),
+    ],
+    ids=["missing", "malformed", "not-a-plan"],
+)
+def test_replay_of_a_bad_plan_file_is_one_line_and_nonzero(
+    tmp_path: Path, content: str | None, expected: str
+) -> None:
+    path = tmp_path / "plan.json"
+    if content is not None:
+        path.write_text(content)
+    out = sim_cli("replay", str(path), "--quiet")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("python -m sim replay: ") and expected in lines[0]
+    assert str(path) in lines[0]

@@ -1,4 +1,4 @@
-"""The design rules that keep the core pure and runs reproducible (DESIGN.md):
+"""The design rules that keep the core pure and runs reproducible (docs/design.md):
 imports flow one way, and the banned calls are enforced by ruff, not review."""
 
 from __future__ import annotations

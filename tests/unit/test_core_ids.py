@@ -43,7 +43,7 @@ def test_job_id_shape() -> None:
         (7260, 0, 0x78),
         (30, 1, 0x01),  # under a minute, odd for RETRY > 0
         (30, 0, 0x00),
-        (24 * 3600, None, 0x5A1),  # the default TTL, like the SPEC's example
+        (24 * 3600, None, 0x5A1),  # the default TTL, like the example in core/ids.py
         (100 * 24 * 3600, None, 0xFFFF),  # saturates at a u16
         (100 * 24 * 3600, 0, 0xFFFE),
     ],
