@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,12 +22,11 @@ from typing import Any
 import trio
 import trio_websocket
 
-from .config import Config, ConfigError, parse_argv
+from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
 from .protocol import aof as aof_records
 from .server.aof import AofLoadError
-from .server.runtime import PACKAGE_VERSION, VERSION, NodeServer, set_log_level
-from .server.web import WebPortError
+from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer, set_log_level
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
@@ -203,14 +203,27 @@ def _setup_logging(config: Config) -> None:
 
 
 def _describe_os_error(e: OSError, config: Config) -> str:
-    if isinstance(e, WebPortError):
-        what = "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
-        return f"web port {e.port} {what} (set web-port, or web-port 0 to disable it)"
+    """One line: which port could not be bound, why, and what moves it."""
+    if not isinstance(e, ListenError):
+        return str(e)
+    if e.role == "web":
+        what = f"web port {e.port}"
+        fix = "set web-port to change it, or web-port 0 to turn the web listener off"
+    elif e.role == "bus":
+        derived = "" if config.cluster_port else f" (port + {CLUSTER_PORT_OFFSET})"
+        what = f"cluster bus port {e.port}{derived}"
+        fix = "set cluster-port to change it"
+    else:
+        what = f"port {e.port}"
+        fix = "set port to change it"
     if e.errno == errno.EADDRINUSE:
-        return f"port {config.port} is already in use (bind {' '.join(config.bind)})"
+        return f"{what} is already in use on {e.host} ({fix})"
     if e.errno == errno.EADDRNOTAVAIL:
-        return f"cannot bind {' '.join(config.bind)}: address not available"
-    return str(e)
+        return f"cannot listen on {e.host}, {what}: address not available here (check bind)"
+    if isinstance(e.cause, socket.gaierror):
+        return f"cannot listen on {e.host}, {what}: unknown address (check bind)"
+    reason = (e.strerror or str(e.cause)).lower()
+    return f"cannot listen on {e.host}, {what}: {reason} ({fix})"
 
 
 async def _serve(config: Config) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,51 @@ def test_port_in_use(node: NodeProcess, tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "already in use" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failed start-up prints (no traceback)."""
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("taken", "extra", "expected"),
+    [
+        (0, [], "port {p} is already in use on 127.0.0.1 (set port to change it)"),
+        (
+            10000,
+            [],
+            "cluster bus port {p} (port + 10000) is already in use on 127.0.0.1 "
+            "(set cluster-port to change it)",
+        ),
+        (1000, [], "web port {p} is already in use on 127.0.0.1 (set web-port"),
+        (
+            None,
+            ["--cluster-port", "{p}"],
+            "cluster bus port {p} is already in use on 127.0.0.1 (set cluster-port",
+        ),
+    ],
+    ids=["client", "bus", "web", "cluster-port"],
+)
+def test_a_taken_port_is_named_with_its_directive(
+    tmp_path: Path, taken: int | None, extra: list[str], expected: str
+) -> None:
+    port = free_port()
+    busy = free_port() if taken is None else port + taken  # None: a port of its own
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", busy))
+        s.listen()
+        args = [a.format(p=busy) for a in extra]
+        result = run_cli("--port", str(port), "--bind", "127.0.0.1", *args, cwd=tmp_path)
+    line = one_error_line(result)
+    assert "Could not start: " + expected.format(p=busy) in line
+    # The message names the port that is taken, not the client port.
+    if taken:
+        assert f" {port} " not in line
 
 
 def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
