@@ -26,7 +26,8 @@ from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
 from .protocol import aof as aof_records
 from .server.aof import AofLoadError
-from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer, set_log_level
+from .server.logs import LineFormatter, set_log_level
+from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
@@ -190,12 +191,7 @@ def _setup_logging(config: Config) -> None:
         handler = logging.FileHandler(config.logfile)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    pid = os.getpid()
-    handler.setFormatter(
-        logging.Formatter(
-            f"{pid}:M %(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%d %b %H:%M:%S"
-        )
-    )
+    handler.setFormatter(LineFormatter())
     root = logging.getLogger("disque_trio")
     root.handlers[:] = [handler]
     root.propagate = False

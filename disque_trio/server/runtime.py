@@ -38,6 +38,7 @@ from .aof import AppendOnlyFile
 from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
+from .logs import set_log_level
 from .peers import Bus
 from .slowlog import SlowLog
 from .web import WebServer
@@ -608,18 +609,6 @@ class NodeServer:
 
     def process_info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "executable": sys.argv[0] if sys.argv else ""}
-
-
-LOG_LEVELS = {
-    "debug": logging.DEBUG,
-    "verbose": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-}
-
-
-def set_log_level(level: str) -> None:
-    logging.getLogger("disque_trio").setLevel(LOG_LEVELS.get(level, logging.INFO))
 
 
 def _escape(arg: bytes) -> str:

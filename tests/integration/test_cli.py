@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import signal
 import socket
 import subprocess
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import redis
+
+from disque_trio.server.logs import VERBOSE, level_mark
 
 from ..helpers import free_port
 from .conftest import NodeProcess
@@ -38,6 +42,58 @@ def test_signal_shuts_down_cleanly(node_factory: object, sig: int) -> None:
 def test_logs_where_it_listens(node: NodeProcess) -> None:
     assert node.kill(signal.SIGTERM) == 0
     assert f"127.0.0.1:{node.port}" in node.output()
+
+
+LOG_LINE = re.compile(r"\d+:M \d\d [A-Z][a-z]{2} \d\d:\d\d:\d\d\.\d{3} ([.*#-]) (.*)")
+
+
+def log_lines(out: str) -> list[tuple[str, str]]:
+    """(level mark, message) of every line; each must be a log line."""
+    lines = []
+    for line in out.splitlines():
+        m = LOG_LINE.fullmatch(line)
+        assert m, f"not a log line: {line!r}"
+        lines.append((m.group(1), m.group(2)))
+    return lines
+
+
+def ping_from(port: int) -> int:
+    """PING over a fresh connection; the connection's local port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"PING\r\n")
+        assert s.recv(64) == b"+PONG\r\n"
+        return int(s.getsockname()[1])
+
+
+def test_log_lines_carry_the_originals_level_marks(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--loglevel", "verbose")  # type: ignore[operator]
+    seen = ping_from(node.port)
+    redis.Redis(port=node.port, socket_timeout=10).config_set("loglevel", "warning")
+    unseen = ping_from(node.port)  # verbose lines are off now
+    assert node.kill(signal.SIGTERM) == 0
+    lines = log_lines(node.output())
+    marks = {message: mark for mark, message in lines}
+    assert any(m == "*" and "ready to accept connections" in t for m, t in lines)
+    assert marks[f"Accepted 127.0.0.1:{seen}"] == "-"
+    assert marks[f"Connection from 127.0.0.1:{seen} closed"] == "-"
+    assert not any(str(unseen) in t for _, t in lines)
+    assert marks["Disque is now ready to exit, bye bye..."] == "#"
+    assert marks["Received SIGTERM scheduling shutdown..."] == "#"
+
+
+def test_python_levels_map_onto_the_originals_four() -> None:
+    marks = [level_mark(n) for n in (logging.DEBUG, VERBOSE, logging.INFO, logging.WARNING)]
+    assert marks == [".", "-", "*", "#"]
+    assert level_mark(logging.ERROR) == level_mark(logging.CRITICAL) == "#"
+
+
+def test_loglevel_warning_prints_warnings_only(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--loglevel", "warning")  # type: ignore[operator]
+    redis.Redis(port=node.port, socket_timeout=10).ping()
+    assert node.kill(signal.SIGINT) == 0
+    lines = log_lines(node.output())
+    assert lines and {mark for mark, _ in lines} == {"#"}, lines
+    assert ("#", "Disque is now ready to exit, bye bye...") in lines
 
 
 def test_unknown_directive_names_file_and_line(tmp_path: Path) -> None:
