@@ -63,28 +63,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         path, overrides = parse_argv(args)
         config = Config.load(path, overrides)
         _enter_dir(config)
+        _setup_logging(config)
     except ConfigError as e:
         print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
         return 1
-    _setup_logging(config)
     _tune_gc()
+    log = logging.getLogger("disque_trio")
     for name in config.ignored_settings():
-        logging.getLogger("disque_trio").warning(
-            "directive '%s' is accepted but has no effect", name
-        )
+        log.warning("directive '%s' is accepted but has no effect", name)
+    pidfile = PidFile(config.pidfile) if config.pidfile else None
     try:
-        trio.run(_serve, config)
-    except AofLoadError as e:
-        logging.getLogger("disque_trio").error("%s", e)
+        trio.run(_serve, config, pidfile)
+    except (AofLoadError, ConfigError) as e:
+        log.error("%s", e)
         return 1
     except OSError as e:
-        logging.getLogger("disque_trio").error(
-            "Could not start: %s", _describe_os_error(e, config)
-        )
+        log.error("Could not start: %s", _describe_os_error(e, config))
         return 1
     except KeyboardInterrupt:
         pass
+    finally:
+        if pidfile is not None:
+            pidfile.remove()
     return 0
+
+
+class PidFile:
+    """``pidfile``: the process ID, written once the ports are bound and
+    removed at a clean exit. Best effort, as in the original: a path that
+    cannot be written is a warning, not a reason to stay down (the
+    original's example configuration names /var/run/disque.pid)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)  # relative to `dir`, the working directory
+        self.written = False
+
+    def write(self) -> None:
+        try:
+            with open(self.path, "w", encoding="ascii") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as e:
+            logging.getLogger("disque_trio").warning(
+                "Could not write the pid file %s: %s", self.path, e.strerror or e
+            )
+            return
+        self.written = True
+
+    def remove(self) -> None:
+        """Remove the file if it is still ours (another node may have taken
+        the path since)."""
+        if not self.written:
+            return
+        self.written = False
+        try:
+            with open(self.path, encoding="ascii") as f:
+                if f.read().strip() != str(os.getpid()):
+                    return
+            os.unlink(self.path)
+        except (OSError, ValueError):
+            return
+        logging.getLogger("disque_trio").info("Removed the pid file %s", self.path)
 
 
 def check_aof(args: list[str]) -> int:
@@ -188,7 +226,14 @@ def _enter_dir(config: Config) -> None:
 def _setup_logging(config: Config) -> None:
     handler: logging.Handler
     if config.logfile:
-        handler = logging.FileHandler(config.logfile)
+        # Opened now, like the original: a log file that cannot be written
+        # is a configuration error, not a traceback.
+        try:
+            handler = logging.FileHandler(config.logfile)
+        except OSError as e:
+            raise ConfigError(
+                f"Can't open the log file '{config.logfile}': {e.strerror or e}"
+            ) from None
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LineFormatter())
@@ -222,12 +267,14 @@ def _describe_os_error(e: OSError, config: Config) -> str:
     return f"cannot listen on {e.host}, {what}: {reason} ({fix})"
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, pidfile: PidFile | None = None) -> None:
     server = NodeServer(config, real_env())
     # Load and bind before the nursery exists, so that a bad AOF or a port
     # in use surfaces as itself (main() turns it into one line), not wrapped.
     server.load()
     bound = await server.bind()
+    if pidfile is not None:
+        pidfile.write()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, server)
         await nursery.start(server.run, bound.client, bound.bus, bound.web)

@@ -163,6 +163,72 @@ def test_a_taken_port_is_named_with_its_directive(
         assert f" {port} " not in line
 
 
+def test_logfile_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    logfile = tmp_path / "no-such-dir" / "disque.log"
+    line = one_error_line(
+        run_cli("--port", str(free_port()), "--logfile", str(logfile), cwd=tmp_path)
+    )
+    assert line.startswith("*** FATAL CONFIG ERROR *** Can't open the log file")
+    assert str(logfile) in line and "No such file or directory" in line
+
+
+def test_logfile_receives_the_log(node_factory: object, tmp_path: Path) -> None:
+    node: NodeProcess = node_factory("--logfile", "node.log")  # type: ignore[operator]
+    assert node.kill(signal.SIGTERM) == 0
+    text = (node.workdir / "node.log").read_text()  # relative to dir
+    assert "ready to accept connections" in text and "bye bye" in text
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SHUTDOWN"])
+def test_pidfile_is_written_and_removed_at_a_clean_exit(
+    node_factory: object, tmp_path: Path, how: str
+) -> None:
+    pidfile = tmp_path / "run" / "disque.pid"
+    pidfile.parent.mkdir()
+    node: NodeProcess = node_factory("--pidfile", str(pidfile))  # type: ignore[operator]
+    assert node.proc is not None
+    assert pidfile.read_text() == f"{node.proc.pid}\n"
+    if how == "SHUTDOWN":
+        redis.Redis(port=node.port, socket_timeout=10).shutdown()  # raises if it answers
+        assert node.proc.wait(timeout=15) == 0
+    else:
+        assert node.kill(getattr(signal, how)) == 0
+    assert not pidfile.exists()
+    assert "Removed the pid file" in node.output()
+
+
+def test_pidfile_from_a_config_file_is_relative_to_dir(tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "disque.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir data\npidfile node.pid\n")
+    node = NodeProcess(port, tmp_path, [str(conf)])
+    try:
+        node.start()
+        assert node.proc is not None
+        assert (tmp_path / "data" / "node.pid").read_text() == f"{node.proc.pid}\n"
+        assert node.kill(signal.SIGTERM) == 0
+        assert not (tmp_path / "data" / "node.pid").exists()
+    finally:
+        node.stop()
+
+
+def test_an_unwritable_pidfile_is_one_warning(node_factory: object, tmp_path: Path) -> None:
+    pidfile = tmp_path / "no-such-dir" / "disque.pid"
+    node: NodeProcess = node_factory("--pidfile", str(pidfile))  # type: ignore[operator]
+    assert redis.Redis(port=node.port, socket_timeout=10).ping()
+    assert node.kill(signal.SIGTERM) == 0
+    about_it = [(m, t) for m, t in log_lines(node.output()) if "pid file" in t]
+    assert about_it == [
+        ("#", f"Could not write the pid file {pidfile}: No such file or directory")
+    ]
+
+
+def test_corrupted_nodes_conf_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "nodes.conf").write_text("garbage line\n")
+    line = one_error_line(run_cli("--port", str(free_port()), "--bind", "127.0.0.1", cwd=tmp_path))
+    assert "corrupted cluster config file nodes.conf" in line
+
+
 def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
     port = free_port()
     conf = tmp_path / "disque.conf"
