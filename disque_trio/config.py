@@ -840,6 +840,7 @@ def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[tuple[str, list[st
     path = None
     if rest and not rest[0].startswith("--"):
         path = rest.pop(0)
+        _refuse_directive_as_path(path, rest)
     overrides: list[tuple[str, list[str]]] = []
     for arg in rest:
         if arg.startswith("--"):
@@ -849,6 +850,23 @@ def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[tuple[str, list[st
         else:
             overrides[-1][1].append(arg)
     return path, overrides
+
+
+def _refuse_directive_as_path(path: str, rest: Sequence[str]) -> None:
+    """`disque-trio port 7716` means `--port 7716`: say so rather than
+    look for a config file named "port"."""
+    name = path.lstrip("-").lower()
+    if path == "-" or name not in DIRECTIVES or os.path.exists(path):
+        return
+    args = []
+    for arg in rest:
+        if arg.startswith("--"):
+            break
+        args.append(arg)
+    suggestion = " ".join([f"--{name}", *args])
+    raise ConfigError(
+        f"command line: '{path}' is a directive, not a config file: did you mean '{suggestion}'?"
+    )
 
 
 def usage(prog: str = "disque-trio") -> str:

@@ -223,6 +223,20 @@ def test_an_unwritable_pidfile_is_one_warning(node_factory: object, tmp_path: Pa
     ]
 
 
+def test_a_directive_without_dashes_suggests_the_flag(tmp_path: Path) -> None:
+    line = one_error_line(run_cli("port", "7716", cwd=tmp_path))
+    assert line.startswith("*** FATAL CONFIG ERROR ***")
+    assert "did you mean '--port 7716'?" in line
+
+
+def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.conf"
+    line = one_error_line(run_cli(str(missing), cwd=tmp_path))
+    assert line == (
+        f"*** FATAL CONFIG ERROR *** Can't open config file '{missing}': No such file or directory"
+    )
+
+
 def test_corrupted_nodes_conf_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "nodes.conf").write_text("garbage line\n")
     line = one_error_line(run_cli("--port", str(free_port()), "--bind", "127.0.0.1", cwd=tmp_path))
