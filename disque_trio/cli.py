@@ -18,6 +18,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import trio
 import trio_websocket
@@ -157,8 +158,9 @@ def check_aof(args: list[str]) -> int:
 
 def ws_command(args: list[str]) -> int:
     """``disque-trio ws [--auth PW] URL CMD [ARG...]``: run one command over
-    the WebSocket JSON protocol, print its result as JSON; exit 1 on an
-    error reply or when the node cannot be reached."""
+    the WebSocket JSON protocol and print its result: a string as text (INFO
+    reads as it does in redis-cli), anything else as JSON. Exit 1 with one
+    line on an error reply or when the node cannot be reached, 2 on usage."""
     password = None
     if args[:1] == ["--auth"] and len(args) >= 2:
         password, args = args[1], args[2:]
@@ -166,16 +168,99 @@ def ws_command(args: list[str]) -> int:
         print(WS_USAGE, file=sys.stderr)
         return 2
     url, cmd = args[0], args[1:]
+    problem = _ws_url_problem(url)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         reply = trio.run(_ws_call, url, cmd, password)
-    except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed) as e:
-        print(f"Could not talk to {url}: {e}", file=sys.stderr)
+    except Exception as e:
+        print(_ws_failure(url, e), file=sys.stderr)
         return 1
     if "error" in reply:
         print(reply["error"], file=sys.stderr)
         return 1
-    print(json.dumps(reply.get("result"), ensure_ascii=False, indent=2))
+    result = reply.get("result")
+    if isinstance(result, str):
+        text = result.replace("\r\n", "\n")
+        print(text, end="" if text.endswith("\n") else "\n")
+    else:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
+
+
+def _ws_url_problem(url: str) -> str | None:
+    """Why the URL cannot be a node's WebSocket, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError as e:
+        return f"Bad URL {url}: {e}"
+    if parts.scheme not in ("ws", "wss"):
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
+        hint = ""
+        if scheme is not None:
+            path = parts.path if parts.path not in ("", "/") else "/ws"
+            hint = f" (did you mean {urlunsplit((scheme, parts.netloc, path, '', ''))}?)"
+        return f"URL must start with ws:// or wss://{hint}"
+    if not parts.hostname:
+        return f"Bad URL {url}: no host"
+    return None
+
+
+def _ws_failure(url: str, e: BaseException) -> str:
+    """One line for a WebSocket call that failed before a reply came."""
+    parts = urlsplit(url)
+    where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'wss' else 80)}"
+    if isinstance(e, trio_websocket.ConnectionRejected):
+        status = e.status_code
+        if status == 404 or (status is not None and 200 <= status < 300):
+            hint = " (try /ws)" if parts.path != "/ws" else ""
+            return f"HTTP {status} from {url}: not a WebSocket endpoint{hint}"
+        return f"HTTP {status} from {url}: WebSocket handshake refused{_short_body(e.body)}"
+    if isinstance(e, trio_websocket.ConnectionTimeout):
+        return (
+            f"No WebSocket handshake from {where} within {WS_CONNECT_TIMEOUT_S:g} s "
+            "(is it the web port? by default the client port + 1000)"
+        )
+    if isinstance(e, trio_websocket.ConnectionClosed):
+        reason = e.reason
+        code = getattr(reason, "code", None)
+        why = getattr(reason, "reason", None)
+        return f"Connection to {url} closed" + (f" ({code} {why or ''})".rstrip() if code else "")
+    if isinstance(e, trio_websocket.HandshakeError | OSError):
+        return f"Could not connect to {where}: {_connect_failure(e)}"
+    if isinstance(e, json.JSONDecodeError):
+        return f"{url} answered with something that is not JSON: is it a disque-trio node?"
+    return f"Could not talk to {url}: {type(e).__name__}: {e}"
+
+
+def _connect_failure(e: BaseException) -> str:
+    """The reason under a failed connection attempt, in a few words
+    (trio wraps it in an OSError around an exception group)."""
+    todo: list[BaseException] = [e]
+    seen: set[int] = set()
+    while todo:
+        x = todo.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, socket.gaierror):
+            return f"unknown host ({x.strerror})"
+        if isinstance(x, OSError) and x.errno:
+            return os.strerror(x.errno).lower()
+        if isinstance(x, BaseExceptionGroup):
+            todo.extend(x.exceptions)
+        todo.extend(c for c in (x.__cause__, x.__context__) if c is not None)
+    return str(e) or type(e).__name__
+
+
+def _short_body(body: bytes | None) -> str:
+    """A plain-text error body worth quoting: one short line."""
+    text = (body or b"").decode("utf-8", "replace").strip()
+    if not text or "\n" in text or len(text) > 100 or text.startswith("<"):
+        return ""
+    return f": {text}"
 
 
 async def _ws_call(url: str, cmd: list[str], password: str | None) -> dict[str, Any]:

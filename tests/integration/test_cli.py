@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import redis
+import trio_websocket
 
+from disque_trio import cli
 from disque_trio.server.logs import VERBOSE, level_mark
 
 from ..helpers import free_port
@@ -269,3 +271,22 @@ def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
 def test_version_and_help(tmp_path: Path) -> None:
     assert "disque-trio" in run_cli("--version", cwd=tmp_path).stdout
     assert "Usage" in run_cli("--help", cwd=tmp_path).stdout
+
+
+def test_ws_failure_lines() -> None:
+    url = "ws://127.0.0.1:7711/ws"
+    timeout = cli._ws_failure(url, trio_websocket.ConnectionTimeout())
+    assert timeout.startswith("No WebSocket handshake from 127.0.0.1:7711 within 10 s")
+    assert "client port + 1000" in timeout
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    wrapped = trio_websocket.HandshakeError()
+    wrapped.__cause__ = OSError("all attempts to connect failed")
+    wrapped.__cause__.__cause__ = ExceptionGroup("all attempts", [unknown])
+    assert cli._ws_failure("ws://nowhere.invalid/ws", wrapped) == (
+        "Could not connect to nowhere.invalid:80: unknown host (Name or service not known)"
+    )
+    assert cli._ws_url_problem("wss://h:1/ws") is None
+    assert cli._ws_url_problem("https://h/") == (
+        "URL must start with ws:// or wss:// (did you mean wss://h/ws?)"
+    )
+    assert cli._ws_url_problem("h:8711/ws") == "URL must start with ws:// or wss://"
