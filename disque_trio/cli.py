@@ -23,16 +23,16 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 import trio_websocket
 
+from . import checkaof
 from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
-from .protocol import aof as aof_records
 from .server.aof import AofLoadError
 from .server.logs import LineFormatter, set_log_level
 from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
-       disque-trio check-aof [--fix] FILE
+       disque-trio check-aof [--fix [--yes]] FILE
        disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]
        disque-trio --version
        disque-trio --help
@@ -127,33 +127,8 @@ class PidFile:
 
 
 def check_aof(args: list[str]) -> int:
-    """``disque-trio check-aof [--fix] FILE``: verify an AOF record by
-    record; with --fix, cut it at the end of the last good record."""
-    fix = "--fix" in args
-    paths = [a for a in args if a != "--fix"]
-    if len(paths) != 1:
-        print("Usage: disque-trio check-aof [--fix] FILE", file=sys.stderr)
-        return 2
-    path = paths[0]
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        print(f"Cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 1
-    good, damage = aof_records.scan(data)
-    print(f"AOF analyzed: size={len(data)}, ok_up_to={good}, diff={len(data) - good}")
-    if good == len(data):
-        print("AOF is valid")
-        return 0
-    print(damage if damage is not None else f"torn last record at byte offset {good}")
-    if not fix:
-        print("AOF is not valid. Use the --fix option to try fixing it.")
-        return 1
-    with open(path, "r+b") as f:
-        f.truncate(good)
-    print(f"Successfully truncated AOF to {good} bytes ({len(data) - good} bytes cut)")
-    return 0
+    """``disque-trio check-aof [--fix [--yes]] FILE``: see checkaof.py."""
+    return checkaof.main(args)
 
 
 def ws_command(args: list[str]) -> int:

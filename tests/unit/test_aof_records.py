@@ -209,8 +209,10 @@ def test_check_aof_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     path.write_bytes(data)
     code, out = run_check(capsys, str(path))
     assert code == 0 and "AOF is valid" in out
-    code, out = run_check(capsys, "--fix", str(path))
+    assert "Valid records: 5 (1 ACKJOB, 1 DELJOB, 3 LOADJOB)" in out
+    code, out = run_check(capsys, "--fix", str(path))  # nothing to ask, nothing to do
     assert code == 0 and path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disque.aof"]  # no backup
 
 
 def test_check_aof_torn_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -221,24 +223,28 @@ def test_check_aof_torn_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out = run_check(capsys, str(path))
     assert code == 1
     assert f"ok_up_to={ends[-2]}" in out and "--fix" in out
+    assert f"Torn: bytes {ends[-2]}-{cut - 1} (17 bytes)" in out
     assert path.stat().st_size == cut  # without --fix nothing is touched
-    code, out = run_check(capsys, "--fix", str(path))
-    assert code == 0 and "Successfully truncated" in out
+    code, out = run_check(capsys, "--fix", "--yes", str(path))
+    assert code == 0 and "Repaired" in out
     assert path.read_bytes() == data[: ends[-2]]
+    assert (tmp_path / "disque.aof.bak").read_bytes() == data[:cut]
     assert run_check(capsys, str(path))[0] == 0
 
 
 def test_check_aof_damage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, ends = sample_file()
     path = tmp_path / "disque.aof"
-    path.write_bytes(data[: ends[2]] + b"\x00junk junk\r\n" + data[ends[2] :])
+    garbage = b"\x00junk junk\r\n"
+    damaged = data[: ends[2]] + garbage + data[ends[2] :]
+    path.write_bytes(damaged)
     code, out = run_check(capsys, str(path))
-    assert code == 1 and f"byte offset {ends[2]}" in out
-    code, out = run_check(capsys, "--fix", str(path))
+    assert code == 1 and f"Damaged: bytes {ends[2]}-{ends[2] + len(garbage) - 1}" in out
+    code, out = run_check(capsys, "--fix", "--yes", str(path))
     assert code == 0
-    # --fix keeps what precedes the damage (like redis-check-aof).
-    assert path.stat().st_size == ends[2]
-    assert path.read_bytes() == data[: ends[2]]
+    # Every record is kept, before and after the damage; only the garbage goes.
+    assert path.read_bytes() == data
+    assert (tmp_path / "disque.aof.bak").read_bytes() == damaged
 
 
 def test_check_aof_usage_and_missing_file(
