@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -243,6 +244,37 @@ def test_corrupted_nodes_conf_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "nodes.conf").write_text("garbage line\n")
     line = one_error_line(run_cli("--port", str(free_port()), "--bind", "127.0.0.1", cwd=tmp_path))
     assert "corrupted cluster config file nodes.conf" in line
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_files_a_node_writes_in_a_checkout_are_ignored(node_factory: object) -> None:
+    """Run from a checkout with the default `dir`, a node writes into it:
+    `git status` must stay clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    node: NodeProcess = node_factory("--appendonly", "yes")  # type: ignore[operator]
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    r.execute_command("ADDJOB", "q", "body", 0)
+    r.execute_command("BGREWRITEAOF")
+    r.shutdown()
+    assert node.proc is not None and node.proc.wait(timeout=15) == 0
+    written = sorted(p.name for p in node.workdir.iterdir())
+    assert written == ["disque.aof", "nodes.conf"]
+    # Also the names of temporary files and of check-aof's backups.
+    names = [*written, "nodes.conf.tmp-123", "disque.aof.tmp-123", "disque.aof.bak"]
+    names += ["disque.aof.bak.2", ".disque.aof.check-aof-123.tmp", ".disque-conf-x1.tmp"]
+    names += [f"somewhere/{name}" for name in names]
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    not_ignored = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    assert result.returncode == 0 and not not_ignored, result.stdout + result.stderr
 
 
 def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
