@@ -19,7 +19,6 @@ import collections
 import os
 import stat
 import sys
-from collections.abc import Callable
 
 from .protocol import aof
 
@@ -27,7 +26,7 @@ USAGE = "Usage: disque-trio check-aof [--fix [--yes]] FILE"
 MAX_LISTED = 20  # lost records listed one by one; the rest are counted
 
 
-def main(args: list[str], ask: Callable[[str], str] = input) -> int:
+def main(args: list[str]) -> int:
     flags = {a for a in args if a.startswith("-")}
     paths = [a for a in args if not a.startswith("-")]
     unknown = flags - {"--fix", "--yes", "-y"}
@@ -66,9 +65,14 @@ def main(args: list[str], ask: Callable[[str], str] = input) -> int:
                 file=sys.stderr,
             )
             return 1
-        answer = ask(
-            f"Repair {path} (the original is kept as {backup}; no node must be using it)? [y/N] "
-        )
+        try:
+            answer = input(
+                f"Repair {path} (the original is kept as {backup}; "
+                "no node must be using it)? [y/N] "
+            )
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+            print()
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing was changed.")
             return 1
@@ -76,7 +80,8 @@ def main(args: list[str], ask: Callable[[str], str] = input) -> int:
         with open(path, "rb") as f:
             if f.read() != data:
                 print(
-                    f"{path} changed while it was being checked (is a node using it?): nothing was changed.",
+                    f"{path} changed while it was being checked (is a node using it?): "
+                    "nothing was changed.",
                     file=sys.stderr,
                 )
                 return 1
@@ -188,6 +193,8 @@ class _Effects:
         if rec.kind == aof.LOADJOB:
             if job in kept[aof.DELJOB]:
                 return f"{self.NONE}: a DELJOB of this job is kept"
+            if job in kept[aof.ACKJOB]:
+                return f"{self.NONE} that matters: the job was acknowledged (its ACKJOB is kept)"
             if job in kept[aof.LOADJOB]:
                 return "another LOADJOB of this job is kept: the job survives in that state"
             self.lost.add(job)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_trio import cli
+from disque_trio import checkaof, cli
 from disque_trio.protocol import aof
 from disque_trio.protocol.aof import ACKJOB, DELJOB, LOADJOB, AofError, JobRecord
 
@@ -476,3 +476,42 @@ def test_every_record_the_damage_did_not_touch_is_recovered(
     assert [a for a, _ in pieces] == [0, *[b for _, b in pieces[:-1]]] and (
         not pieces or pieces[-1][1] == len(data)
     )
+
+
+def test_check_aof_report_tells_what_each_lost_record_means() -> None:
+    ids = [job(n).id for n in range(6)]
+    parts = [
+        aof.loadjob(job(0)),
+        break_trailer(aof.loadjob(job(1))),  # lost: the job is gone
+        aof.loadjob(job(2)),
+        break_trailer(aof.ackjob(ids[2])),  # lost, but the DELJOB is kept
+        aof.deljob(ids[2]),
+        aof.loadjob(job(3)),
+        break_trailer(aof.ackjob(ids[3])),  # lost: job 3 comes back
+        aof.loadjob(job(4)),
+        break_trailer(aof.deljob(ids[4])),  # lost: job 4 comes back
+        break_trailer(aof.loadjob(job(5))),  # lost, but acknowledged anyway
+        aof.ackjob(ids[5]),
+        break_trailer(aof.ackjob(ids[0]))[:-20],  # torn
+    ]
+    data = b"".join(parts)
+    lines = checkaof.report(data, aof.analyze(data))
+    assert lines[1] == "Valid records: 6 (1 ACKJOB, 1 DELJOB, 4 LOADJOB)"
+    effects = [line for line in lines if line.startswith("  ")]
+    assert effects == [
+        f"  LOADJOB of {ids[1]}: this job is lost on this node (other nodes may still hold a copy)",
+        f"  ACKJOB of {ids[2]}: no effect: another ACKJOB or DELJOB of this job is kept",
+        f"  ACKJOB of {ids[3]}: the acknowledgement is lost: after a restart the job comes "
+        "back as not acknowledged and may be delivered again",
+        f"  DELJOB of {ids[4]}: the deletion is lost: after a restart the deleted job comes back",
+        f"  LOADJOB of {ids[5]}: no effect that matters: the job was acknowledged "
+        "(its ACKJOB is kept)",
+        "  ACKJOB of an unreadable job ID: unknown: the job's ID cannot be read; that job "
+        "comes back after a restart if nothing else acknowledges it",
+    ]
+    assert lines[-1] == (
+        "Jobs affected: 1 job lost, 1 acknowledged job comes back not acknowledged, "
+        "1 deleted job comes back, 1 unreadable record of unknown effect"
+    )
+    assert sum(line.startswith("Damaged: ") for line in lines) == 4
+    assert sum(line.startswith("Torn: ") for line in lines) == 1
