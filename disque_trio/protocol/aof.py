@@ -23,7 +23,11 @@ well-formed record begins and reads on from there: ``check-aof --fix`` keeps
 every valid record before and after the damage and drops only the damaged
 spans. Since a job body may hold any bytes, including a record's, a record
 found by skipping must also carry a well-formed job ID to count as the place
-to resume.
+to resume. A damaged length can also make a record look longer than it is:
+it then ends inside the next one and what follows does not parse; when a
+record starts inside the one just read, that one is taken as damaged and
+reading resumes at the record it swallowed. (A damaged length that lands
+exactly on a later record boundary cannot be told from a valid record.)
 """
 
 from __future__ import annotations
@@ -45,9 +49,9 @@ _ARRAY2 = b"*2\r\n"
 _RECORD_START = b"*2\r\n$"
 HEADERS = {name: b"*2\r\n$%d\r\n%b\r\n" % (len(name), name) for name in (LOADJOB, ACKJOB, DELJOB)}
 _MAX_LEN_DIGITS = 20
-# A job ID as ids.py makes them: "D-", 8 hex digits, 24 base64 characters, 4 hex digits.
 _RUNS_INTO = "an incomplete record with valid records after it (a damaged length?)"
 _SWALLOWS = "a record whose length runs over the start of the next one (a damaged length?)"
+# A job ID as ids.py makes them: "D-", 8 hex digits, 24 base64 characters, 4 hex digits.
 JOB_ID_RE = re.compile(rb"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}")
 
 
