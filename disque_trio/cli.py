@@ -199,10 +199,9 @@ def _ws_failure(url: str, e: BaseException) -> str:
             "(is it the web port? by default the client port + 1000)"
         )
     if isinstance(e, trio_websocket.ConnectionClosed):
-        reason = e.reason
-        code = getattr(reason, "code", None)
-        why = getattr(reason, "reason", None)
-        return f"Connection to {url} closed" + (f" ({code} {why or ''})".rstrip() if code else "")
+        code = getattr(e.reason, "code", None)
+        why = " ".join(str(x) for x in (code, getattr(e.reason, "reason", None)) if x)
+        return f"The node closed the connection to {url}" + (f" ({why})" if why else "")
     if isinstance(e, trio_websocket.HandshakeError | OSError):
         return f"Could not connect to {where}: {_connect_failure(e)}"
     if isinstance(e, json.JSONDecodeError):

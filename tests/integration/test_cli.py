@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 import trio_websocket
+from trio_websocket._impl import CloseReason
 
 from disque_trio import cli
 from disque_trio.server.logs import VERBOSE, level_mark
@@ -316,6 +317,10 @@ def test_ws_failure_lines() -> None:
     wrapped.__cause__.__cause__ = ExceptionGroup("all attempts", [unknown])
     assert cli._ws_failure("ws://nowhere.invalid/ws", wrapped) == (
         "Could not connect to nowhere.invalid:80: unknown host (Name or service not known)"
+    )
+    closed = trio_websocket.ConnectionClosed(CloseReason(1009, "message too big"))
+    assert cli._ws_failure(url, closed) == (
+        f"The node closed the connection to {url} (1009 message too big)"
     )
     assert cli._ws_url_problem("wss://h:1/ws") is None
     assert cli._ws_url_problem("https://h/") == (
