@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 import trio_websocket
-from trio_websocket._impl import CloseReason
+from trio_websocket import CloseReason
 
 from disque_trio import cli
 from disque_trio.server.logs import VERBOSE, level_mark
