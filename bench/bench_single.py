@@ -171,7 +171,8 @@ class Server:
                 text = f.read().decode(errors="replace")
         except OSError:
             return []
-        keys = ("ERROR", "Traceback", "Exception", "WARNING", "CRITICAL", "# WARNING")
+        # " # " is the warning mark of both servers' log lines.
+        keys = ("Traceback", "Exception", "WARNING", "CRITICAL", " # ")
         return [line for line in text.splitlines() if any(k in line for k in keys)]
 
     def stop(self) -> None:

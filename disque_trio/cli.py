@@ -14,23 +14,25 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import trio
 import trio_websocket
 
-from .config import Config, ConfigError, parse_argv
+from . import checkaof
+from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
-from .protocol import aof as aof_records
 from .server.aof import AofLoadError
-from .server.runtime import PACKAGE_VERSION, VERSION, NodeServer, set_log_level
-from .server.web import WebPortError
+from .server.logs import LineFormatter, set_log_level
+from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
-       disque-trio check-aof [--fix] FILE
+       disque-trio check-aof [--fix [--yes]] FILE
        disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]
        disque-trio --version
        disque-trio --help
@@ -62,64 +64,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         path, overrides = parse_argv(args)
         config = Config.load(path, overrides)
         _enter_dir(config)
+        _setup_logging(config)
     except ConfigError as e:
         print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
         return 1
-    _setup_logging(config)
     _tune_gc()
+    log = logging.getLogger("disque_trio")
     for name in config.ignored_settings():
-        logging.getLogger("disque_trio").warning(
-            "directive '%s' is accepted but has no effect", name
-        )
+        log.warning("directive '%s' is accepted but has no effect", name)
+    pidfile = PidFile(config.pidfile) if config.pidfile else None
     try:
-        trio.run(_serve, config)
-    except AofLoadError as e:
-        logging.getLogger("disque_trio").error("%s", e)
+        trio.run(_serve, config, pidfile)
+    except (AofLoadError, ConfigError) as e:
+        log.error("%s", e)
         return 1
     except OSError as e:
-        logging.getLogger("disque_trio").error(
-            "Could not start: %s", _describe_os_error(e, config)
-        )
+        log.error("Could not start: %s", _describe_os_error(e, config))
         return 1
     except KeyboardInterrupt:
         pass
+    finally:
+        if pidfile is not None:
+            pidfile.remove()
     return 0
+
+
+class PidFile:
+    """``pidfile``: the process ID, written once the ports are bound and
+    removed at a clean exit. Best effort, as in the original: a path that
+    cannot be written is a warning, not a reason to stay down (the
+    original's example configuration names /var/run/disque.pid)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)  # relative to `dir`, the working directory
+        self.written = False
+
+    def write(self) -> None:
+        try:
+            with open(self.path, "w", encoding="ascii") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as e:
+            logging.getLogger("disque_trio").warning(
+                "Could not write the pid file %s: %s", self.path, e.strerror or e
+            )
+            return
+        self.written = True
+
+    def remove(self) -> None:
+        """Remove the file if it is still ours (another node may have taken
+        the path since)."""
+        if not self.written:
+            return
+        self.written = False
+        try:
+            with open(self.path, encoding="ascii") as f:
+                if f.read().strip() != str(os.getpid()):
+                    return
+            os.unlink(self.path)
+        except (OSError, ValueError):
+            return
+        logging.getLogger("disque_trio").info("Removed the pid file %s", self.path)
 
 
 def check_aof(args: list[str]) -> int:
-    """``disque-trio check-aof [--fix] FILE``: verify an AOF record by
-    record; with --fix, cut it at the end of the last good record."""
-    fix = "--fix" in args
-    paths = [a for a in args if a != "--fix"]
-    if len(paths) != 1:
-        print("Usage: disque-trio check-aof [--fix] FILE", file=sys.stderr)
-        return 2
-    path = paths[0]
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        print(f"Cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 1
-    good, damage = aof_records.scan(data)
-    print(f"AOF analyzed: size={len(data)}, ok_up_to={good}, diff={len(data) - good}")
-    if good == len(data):
-        print("AOF is valid")
-        return 0
-    print(damage if damage is not None else f"torn last record at byte offset {good}")
-    if not fix:
-        print("AOF is not valid. Use the --fix option to try fixing it.")
-        return 1
-    with open(path, "r+b") as f:
-        f.truncate(good)
-    print(f"Successfully truncated AOF to {good} bytes ({len(data) - good} bytes cut)")
-    return 0
+    """``disque-trio check-aof [--fix [--yes]] FILE``: see checkaof.py."""
+    return checkaof.main(args)
 
 
 def ws_command(args: list[str]) -> int:
     """``disque-trio ws [--auth PW] URL CMD [ARG...]``: run one command over
-    the WebSocket JSON protocol, print its result as JSON; exit 1 on an
-    error reply or when the node cannot be reached."""
+    the WebSocket JSON protocol and print its result: a string as text (INFO
+    reads as it does in redis-cli), anything else as JSON. Exit 1 with one
+    line on an error reply or when the node cannot be reached, 2 on usage."""
     password = None
     if args[:1] == ["--auth"] and len(args) >= 2:
         password, args = args[1], args[2:]
@@ -127,16 +143,98 @@ def ws_command(args: list[str]) -> int:
         print(WS_USAGE, file=sys.stderr)
         return 2
     url, cmd = args[0], args[1:]
+    problem = _ws_url_problem(url)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     try:
         reply = trio.run(_ws_call, url, cmd, password)
-    except (OSError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed) as e:
-        print(f"Could not talk to {url}: {e}", file=sys.stderr)
+    except Exception as e:
+        print(_ws_failure(url, e), file=sys.stderr)
         return 1
     if "error" in reply:
         print(reply["error"], file=sys.stderr)
         return 1
-    print(json.dumps(reply.get("result"), ensure_ascii=False, indent=2))
+    result = reply.get("result")
+    if isinstance(result, str):
+        text = result.replace("\r\n", "\n")
+        print(text, end="" if text.endswith("\n") else "\n")
+    else:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
+
+
+def _ws_url_problem(url: str) -> str | None:
+    """Why the URL cannot be a node's WebSocket, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError as e:
+        return f"Bad URL {url}: {e}"
+    if parts.scheme not in ("ws", "wss"):
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
+        hint = ""
+        if scheme is not None:
+            path = parts.path if parts.path not in ("", "/") else "/ws"
+            hint = f" (did you mean {urlunsplit((scheme, parts.netloc, path, '', ''))}?)"
+        return f"URL must start with ws:// or wss://{hint}"
+    if not parts.hostname:
+        return f"Bad URL {url}: no host"
+    return None
+
+
+def _ws_failure(url: str, e: BaseException) -> str:
+    """One line for a WebSocket call that failed before a reply came."""
+    parts = urlsplit(url)
+    where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'wss' else 80)}"
+    if isinstance(e, trio_websocket.ConnectionRejected):
+        status = e.status_code
+        if status == 404 or (status is not None and 200 <= status < 300):
+            hint = " (try /ws)" if parts.path != "/ws" else ""
+            return f"HTTP {status} from {url}: not a WebSocket endpoint{hint}"
+        return f"HTTP {status} from {url}: WebSocket handshake refused{_short_body(e.body)}"
+    if isinstance(e, trio_websocket.ConnectionTimeout):
+        return (
+            f"No WebSocket handshake from {where} within {WS_CONNECT_TIMEOUT_S:g} s "
+            "(is it the web port? by default the client port + 1000)"
+        )
+    if isinstance(e, trio_websocket.ConnectionClosed):
+        code = getattr(e.reason, "code", None)
+        why = " ".join(str(x) for x in (code, getattr(e.reason, "reason", None)) if x)
+        return f"The node closed the connection to {url}" + (f" ({why})" if why else "")
+    if isinstance(e, trio_websocket.HandshakeError | OSError):
+        return f"Could not connect to {where}: {_connect_failure(e)}"
+    if isinstance(e, json.JSONDecodeError):
+        return f"{url} answered with something that is not JSON: is it a disque-trio node?"
+    return f"Could not talk to {url}: {type(e).__name__}: {e}"
+
+
+def _connect_failure(e: BaseException) -> str:
+    """The reason under a failed connection attempt, in a few words
+    (trio wraps it in an OSError around an exception group)."""
+    todo: list[BaseException] = [e]
+    seen: set[int] = set()
+    while todo:
+        x = todo.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, socket.gaierror):
+            return f"unknown host ({x.strerror})"
+        if isinstance(x, OSError) and x.errno:
+            return os.strerror(x.errno).lower()
+        if isinstance(x, BaseExceptionGroup):
+            todo.extend(x.exceptions)
+        todo.extend(c for c in (x.__cause__, x.__context__) if c is not None)
+    return str(e) or type(e).__name__
+
+
+def _short_body(body: bytes | None) -> str:
+    """A plain-text error body worth quoting: one short line."""
+    text = (body or b"").decode("utf-8", "replace").strip()
+    if not text or "\n" in text or len(text) > 100 or text.startswith("<"):
+        return ""
+    return f": {text}"
 
 
 async def _ws_call(url: str, cmd: list[str], password: str | None) -> dict[str, Any]:
@@ -187,15 +285,17 @@ def _enter_dir(config: Config) -> None:
 def _setup_logging(config: Config) -> None:
     handler: logging.Handler
     if config.logfile:
-        handler = logging.FileHandler(config.logfile)
+        # Opened now, like the original: a log file that cannot be written
+        # is a configuration error, not a traceback.
+        try:
+            handler = logging.FileHandler(config.logfile)
+        except OSError as e:
+            raise ConfigError(
+                f"Can't open the log file '{config.logfile}': {e.strerror or e}"
+            ) from None
     else:
         handler = logging.StreamHandler(sys.stderr)
-    pid = os.getpid()
-    handler.setFormatter(
-        logging.Formatter(
-            f"{pid}:M %(asctime)s.%(msecs)03d %(levelname)s %(message)s", "%d %b %H:%M:%S"
-        )
-    )
+    handler.setFormatter(LineFormatter())
     root = logging.getLogger("disque_trio")
     root.handlers[:] = [handler]
     root.propagate = False
@@ -203,22 +303,37 @@ def _setup_logging(config: Config) -> None:
 
 
 def _describe_os_error(e: OSError, config: Config) -> str:
-    if isinstance(e, WebPortError):
-        what = "is already in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e})"
-        return f"web port {e.port} {what} (set web-port, or web-port 0 to disable it)"
+    """One line: which port could not be bound, why, and what moves it."""
+    if not isinstance(e, ListenError):
+        return str(e)
+    if e.role == "web":
+        what = f"web port {e.port}"
+        fix = "set web-port to change it, or web-port 0 to turn the web listener off"
+    elif e.role == "bus":
+        derived = "" if config.cluster_port else f" (port + {CLUSTER_PORT_OFFSET})"
+        what = f"cluster bus port {e.port}{derived}"
+        fix = "set cluster-port to change it"
+    else:
+        what = f"port {e.port}"
+        fix = "set port to change it"
     if e.errno == errno.EADDRINUSE:
-        return f"port {config.port} is already in use (bind {' '.join(config.bind)})"
+        return f"{what} is already in use on {e.host} ({fix})"
     if e.errno == errno.EADDRNOTAVAIL:
-        return f"cannot bind {' '.join(config.bind)}: address not available"
-    return str(e)
+        return f"cannot listen on {e.host}, {what}: address not available here (check bind)"
+    if isinstance(e.cause, socket.gaierror):
+        return f"cannot listen on {e.host}, {what}: unknown address (check bind)"
+    reason = (e.strerror or str(e.cause)).lower()
+    return f"cannot listen on {e.host}, {what}: {reason} ({fix})"
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, pidfile: PidFile | None = None) -> None:
     server = NodeServer(config, real_env())
     # Load and bind before the nursery exists, so that a bad AOF or a port
     # in use surfaces as itself (main() turns it into one line), not wrapped.
     server.load()
     bound = await server.bind()
+    if pidfile is not None:
+        pidfile.write()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, server)
         await nursery.start(server.run, bound.client, bound.bus, bound.web)

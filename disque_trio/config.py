@@ -29,6 +29,9 @@ Where disque-trio deliberately differs from the original:
   CLI's decision for a real process (several nodes share one in the simulator);
 - `CONFIG REWRITE` keeps lines whose value did not change exactly as written,
   removes (rather than blanks) duplicate lines, and replaces the file atomically;
+- `pidfile` defaults to none and is written whenever it is set (the original
+  wrote its default /var/run/disque.pid only when daemonized, which
+  disque-trio never does);
 - `bind` defaults to 127.0.0.1 (the original listened everywhere), `maxmemory 0`
   is refused, `rename-command` is refused with its own error, and the debugging
   `watchdog-period` does not exist.
@@ -560,7 +563,8 @@ class Config:
 
     # Accepted for old files; disque-trio never forks into the background.
     daemonize: bool = _directive(BoolKind(), False, ignored=True)
-    pidfile: str = _directive(PathKind(), "/var/run/disque.pid")
+    # "" writes none (the original wrote /var/run/disque.pid when daemonized).
+    pidfile: str = _directive(PathKind(), "")
     # 0 means no TCP listener, as in the original.
     port: int = _directive(IntKind(0, MAX_PORT), 7711)
     tcp_backlog: int = _directive(IntKind(low=0), 511)
@@ -843,6 +847,7 @@ def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[tuple[str, list[st
     path = None
     if rest and not rest[0].startswith("--"):
         path = rest.pop(0)
+        _refuse_directive_as_path(path, rest)
     overrides: list[tuple[str, list[str]]] = []
     for arg in rest:
         if arg.startswith("--"):
@@ -852,6 +857,23 @@ def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[tuple[str, list[st
         else:
             overrides[-1][1].append(arg)
     return path, overrides
+
+
+def _refuse_directive_as_path(path: str, rest: Sequence[str]) -> None:
+    """`disque-trio port 7716` means `--port 7716`: say so rather than
+    look for a config file named "port"."""
+    name = path.lstrip("-").lower()
+    if path == "-" or name not in DIRECTIVES or os.path.exists(path):
+        return
+    args = []
+    for arg in rest:
+        if arg.startswith("--"):
+            break
+        args.append(arg)
+    suggestion = " ".join([f"--{name}", *args])
+    raise ConfigError(
+        f"command line: '{path}' is a directive, not a config file: did you mean '{suggestion}'?"
+    )
 
 
 def usage(prog: str = "disque-trio") -> str:

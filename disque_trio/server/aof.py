@@ -124,8 +124,8 @@ class AppendOnlyFile:
         if damage is not None:
             raise AofLoadError(
                 f"Bad file format reading the append only file {self.path}: {damage}. "
-                f"Make a backup of your AOF file, then use "
-                f"'disque-trio check-aof --fix {self.path}'"
+                f"Run 'disque-trio check-aof --fix {self.path}': it tells what it would "
+                "drop, keeps every valid record and a backup of the file"
             )
         if good < len(data):
             if not self.server.config.aof_load_truncated:

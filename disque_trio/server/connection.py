@@ -20,6 +20,7 @@ from ..core.waiters import Waiter
 from ..protocol.replies import Reply, ReplyError
 from ..protocol.resp import ProtocolError, RequestParser, encode_into, make_parser
 from .client import Client
+from .logs import VERBOSE
 
 if TYPE_CHECKING:
     from .runtime import NodeServer
@@ -41,6 +42,7 @@ async def serve_client(server: NodeServer, stream: trio.abc.Stream) -> None:
         if client is None:
             await _try_send(stream, MAX_CLIENTS_ERROR)
             return
+        log.log(VERBOSE, "Accepted %s", client.addr)
         try:
             with trio.CancelScope() as scope:
                 client.cancel_scope = scope
@@ -53,6 +55,7 @@ async def serve_client(server: NodeServer, stream: trio.abc.Stream) -> None:
             log.exception("client %d: unexpected error, closing the connection", client.id)
         finally:
             server.drop_client(client)
+            log.log(VERBOSE, "Connection from %s closed", client.addr)
 
 
 async def _client_loop(server: NodeServer, client: Client, stream: trio.abc.Stream) -> None:

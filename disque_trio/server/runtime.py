@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,9 +40,10 @@ from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
 from .listen import accept_loop
+from .logs import set_log_level
 from .peers import Bus
 from .slowlog import SlowLog
-from .web import WebPortError, WebServer
+from .web import WebServer
 
 log = logging.getLogger("disque_trio")
 
@@ -56,6 +57,36 @@ OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
 _NOAUTH_OK = frozenset({"auth", "hello", "quit"})
 
 Listeners = list[trio.abc.Listener[trio.abc.Stream]]
+
+
+class ListenError(OSError):
+    """A port could not be bound. Says which listener (``client``, ``bus``
+    or ``web``), on which address and port, so that the CLI can name the
+    port that is taken and the directive that moves it."""
+
+    def __init__(self, role: str, host: str, port: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.role = role
+        self.host = host
+        self.port = port
+        self.cause = cause
+
+
+async def _open_listeners(env: Env, role: str, hosts: Sequence[str], port: int) -> Listeners:
+    """Listeners on every address; on failure close what was opened and
+    raise ListenError naming the role, address and port."""
+    listeners: Listeners = []
+    host = ""
+    try:
+        for host in hosts:
+            listeners += await env.net.open_listeners(host, port)
+    except BaseException as e:
+        for listener in listeners:
+            await listener.aclose()
+        if isinstance(e, OSError) and not isinstance(e, ListenError):
+            raise ListenError(role, host, port, e) from e
+        raise
+    return listeners
 
 
 @attrs.frozen
@@ -170,37 +201,28 @@ class NodeServer:
             self._loaded = True
             self._load_aof()
 
-    async def _bind_bus(
-        self, client_listeners: list[trio.abc.Listener[trio.abc.Stream]]
-    ) -> list[trio.abc.Listener[trio.abc.Stream]]:
-        port = self.config.cluster_bus_port()
-        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+    async def _bind_bus(self, client_listeners: Listeners) -> Listeners:
         try:
-            for host in self.config.bind:
-                listeners += await self.env.net.open_listeners(host, port)
+            return await _open_listeners(
+                self.env, "bus", self.config.bind, self.config.cluster_bus_port()
+            )
         except BaseException:
-            for listener in listeners + client_listeners:
+            for listener in client_listeners:
                 await listener.aclose()
             raise
-        return listeners
 
     async def _bind_web(self, others: Listeners) -> Listeners:
         """The web port's listeners on every bind address; none when the
         web port is disabled (web-port 0, or port 0 with web-port auto)."""
         port = self.config.web_listen_port()
-        listeners: Listeners = []
         if port is None:
-            return listeners
+            return []
         try:
-            for host in self.config.bind:
-                listeners += await self.env.net.open_listeners(host, port)
-        except BaseException as e:
-            for listener in listeners + others:
+            return await _open_listeners(self.env, "web", self.config.bind, port)
+        except BaseException:
+            for listener in others:
                 await listener.aclose()
-            if isinstance(e, OSError):
-                raise WebPortError(port, e) from e
             raise
-        return listeners
 
     async def _serve(
         self,
@@ -232,14 +254,14 @@ class NodeServer:
             task_status.started()
         self._nursery = None
 
-    async def _bind(self) -> list[trio.abc.Listener[trio.abc.Stream]]:
+    async def _bind(self) -> Listeners:
         port = self.config.port
-        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        listeners: Listeners = []
         try:
             for host in self.config.bind:
-                got = await self.env.net.open_listeners(host, port)
+                got = await _open_listeners(self.env, "client", [host], port)
                 self.bound += [_listener_name(listener, host, port) for listener in got]
-                listeners.extend(got)
+                listeners += got
         except BaseException:
             for listener in listeners:
                 await listener.aclose()
@@ -589,18 +611,6 @@ class NodeServer:
 
     def process_info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "executable": sys.argv[0] if sys.argv else ""}
-
-
-LOG_LEVELS = {
-    "debug": logging.DEBUG,
-    "verbose": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-}
-
-
-def set_log_level(level: str) -> None:
-    logging.getLogger("disque_trio").setLevel(LOG_LEVELS.get(level, logging.INFO))
 
 
 def _escape(arg: bytes) -> str:

@@ -86,14 +86,6 @@ _CHALLENGE = [("www-authenticate", f'Basic realm="{REALM}"')]
 _OPEN_PATHS = frozenset({"/healthz"})  # answered without credentials
 
 
-class WebPortError(OSError):
-    """The web port could not be bound (the CLI says which port)."""
-
-    def __init__(self, port: int, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror)
-        self.port = port
-
-
 class WebServer:
     """Everything on the web port of one node."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pty
 import random
 import re
 import subprocess
@@ -21,7 +22,6 @@ import redis
 import trio
 import trio.testing
 
-from disque_trio import cli
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol.replies import ReplyError, Status
@@ -516,16 +516,152 @@ def test_damage_stops_the_node_with_one_line(node_factory: Any) -> None:
         timeout=30,
     )
     assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    lines = [line for line in result.stderr.splitlines() if " # " in line]  # warning level
     assert len(lines) == 1, result.stderr
     assert f"byte offset {at}" in lines[0] and "check-aof --fix" in lines[0]
     assert "Traceback" not in result.stderr
     assert path.read_bytes()[at : at + 2] == b"\x00\x07"  # left alone
 
-    assert cli.main(["check-aof", "--fix", os.fspath(path)]) == 0
-    assert path.stat().st_size == at
+    fixed = check_aof("--fix", "--yes", path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert path.read_bytes() == data  # only the garbage went
     node.start()
-    assert [s is not None for s in shows(connect(node), ids)] == [True, False, False]
+    assert [s is not None for s in shows(connect(node), ids)] == [True, True, True]
+
+
+def check_aof(
+    *args: str | Path, stdin: int | None = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    """``disque-trio check-aof`` in a process of its own; no terminal on stdin."""
+    return subprocess.run(
+        [sys.executable, "-m", "disque_trio", "check-aof", *map(os.fspath, args)],
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def by_job(data: bytes) -> dict[tuple[bytes, str], bytes]:
+    """Each record's bytes, keyed by (kind, job ID)."""
+    out = {}
+    for start, end, (kind, payload) in aof_records.records(data):
+        job_id = payload.id if isinstance(payload, aof_records.JobRecord) else str(payload)
+        out[(kind, job_id)] = data[start:end]
+    return out
+
+
+def test_check_aof_fix_keeps_every_record_around_the_damage(node_factory: Any) -> None:
+    """A real AOF damaged in two places in the middle: check-aof says what a
+    repair drops, refuses to change it without a terminal or --yes, then
+    keeps every untouched job and ack record, with a backup."""
+    node = aof_node(node_factory)
+    r = connect(node)
+    ids = add_jobs(r, "q", 5, retry=60)
+    assert r.execute_command("ACKJOB", ids[1], ids[3]) == 2
+    assert node.kill() == -9
+    path = node.workdir / AOF
+    data = path.read_bytes()
+    recs = by_job(data)
+    load, ack, dele = aof_records.LOADJOB, aof_records.ACKJOB, aof_records.DELJOB
+    assert set(recs) == {(load, i) for i in ids} | {
+        (k, ids[j]) for k in (ack, dele) for j in (1, 3)
+    }
+    # Damage job 2's LOADJOB (its trailing CRLF) and both the ACKJOB and the
+    # DELJOB of job 3 (garbage over the bytes where one ends and the next starts).
+    damaged = data
+    rec = recs[(load, ids[2])]
+    damaged = damaged.replace(rec, rec[:-2] + b"\x00\x00", 1)
+    pair = recs[(ack, ids[3])] + recs[(dele, ids[3])]
+    cut = len(recs[(ack, ids[3])])
+    assert pair in data  # one ACKJOB command: each ACKJOB is followed by its DELJOB
+    damaged = damaged.replace(pair, pair[: cut - 2] + b"\xff" * 6 + pair[cut + 4 :], 1)
+    assert len(damaged) == len(data) and pair not in damaged and rec not in damaged
+    path.write_bytes(damaged)
+
+    checked = check_aof(path)
+    assert checked.returncode == 1
+    out = checked.stdout
+    assert "Damaged: bytes" in out and "Torn" not in out
+    assert f"LOADJOB of {ids[2]}: this job is lost on this node" in out
+    assert f"ACKJOB of {ids[3]}: the acknowledgement is lost" in out
+    assert f"DELJOB of {ids[3]}: the deletion is lost" in out
+    assert (
+        "Jobs affected: 1 job lost, 1 acknowledged job comes back not acknowledged, "
+        "0 deleted jobs come back"
+    ) in out
+    assert "A repair keeps all 6 valid records" in out
+
+    refused = check_aof("--fix", path)  # stdin is no terminal
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"Refusing to change {path} without confirmation: stdin is not a terminal "
+        "(add --yes to repair it)\n"
+    )
+    assert path.read_bytes() == damaged and not list(node.workdir.glob("*.bak*"))
+
+    fixed = check_aof("--fix", "--yes", path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert f"Original kept as {path}.bak" in fixed.stdout
+    assert (node.workdir / (AOF + ".bak")).read_bytes() == damaged
+    kept = [
+        c for key, c in recs.items() if key not in {(load, ids[2]), (ack, ids[3]), (dele, ids[3])}
+    ]
+    assert path.read_bytes() == b"".join(sorted(kept, key=data.index))
+    assert check_aof(path).returncode == 0
+
+    # A second repair of the same name keeps the first backup.
+    path.write_bytes(damaged)
+    assert check_aof("--fix", "--yes", path).returncode == 0
+    assert (node.workdir / (AOF + ".bak.1")).read_bytes() == damaged
+
+    node.start()
+    got = [state(s) for s in shows(connect(node), ids)]
+    # Job 1 stays acknowledged and deleted, job 2 is lost, job 3 comes back.
+    assert got[1] is None and got[2] is None
+    assert None not in (got[0], got[3], got[4])
+
+
+def test_check_aof_leaves_a_file_that_is_not_an_aof_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    text = b"shopping list\n*2 eggs\n"
+    path.write_bytes(text)
+    for args in ([path], ["--fix", path], ["--fix", "--yes", path]):
+        result = check_aof(*args)
+        assert result.returncode == 1
+        assert result.stdout.startswith(f"{path} is not an AOF: it does not start with")
+        assert ("Nothing was changed." in result.stdout) == ("--fix" in args)
+    assert path.read_bytes() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_check_aof_asks_on_a_terminal(tmp_path: Path) -> None:
+    data = aof_records.loadjob(sample_record(1)) + aof_records.loadjob(sample_record(2))
+    damaged = data[:10] + b"junk" + data[10:]
+    path = tmp_path / AOF
+    path.write_bytes(damaged)
+    for answer, code in ((b"\n", 1), (b"n\n", 1), (b"y\n", 0)):
+        controller, terminal = pty.openpty()
+        try:
+            os.write(controller, answer)
+            result = check_aof("--fix", path, stdin=terminal)
+        finally:
+            os.close(controller)
+            os.close(terminal)
+        assert result.returncode == code, result.stdout + result.stderr
+        assert f"Repair {path} (the original is kept as {path}.bak" in result.stdout
+        assert "[y/N]" in result.stdout
+        if code:
+            assert "Nothing was changed." in result.stdout
+            assert path.read_bytes() == damaged
+    assert path.read_bytes() == data[:0] + aof_records.loadjob(sample_record(2))
+    assert (tmp_path / (AOF + ".bak")).read_bytes() == damaged
+
+
+def sample_record(n: int) -> aof_records.JobRecord:
+    return aof_records.JobRecord(
+        f"D-dcb833cf-{n:024x}-05a1", "q", b"body", 3, 1, n, 1_800_000_000, 0, 60, 0, 0, (), 0, 0
+    )
 
 
 async def test_unwritable_aof_never_acknowledges_a_job(

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import redis
+import trio_websocket
+from trio_websocket import CloseReason
+
+from disque_trio import cli
+from disque_trio.server.logs import VERBOSE, level_mark
 
 from ..helpers import free_port
 from .conftest import NodeProcess
@@ -39,6 +48,58 @@ def test_logs_where_it_listens(node: NodeProcess) -> None:
     assert f"127.0.0.1:{node.port}" in node.output()
 
 
+LOG_LINE = re.compile(r"\d+:M \d\d [A-Z][a-z]{2} \d\d:\d\d:\d\d\.\d{3} ([.*#-]) (.*)")
+
+
+def log_lines(out: str) -> list[tuple[str, str]]:
+    """(level mark, message) of every line; each must be a log line."""
+    lines = []
+    for line in out.splitlines():
+        m = LOG_LINE.fullmatch(line)
+        assert m, f"not a log line: {line!r}"
+        lines.append((m.group(1), m.group(2)))
+    return lines
+
+
+def ping_from(port: int) -> int:
+    """PING over a fresh connection; the connection's local port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"PING\r\n")
+        assert s.recv(64) == b"+PONG\r\n"
+        return int(s.getsockname()[1])
+
+
+def test_log_lines_carry_the_originals_level_marks(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--loglevel", "verbose")  # type: ignore[operator]
+    seen = ping_from(node.port)
+    redis.Redis(port=node.port, socket_timeout=10).config_set("loglevel", "warning")
+    unseen = ping_from(node.port)  # verbose lines are off now
+    assert node.kill(signal.SIGTERM) == 0
+    lines = log_lines(node.output())
+    marks = {message: mark for mark, message in lines}
+    assert any(m == "*" and "ready to accept connections" in t for m, t in lines)
+    assert marks[f"Accepted 127.0.0.1:{seen}"] == "-"
+    assert marks[f"Connection from 127.0.0.1:{seen} closed"] == "-"
+    assert not any(str(unseen) in t for _, t in lines)
+    assert marks["Disque is now ready to exit, bye bye..."] == "#"
+    assert marks["Received SIGTERM scheduling shutdown..."] == "#"
+
+
+def test_python_levels_map_onto_the_originals_four() -> None:
+    marks = [level_mark(n) for n in (logging.DEBUG, VERBOSE, logging.INFO, logging.WARNING)]
+    assert marks == [".", "-", "*", "#"]
+    assert level_mark(logging.ERROR) == level_mark(logging.CRITICAL) == "#"
+
+
+def test_loglevel_warning_prints_warnings_only(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--loglevel", "warning")  # type: ignore[operator]
+    redis.Redis(port=node.port, socket_timeout=10).ping()
+    assert node.kill(signal.SIGINT) == 0
+    lines = log_lines(node.output())
+    assert lines and {mark for mark, _ in lines} == {"#"}, lines
+    assert ("#", "Disque is now ready to exit, bye bye...") in lines
+
+
 def test_unknown_directive_names_file_and_line(tmp_path: Path) -> None:
     conf = tmp_path / "disque.conf"
     conf.write_text("# a comment\nport 7711\nbogus-directive yes\n")
@@ -59,6 +120,162 @@ def test_port_in_use(node: NodeProcess, tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "already in use" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failed start-up prints (no traceback)."""
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("taken", "extra", "expected"),
+    [
+        (0, [], "port {p} is already in use on 127.0.0.1 (set port to change it)"),
+        (
+            10000,
+            [],
+            "cluster bus port {p} (port + 10000) is already in use on 127.0.0.1 "
+            "(set cluster-port to change it)",
+        ),
+        (1000, [], "web port {p} is already in use on 127.0.0.1 (set web-port"),
+        (
+            None,
+            ["--cluster-port", "{p}"],
+            "cluster bus port {p} is already in use on 127.0.0.1 (set cluster-port",
+        ),
+    ],
+    ids=["client", "bus", "web", "cluster-port"],
+)
+def test_a_taken_port_is_named_with_its_directive(
+    tmp_path: Path, taken: int | None, extra: list[str], expected: str
+) -> None:
+    port = free_port()
+    busy = free_port() if taken is None else port + taken  # None: a port of its own
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", busy))
+        s.listen()
+        args = [a.format(p=busy) for a in extra]
+        result = run_cli("--port", str(port), "--bind", "127.0.0.1", *args, cwd=tmp_path)
+    line = one_error_line(result)
+    assert "Could not start: " + expected.format(p=busy) in line
+    # The message names the port that is taken, not the client port.
+    if taken:
+        assert f" {port} " not in line
+
+
+def test_logfile_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    logfile = tmp_path / "no-such-dir" / "disque.log"
+    line = one_error_line(
+        run_cli("--port", str(free_port()), "--logfile", str(logfile), cwd=tmp_path)
+    )
+    assert line.startswith("*** FATAL CONFIG ERROR *** Can't open the log file")
+    assert str(logfile) in line and "No such file or directory" in line
+
+
+def test_logfile_receives_the_log(node_factory: object, tmp_path: Path) -> None:
+    node: NodeProcess = node_factory("--logfile", "node.log")  # type: ignore[operator]
+    assert node.kill(signal.SIGTERM) == 0
+    text = (node.workdir / "node.log").read_text()  # relative to dir
+    assert "ready to accept connections" in text and "bye bye" in text
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SHUTDOWN"])
+def test_pidfile_is_written_and_removed_at_a_clean_exit(
+    node_factory: object, tmp_path: Path, how: str
+) -> None:
+    pidfile = tmp_path / "run" / "disque.pid"
+    pidfile.parent.mkdir()
+    node: NodeProcess = node_factory("--pidfile", str(pidfile))  # type: ignore[operator]
+    assert node.proc is not None
+    assert pidfile.read_text() == f"{node.proc.pid}\n"
+    if how == "SHUTDOWN":
+        redis.Redis(port=node.port, socket_timeout=10).shutdown()  # raises if it answers
+        assert node.proc.wait(timeout=15) == 0
+    else:
+        assert node.kill(getattr(signal, how)) == 0
+    assert not pidfile.exists()
+    assert "Removed the pid file" in node.output()
+
+
+def test_pidfile_from_a_config_file_is_relative_to_dir(tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "disque.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir data\npidfile node.pid\n")
+    node = NodeProcess(port, tmp_path, [str(conf)])
+    try:
+        node.start()
+        assert node.proc is not None
+        assert (tmp_path / "data" / "node.pid").read_text() == f"{node.proc.pid}\n"
+        assert node.kill(signal.SIGTERM) == 0
+        assert not (tmp_path / "data" / "node.pid").exists()
+    finally:
+        node.stop()
+
+
+def test_an_unwritable_pidfile_is_one_warning(node_factory: object, tmp_path: Path) -> None:
+    pidfile = tmp_path / "no-such-dir" / "disque.pid"
+    node: NodeProcess = node_factory("--pidfile", str(pidfile))  # type: ignore[operator]
+    assert redis.Redis(port=node.port, socket_timeout=10).ping()
+    assert node.kill(signal.SIGTERM) == 0
+    about_it = [(m, t) for m, t in log_lines(node.output()) if "pid file" in t]
+    assert about_it == [
+        ("#", f"Could not write the pid file {pidfile}: No such file or directory")
+    ]
+
+
+def test_a_directive_without_dashes_suggests_the_flag(tmp_path: Path) -> None:
+    line = one_error_line(run_cli("port", "7716", cwd=tmp_path))
+    assert line.startswith("*** FATAL CONFIG ERROR ***")
+    assert "did you mean '--port 7716'?" in line
+
+
+def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.conf"
+    line = one_error_line(run_cli(str(missing), cwd=tmp_path))
+    assert line == (
+        f"*** FATAL CONFIG ERROR *** Can't open config file '{missing}': No such file or directory"
+    )
+
+
+def test_corrupted_nodes_conf_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "nodes.conf").write_text("garbage line\n")
+    line = one_error_line(run_cli("--port", str(free_port()), "--bind", "127.0.0.1", cwd=tmp_path))
+    assert "corrupted cluster config file nodes.conf" in line
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_files_a_node_writes_in_a_checkout_are_ignored(node_factory: object) -> None:
+    """Run from a checkout with the default `dir`, a node writes into it:
+    `git status` must stay clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    node: NodeProcess = node_factory("--appendonly", "yes")  # type: ignore[operator]
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    r.execute_command("ADDJOB", "q", "body", 0)
+    r.execute_command("BGREWRITEAOF")
+    r.shutdown()
+    assert node.proc is not None and node.proc.wait(timeout=15) == 0
+    written = sorted(p.name for p in node.workdir.iterdir())
+    assert written == ["disque.aof", "nodes.conf"]
+    # Also the names of temporary files and of check-aof's backups.
+    names = [*written, "nodes.conf.tmp-123", "disque.aof.tmp-123", "disque.aof.bak"]
+    names += ["disque.aof.bak.2", ".disque.aof.check-aof-123.tmp", ".disque-conf-x1.tmp"]
+    names += [f"somewhere/{name}" for name in names]
+    result = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    not_ignored = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    assert result.returncode == 0 and not not_ignored, result.stdout + result.stderr
 
 
 def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
@@ -87,3 +304,26 @@ def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
 def test_version_and_help(tmp_path: Path) -> None:
     assert "disque-trio" in run_cli("--version", cwd=tmp_path).stdout
     assert "Usage" in run_cli("--help", cwd=tmp_path).stdout
+
+
+def test_ws_failure_lines() -> None:
+    url = "ws://127.0.0.1:7711/ws"
+    timeout = cli._ws_failure(url, trio_websocket.ConnectionTimeout())
+    assert timeout.startswith("No WebSocket handshake from 127.0.0.1:7711 within 10 s")
+    assert "client port + 1000" in timeout
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    wrapped = trio_websocket.HandshakeError()
+    wrapped.__cause__ = OSError("all attempts to connect failed")
+    wrapped.__cause__.__cause__ = ExceptionGroup("all attempts", [unknown])
+    assert cli._ws_failure("ws://nowhere.invalid/ws", wrapped) == (
+        "Could not connect to nowhere.invalid:80: unknown host (Name or service not known)"
+    )
+    closed = trio_websocket.ConnectionClosed(CloseReason(1009, "message too big"))
+    assert cli._ws_failure(url, closed) == (
+        f"The node closed the connection to {url} (1009 message too big)"
+    )
+    assert cli._ws_url_problem("wss://h:1/ws") is None
+    assert cli._ws_url_problem("https://h/") == (
+        "URL must start with ws:// or wss:// (did you mean wss://h/ws?)"
+    )
+    assert cli._ws_url_problem("h:8711/ws") == "URL must start with ws:// or wss://"

@@ -807,8 +807,8 @@ def test_ws_subcommand_against_a_real_node(node_factory: Any) -> None:
 
     added = ws("ADDJOB", "q", "hello", "0")
     assert added.returncode == 0, added.stderr
-    job_id = json.loads(added.stdout)
-    assert job_id.startswith("D-")
+    job_id = added.stdout.removesuffix("\n")  # a string prints as text
+    assert job_id.startswith("D-") and len(job_id) == 40
     qlen = ws("QLEN", "q")
     assert (qlen.returncode, json.loads(qlen.stdout)) == (0, 1)
     got = ws("GETJOB", "FROM", "q")
@@ -821,9 +821,63 @@ def test_ws_subcommand_against_a_real_node(node_factory: Any) -> None:
         text=True,
         timeout=30,
     )
-    assert unreachable.returncode == 1 and "Could not talk to" in unreachable.stderr
+    assert unreachable.returncode == 1
+    assert unreachable.stderr == "Could not connect to 127.0.0.1:1: connection refused\n"
     assert node.kill(signal.SIGTERM) == 0
     assert f"web listener on 127.0.0.1:{node.port + 1000}" in node.output()
+
+
+def run_ws(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "disque_trio", "ws", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_ws_subcommand_prints_strings_as_text(node_factory: Any) -> None:
+    node: NodeProcess = node_factory()
+    url = f"ws://127.0.0.1:{node.port + 1000}/ws"
+    info = run_ws(url, "INFO", "server")
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.startswith("# Server\n") and "\r" not in info.stdout
+    assert f"\ntcp_port:{node.port}\n" in info.stdout
+    assert info.stdout.endswith("\n") and not info.stdout.endswith("\n\n")
+    # Structured results stay JSON.
+    job_id = run_ws(url, "ADDJOB", "q", "two\nlines", "0").stdout.removesuffix("\n")
+    got = run_ws(url, "GETJOB", "FROM", "q")
+    assert json.loads(got.stdout) == [["q", job_id, "two\nlines"]]
+    assert json.loads(run_ws(url, "QLEN", "q").stdout) == 0
+    assert run_ws(url, "SHOW", job_id + "x").returncode == 1
+
+
+def test_ws_subcommand_errors_are_one_line(node_factory: Any) -> None:
+    node: NodeProcess = node_factory()
+    web = node.port + 1000
+    cases = [
+        (
+            [f"http://127.0.0.1:{web}/", "PING"],
+            2,
+            f"URL must start with ws:// or wss:// (did you mean ws://127.0.0.1:{web}/ws?)",
+        ),
+        (
+            [f"ws://127.0.0.1:{web}/nope", "PING"],
+            1,
+            f"HTTP 404 from ws://127.0.0.1:{web}/nope: not a WebSocket endpoint (try /ws)",
+        ),
+        (
+            [f"ws://127.0.0.1:{web}/", "PING"],
+            1,
+            f"HTTP 200 from ws://127.0.0.1:{web}/: not a WebSocket endpoint (try /ws)",
+        ),
+        (["ws://127.0.0.1:99999/ws", "PING"], 2, "Bad URL ws://127.0.0.1:99999/ws: "),
+    ]
+    for args, code, expected in cases:
+        result = run_ws(*args)
+        assert result.returncode == code, (args, result.stderr)
+        assert result.stdout == "" and result.stderr.startswith(expected), (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
 def test_a_taken_web_port_stops_start_up(tmp_path: Path) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque_trio import cli
+from disque_trio import checkaof, cli
 from disque_trio.protocol import aof
 from disque_trio.protocol.aof import ACKJOB, DELJOB, LOADJOB, AofError, JobRecord
 
@@ -207,8 +209,10 @@ def test_check_aof_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     path.write_bytes(data)
     code, out = run_check(capsys, str(path))
     assert code == 0 and "AOF is valid" in out
-    code, out = run_check(capsys, "--fix", str(path))
+    assert "Valid records: 5 (1 ACKJOB, 1 DELJOB, 3 LOADJOB)" in out
+    code, out = run_check(capsys, "--fix", str(path))  # nothing to ask, nothing to do
     assert code == 0 and path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disque.aof"]  # no backup
 
 
 def test_check_aof_torn_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,24 +223,28 @@ def test_check_aof_torn_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out = run_check(capsys, str(path))
     assert code == 1
     assert f"ok_up_to={ends[-2]}" in out and "--fix" in out
+    assert f"Torn: bytes {ends[-2]}-{cut - 1} (17 bytes)" in out
     assert path.stat().st_size == cut  # without --fix nothing is touched
-    code, out = run_check(capsys, "--fix", str(path))
-    assert code == 0 and "Successfully truncated" in out
+    code, out = run_check(capsys, "--fix", "--yes", str(path))
+    assert code == 0 and "Repaired" in out
     assert path.read_bytes() == data[: ends[-2]]
+    assert (tmp_path / "disque.aof.bak").read_bytes() == data[:cut]
     assert run_check(capsys, str(path))[0] == 0
 
 
 def test_check_aof_damage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data, ends = sample_file()
     path = tmp_path / "disque.aof"
-    path.write_bytes(data[: ends[2]] + b"\x00junk junk\r\n" + data[ends[2] :])
+    garbage = b"\x00junk junk\r\n"
+    damaged = data[: ends[2]] + garbage + data[ends[2] :]
+    path.write_bytes(damaged)
     code, out = run_check(capsys, str(path))
-    assert code == 1 and f"byte offset {ends[2]}" in out
-    code, out = run_check(capsys, "--fix", str(path))
+    assert code == 1 and f"Damaged: bytes {ends[2]}-{ends[2] + len(garbage) - 1}" in out
+    code, out = run_check(capsys, "--fix", "--yes", str(path))
     assert code == 0
-    # --fix keeps what precedes the damage (like redis-check-aof).
-    assert path.stat().st_size == ends[2]
-    assert path.read_bytes() == data[: ends[2]]
+    # Every record is kept, before and after the damage; only the garbage goes.
+    assert path.read_bytes() == data
+    assert (tmp_path / "disque.aof.bak").read_bytes() == damaged
 
 
 def test_check_aof_usage_and_missing_file(
@@ -268,3 +276,242 @@ def test_bad_bulk_trailer_is_damage() -> None:
     bad = rec[:-2] + b"xx"
     good, damage = aof.scan(rec + bad + rec)
     assert damage is not None and good == damage.offset == len(rec)
+
+
+# ------------------------------------------------------- resynchronisation
+
+
+def chunks_of(data: bytes, analysis: aof.Analysis) -> list[bytes]:
+    return [data[start:end] for start, end, _ in analysis.records]
+
+
+def sample_chunks() -> list[bytes]:
+    data, ends = sample_file()
+    return [data[a:b] for a, b in itertools.pairwise([0, *ends])]
+
+
+def break_trailer(chunk: bytes) -> bytes:
+    """The record with its last CRLF damaged: not a record any more."""
+    return chunk[:-2] + b"X\n"
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_a_damaged_record_in_the_middle_costs_only_itself(k: int) -> None:
+    chunks = sample_chunks()
+    damaged = [*chunks[:k], break_trailer(chunks[k]), *chunks[k + 1 :]]
+    data = b"".join(damaged)
+    analysis = aof.analyze(data)
+    start = sum(map(len, chunks[:k]))
+    assert chunks_of(data, analysis) == chunks[:k] + chunks[k + 1 :]
+    assert [(s.start, s.end) for s in analysis.dropped] == [(start, start + len(chunks[k]))]
+    assert analysis.torn is None and not analysis.valid and analysis.ok_up_to == start
+    assert analysis.repaired(data) == b"".join(chunks[:k] + chunks[k + 1 :])
+    good, damage = aof.scan(data)
+    assert damage is not None and good == damage.offset == start
+
+
+def test_several_damaged_spans_and_a_torn_tail() -> None:
+    chunks = sample_chunks()
+    parts = [
+        chunks[0],
+        b"\x00" * 100,  # a zero-filled block
+        chunks[1],
+        break_trailer(chunks[2]),
+        b"garbage\r\n",
+        chunks[3],
+        chunks[4],
+        chunks[0][:30],  # torn
+    ]
+    data = b"".join(parts)
+    analysis = aof.analyze(data)
+    assert chunks_of(data, analysis) == [chunks[0], chunks[1], chunks[3], chunks[4]]
+    offsets = list(itertools.accumulate(map(len, parts), initial=0))
+    assert [(s.start, s.end) for s in analysis.damaged] == [
+        (offsets[1], offsets[2]),
+        (offsets[3], offsets[5]),
+    ]
+    assert analysis.torn is not None and (analysis.torn.start, analysis.torn.end) == (
+        offsets[7],
+        len(data),
+    )
+    assert [(s.start, s.end) for s in analysis.dropped] == [
+        (offsets[1], offsets[2]),
+        (offsets[3], offsets[5]),
+        (offsets[7], len(data)),
+    ]
+
+
+def test_a_length_running_past_the_end_with_records_after_it_is_damage() -> None:
+    """A damaged length can make a record look incomplete: that is not a
+    torn tail to cut (which would drop every record after it)."""
+    chunks = sample_chunks()
+    long = chunks[2].replace(b"$6\r\nACKJOB\r\n$", b"$6\r\nACKJOB\r\n$99999", 1)
+    data = chunks[0] + chunks[1] + long + chunks[3] + chunks[4]
+    analysis = aof.analyze(data)
+    assert chunks_of(data, analysis) == [chunks[0], chunks[1], chunks[3], chunks[4]]
+    assert analysis.torn is None and len(analysis.damaged) == 1
+    good, damage = aof.scan(data)
+    assert damage is not None and good == len(chunks[0] + chunks[1])
+    # records() stops there; scan() is what tells the loader it is damage.
+    assert len(list(aof.records(data))) == 2
+
+
+def test_a_length_that_swallows_the_next_record_start_is_undone() -> None:
+    """ACKJOB's length grown by 4 takes the next record's "*2\\r\\n" as its
+    payload and still ends on a CRLF; what follows does not parse, so the
+    swallowing record is dropped and the swallowed one read again."""
+    ack = aof.ackjob(job(7).id)
+    bad = ack.replace(b"$40\r\n", b"$44\r\n", 1)
+    after = [aof.loadjob(job(8)), aof.deljob(job(8).id)]
+    data = aof.loadjob(job(6)) + bad + b"".join(after)
+    # Read in order, the grown ACKJOB parses, ending inside the next record.
+    read = []
+    with pytest.raises(AofError):
+        read.extend(aof.records(data))
+    [_, (_, end, (kind, _))] = read
+    assert kind == ACKJOB and end == len(aof.loadjob(job(6))) + len(bad) + 4
+    analysis = aof.analyze(data)
+    assert chunks_of(data, analysis) == [aof.loadjob(job(6)), *after]
+    assert [s.reason for s in analysis.damaged] == [aof._SWALLOWS]
+
+
+def test_resync_needs_a_job_id() -> None:
+    """A body holding a record's bytes is not a place to resume reading."""
+    inner = aof.ackjob("not a job id")
+    holder = aof.loadjob(job(1, body=inner + inner))
+    data = break_trailer(holder) + aof.loadjob(job(2))
+    analysis = aof.analyze(data)
+    assert chunks_of(data, analysis) == [aof.loadjob(job(2))]
+    assert [(s.start, s.end) for s in analysis.damaged] == [(0, len(holder))]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"", True),
+        (b"*", True),
+        (b"*2\r\n$7\r\nLOAD", True),
+        (b"*2\r\n$6\r\nACKJOB\r\n$40\r\n", True),
+        (b"*2\r\n$6\r\ndeljob\r\n$3\r\nD-1\r\n", True),
+        (b"hello world\n", False),
+        (b"*3\r\n$3\r\nSET\r\n", False),  # a Redis AOF
+        (b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n", False),  # another
+        # A damaged first header, valid records after it.
+        (b"*2\r\n$7\r\nLOjunk" + aof.loadjob(job(1)), True),
+        (b"*2\r\n$7\r\nLOjunk", False),
+        (b"REDIS0011", False),  # an RDB file
+        (b"\x00" * 64, False),
+    ],
+)
+def test_looks_like_aof(data: bytes, expected: bool) -> None:
+    assert aof.looks_like_aof(data) is expected
+
+
+def test_lost_records_names_kinds_and_job_ids() -> None:
+    lost = [aof.loadjob(job(1)), aof.ackjob(job(2).id), aof.deljob(job(3).id)]
+    data = aof.loadjob(job(9)) + b"".join(break_trailer(c) for c in lost)
+    [span] = aof.analyze(data).damaged
+    assert aof.lost_records(data, span) == [
+        aof.LostRecord(LOADJOB, job(1).id),
+        aof.LostRecord(ACKJOB, job(2).id),
+        aof.LostRecord(DELJOB, job(3).id),
+    ]
+    headless = b"\x00\x00" + aof.ackjob(job(4).id)[12:]  # "*2\r\n$6\r\nACKJ" gone
+    span = aof.Span(0, len(headless), "test")
+    assert aof.lost_records(headless, span) == [aof.LostRecord(None, job(4).id)]
+
+
+# Job IDs as ids.py makes them: a resync point must carry one.
+WELL_FORMED_IDS = st.from_regex(r"\AD-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}\Z")
+well_formed_records = st.builds(attrs.evolve, records_st, id=WELL_FORMED_IDS)
+DAMAGE = st.tuples(
+    st.sampled_from(["insert", "overwrite", "delete"]),
+    st.floats(0, 1, exclude_max=True),  # where, as a fraction of the file
+    st.binary(min_size=1, max_size=40),  # the garbage (its length for delete)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("LAD"), well_formed_records), min_size=1, max_size=10),
+    st.lists(DAMAGE, min_size=1, max_size=3),
+)
+def test_every_record_the_damage_did_not_touch_is_recovered(
+    items: list[tuple[str, JobRecord]], damages: list[tuple[str, float, bytes]]
+) -> None:
+    encoders = {"L": aof.loadjob, "A": lambda r: aof.ackjob(r.id), "D": lambda r: aof.deljob(r.id)}
+    chunks = [encoders[kind](rec) for kind, rec in items]
+    bounds = list(itertools.pairwise(itertools.accumulate(map(len, chunks), initial=0)))
+    data = b"".join(chunks)
+    # Damage in original offsets, applied from the end so that the offsets
+    # of the earlier ones still hold; overlapping damage merges.
+    touched: set[int] = set()
+    edits = sorted(
+        ((int(f * len(data)), how, garbage) for how, f, garbage in damages), reverse=True
+    )
+    limit = len(data)
+    for at, how, garbage in edits:
+        width = 0 if how == "insert" else min(len(garbage), limit - at)
+        if at > limit or (how != "insert" and width <= 0):
+            continue  # overlaps a later edit already applied
+        for i, (start, end) in enumerate(bounds):
+            if (how == "insert" and start < at < end) or (at < end and at + width > start):
+                touched.add(i)
+        replacement = b"" if how == "delete" else garbage
+        data = data[:at] + replacement + data[at + width :]
+        limit = at
+    analysis = aof.analyze(data)
+    recovered = chunks_of(data, analysis)
+    untouched = [c for i, c in enumerate(chunks) if i not in touched]
+    it = iter(recovered)
+    assert all(any(c == r for r in it) for c in untouched), (untouched, recovered)
+    # The repaired file is valid and holds exactly the recovered records.
+    repaired = aof.analyze(analysis.repaired(data))
+    assert repaired.valid
+    assert len(repaired.records) == len(recovered)
+    # What is dropped plus what is kept is the whole file, in order.
+    pieces = sorted(
+        [(s.start, s.end) for s in analysis.dropped] + [(a, b) for a, b, _ in analysis.records]
+    )
+    assert [a for a, _ in pieces] == [0, *[b for _, b in pieces[:-1]]] and (
+        not pieces or pieces[-1][1] == len(data)
+    )
+
+
+def test_check_aof_report_tells_what_each_lost_record_means() -> None:
+    ids = [job(n).id for n in range(6)]
+    parts = [
+        aof.loadjob(job(0)),
+        break_trailer(aof.loadjob(job(1))),  # lost: the job is gone
+        aof.loadjob(job(2)),
+        break_trailer(aof.ackjob(ids[2])),  # lost, but the DELJOB is kept
+        aof.deljob(ids[2]),
+        aof.loadjob(job(3)),
+        break_trailer(aof.ackjob(ids[3])),  # lost: job 3 comes back
+        aof.loadjob(job(4)),
+        break_trailer(aof.deljob(ids[4])),  # lost: job 4 comes back
+        break_trailer(aof.loadjob(job(5))),  # lost, but acknowledged anyway
+        aof.ackjob(ids[5]),
+        break_trailer(aof.ackjob(ids[0]))[:-20],  # torn
+    ]
+    data = b"".join(parts)
+    lines = checkaof.report(data, aof.analyze(data))
+    assert lines[1] == "Valid records: 6 (1 ACKJOB, 1 DELJOB, 4 LOADJOB)"
+    effects = [line for line in lines if line.startswith("  ")]
+    assert effects == [
+        f"  LOADJOB of {ids[1]}: this job is lost on this node (other nodes may still hold a copy)",
+        f"  ACKJOB of {ids[2]}: no effect: another ACKJOB or DELJOB of this job is kept",
+        f"  ACKJOB of {ids[3]}: the acknowledgement is lost: after a restart the job comes "
+        "back as not acknowledged and may be delivered again",
+        f"  DELJOB of {ids[4]}: the deletion is lost: after a restart the deleted job comes back",
+        f"  LOADJOB of {ids[5]}: no effect that matters: the job was acknowledged "
+        "(its ACKJOB is kept)",
+        "  ACKJOB of an unreadable job ID: unknown: the job's ID cannot be read; that job "
+        "comes back after a restart if nothing else acknowledges it",
+    ]
+    assert lines[-1] == (
+        "Jobs affected: 1 job lost, 1 acknowledged job comes back not acknowledged, "
+        "1 deleted job comes back, 1 unreadable record of unknown effect"
+    )
+    assert sum(line.startswith("Damaged: ") for line in lines) == 4
+    assert sum(line.startswith("Torn: ") for line in lines) == 1

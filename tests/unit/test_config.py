@@ -428,6 +428,35 @@ def test_parse_argv_stray_value() -> None:
         parse_argv(["disque.conf", "extra", "--port", "1"])
 
 
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["port", "7716"], "--port 7716"),
+        (["Port", "7716", "--dir", "x"], "--port 7716"),
+        (["-loglevel", "verbose"], "--loglevel verbose"),
+        (["appendonly"], "--appendonly"),
+    ],
+)
+def test_a_directive_in_place_of_the_config_file(
+    argv: list[str], suggestion: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        parse_argv(argv)
+    assert str(info.value) == (
+        f"command line: '{argv[0]}' is a directive, not a config file: "
+        f"did you mean '{suggestion}'?"
+    )
+
+
+def test_a_config_file_named_like_a_directive_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "port", "port 7716\n")
+    assert parse_argv(["port"]) == ("port", [])
+
+
 def test_overrides_win_in_order(tmp_path: Path) -> None:
     path = write(tmp_path / "disque.conf", "port 7000\nhz 20\n")
     config = Config.load(str(path), [("port", ["7001"]), ("PORT", ["7002"]), ("bind", ["::1"])])
