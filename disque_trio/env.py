@@ -60,6 +60,10 @@ class Disk(Protocol):
 
     def size(self, path: str) -> int: ...
 
+    def remove(self, path: str) -> None:
+        """Delete a file (nothing if it does not exist)."""
+        ...
+
 
 class SystemClock:
     def wall_ms(self) -> int:
@@ -144,6 +148,13 @@ class FileDisk:
             return os.path.getsize(path)
         except FileNotFoundError:
             return 0
+
+    def remove(self, path: str) -> None:
+        self.close(path)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
 
 
 @attrs.define

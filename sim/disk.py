@@ -39,6 +39,11 @@ class SimDisk:
     def size(self, path: str) -> int:
         return len(self.durable.get(path, b"")) + len(self.pending.get(path, b""))
 
+    def remove(self, path: str) -> None:
+        """Durable at once, like replace (a rename-like metadata change)."""
+        self.durable.pop(path, None)
+        self.pending.pop(path, None)
+
     def crash(self, torn: float = 0.0) -> int:
         """Lose what was not fsynced. With ``torn`` in (0, 1] that fraction
         of each file's unsynced bytes reached the platter anyway (a prefix,
@@ -88,3 +93,7 @@ class DiskHandle:
 
     def size(self, path: str) -> int:
         return self.disk.size(path)
+
+    def remove(self, path: str) -> None:
+        if self.alive:
+            self.disk.remove(path)

@@ -370,7 +370,7 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
             ctx.server.env.disk.fsync(aof.path)
     except OSError as e:
         return err(f"Errors trying to SHUTDOWN. Check logs. ({e.strerror or e})")
-    ctx.server.shutdown()
+    ctx.server.shutdown(fsync_aof=False)  # done above, or NOSAVE
     ctx.client.close_after_reply = True
     return OK
 

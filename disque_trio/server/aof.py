@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("disque_trio.aof")
 
+RESTART_MARKER_SUFFIX = ".enqueue-once"
+_RESTART_MARKER_TEXT = (
+    b"# Written by SHUTDOWN REWRITE-AOF with aof-enqueue-jobs-once yes: the next\n"
+    b"# start loads the AOF beside this file, puts the jobs that were queued back\n"
+    b"# in their queues, then deletes this file.\n"
+)
 REWRITE_CHUNK = 1000  # jobs serialised between two yields of a rewrite
 
 
@@ -114,8 +120,9 @@ class AppendOnlyFile:
 
     # -------------------------------------------------------------- loading
 
-    def load(self) -> int:
-        """At start-up with appendonly yes: rebuild the jobs. Returns jobs loaded."""
+    def load(self, enqueue_once: bool = False) -> int:
+        """At start-up: rebuild the jobs, and with ``enqueue_once`` put the
+        ones recorded as queued back in their queues. Returns jobs loaded."""
         data = self.disk.read(self.path)
         if data is None:
             self.state = "on"
@@ -143,7 +150,7 @@ class AppendOnlyFile:
             )
             data = data[:good]
             self.disk.replace(self.path, data)
-        count = self._replay(data)
+        count = self._replay(data, enqueue_once)
         self.current_size = self.base_size = len(data)
         self.state = "on"
         return count
@@ -190,10 +197,9 @@ class AppendOnlyFile:
             parts.append(f"{acked} acked, waiting to be collected")
         return f"{head} ({'; '.join(parts)})" if parts else head
 
-    def _replay(self, data: bytes) -> int:
+    def _replay(self, data: bytes, enqueue_once: bool) -> int:
         node = self.server.node
         saved, node.aof = node.aof, None  # replaying must not log again
-        enqueue_once = self.server.config.aof_enqueue_jobs_once
         now = node.now_ms()
         try:
             for _, _, (kind, payload) in records.records(data):
@@ -350,7 +356,11 @@ class AppendOnlyFile:
         self.disk.close(self.path)
 
     def shutdown_rewrite(self) -> None:
-        """SHUTDOWN REWRITE-AOF: a synchronous snapshot with queue states."""
+        """SHUTDOWN REWRITE-AOF: a synchronous snapshot with queue states.
+        With aof-enqueue-jobs-once yes, a marker file next to it says that
+        the next start puts the queues back as they are now, whatever that
+        start's own settings (a node started with flags only has no config
+        file to keep the option in)."""
         node = self.server.node
         data = b"".join(
             records.loadjob(job_record(j))
@@ -358,6 +368,19 @@ class AppendOnlyFile:
             if j.body is not None and j.state != JobState.WAIT_REPL
         )
         self.disk.replace(self.path, data)
+        if self.server.config.aof_enqueue_jobs_once:
+            self.disk.replace(self.restart_marker, _RESTART_MARKER_TEXT)
+
+    @property
+    def restart_marker(self) -> str:
+        return self.path + RESTART_MARKER_SUFFIX
+
+    def restart_marked(self) -> bool:
+        """True when the AOF was written for a controlled restart."""
+        return self.disk.read(self.restart_marker) is not None
+
+    def clear_restart_mark(self) -> None:
+        self.disk.remove(self.restart_marker)
 
     # ----------------------------------------------------------------- info
 

@@ -278,8 +278,10 @@ class NodeServer:
         """The web port actually bound, None when there is no web listener."""
         return self.web_bound[0][1] if self.web_bound else None
 
-    def shutdown(self) -> None:
-        """Stop serving: close listeners and connections, end :meth:`run`."""
+    def shutdown(self, fsync_aof: bool = True) -> None:
+        """Stop serving: close listeners and connections, end :meth:`run`.
+        The AOF is fsynced first (SIGTERM, SIGINT), unless the caller did
+        it or was told not to (SHUTDOWN, SHUTDOWN NOSAVE)."""
         if self.shutdown_requested:
             return
         self.shutdown_requested = True
@@ -288,6 +290,11 @@ class NodeServer:
             hook()
         self.node.unblock_all(None)
         self.save_cluster_config()
+        if fsync_aof and self.aof.state == "on":
+            try:
+                self.env.disk.fsync(self.aof.path)
+            except OSError as e:
+                log.warning("could not fsync the AOF at shutdown: %s", e.strerror or e)
         self.env.disk.close(self.aof.path)  # flushed by write_pending already
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
@@ -544,21 +551,26 @@ class NodeServer:
 
     def _load_aof(self) -> None:
         """Rebuild jobs from the AOF before serving. A controlled restart
-        (aof-enqueue-jobs-once) loads it even with appendonly no, then turns
-        the option off again."""
+        (aof-enqueue-jobs-once set now, or when SHUTDOWN REWRITE-AOF wrote
+        the file) loads it even with appendonly no, then turns the option
+        off again."""
         config = self.config
-        if not (config.appendonly or config.aof_enqueue_jobs_once):
+        marked = self.aof.restart_marked()
+        enqueue_once = config.aof_enqueue_jobs_once or marked
+        if not (config.appendonly or enqueue_once):
             return
         if config.appendonly:
             self.node.aof = []
         self.aof.loading = True
         try:
-            self.aof.load()
+            self.aof.load(enqueue_once)
         finally:
             self.aof.loading = False
         if not config.appendonly:
             self.aof.turn_off()
         log.info("%s", self.aof.load_summary())
+        if marked:
+            self.aof.clear_restart_mark()
         if config.aof_enqueue_jobs_once:
             config.config_set("aof-enqueue-jobs-once", "no")
             if config.path is not None:

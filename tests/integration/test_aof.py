@@ -222,6 +222,39 @@ def test_controlled_restart_puts_queues_back(
         assert r.info()["registered_jobs"] == len(ids) + len(once)
 
 
+@pytest.mark.parametrize("appendonly", ["yes", "no"])
+def test_controlled_restart_of_a_node_started_with_flags_only(
+    node_factory: Callable[..., NodeProcess], appendonly: str
+) -> None:
+    """The README's recipe, for a node with no config file (CONFIG REWRITE
+    has nothing to write): SHUTDOWN REWRITE-AOF leaves a marker beside the
+    AOF, and the next start with the same flags puts the queues back."""
+    node = node_factory("--appendonly", appendonly)
+    r = connect(node)
+    ids = add_jobs(r, "q", 5, retry=60)
+    assert r.config_set("aof-enqueue-jobs-once", "yes")
+    shutdown(r, "REWRITE-AOF")
+    assert node.proc is not None and node.proc.wait(timeout=15) == 0
+    assert (node.workdir / (AOF + ".enqueue-once")).exists()
+
+    node.start()
+    r = connect(node)
+    assert r.execute_command("QLEN", "q") == 5
+    got = r.execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "q")
+    assert [j for _, j, _ in got] == ids
+    assert not (node.workdir / (AOF + ".enqueue-once")).exists()
+    assert r.config_get("aof-enqueue-jobs-once") == {"aof-enqueue-jobs-once": "no"}
+
+    # Once only: a later restart reloads jobs as active (or, with the AOF
+    # off, not at all).
+    shutdown(r, "NOSAVE")
+    assert node.proc.wait(timeout=15) == 0
+    node.start()
+    r = connect(node)
+    assert r.execute_command("QLEN", "q") == 0
+    assert r.info()["registered_jobs"] == (5 if appendonly == "yes" else 0)
+
+
 # ------------------------------------------------------ turning it on and off
 
 
