@@ -12,6 +12,7 @@ import bisect
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 
+from ..protocol.limits import MAX_INT64, MAX_JOB_SECONDS
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
 from .ids import is_at_most_once_id, ttl_minutes_from_id
@@ -66,11 +67,13 @@ class AddJobArgs:
                 continue
             if not has_value or opt not in _ADDJOB_NUMERIC:
                 raise SYNTAX_ERROR
-            attr, check, message = _ADDJOB_NUMERIC[opt]
+            attr, lowest, highest, message, too_large = _ADDJOB_NUMERIC[opt]
             # A malformed number gets the option's own message, like the original.
             value = parse_int(argv[i + 1], message)
-            if not check(value):
+            if value < lowest:
                 raise err(message)
+            if value > highest:
+                raise err(too_large)
             setattr(self, attr, value)
             i += 2
 
@@ -90,12 +93,40 @@ class AddJobArgs:
             self.retry = max(1, min(self.ttl // 10, DEFAULT_RETRY_MAX))
 
 
-_ADDJOB_NUMERIC: dict[bytes, tuple[str, Callable[[int], bool], str]] = {
-    b"replicate": ("replicate", lambda v: 0 < v <= 65535, "REPLICATE must be between 1 and 65535"),
-    b"ttl": ("ttl", lambda v: v > 0, "TTL must be a number > 0"),
-    b"retry": ("retry", lambda v: v >= 0, "RETRY time must be a non negative number"),
-    b"delay": ("delay", lambda v: v >= 0, "DELAY time must be a non negative number"),
-    b"maxlen": ("maxlen", lambda v: v > 0, "MAXLEN must be a positive number"),
+# (attribute, lowest, highest, message, message when above highest). TTL,
+# RETRY and DELAY are refused past 32 bits (protocol/limits.py), where the
+# original wraps them silently; every other message is the original's.
+_TOO_LONG = "{} is too large: at most " + str(MAX_JOB_SECONDS) + " seconds"
+_ADDJOB_NUMERIC: dict[bytes, tuple[str, int, int, str, str]] = {
+    b"replicate": (
+        "replicate",
+        1,
+        65535,
+        "REPLICATE must be between 1 and 65535",
+        "REPLICATE must be between 1 and 65535",
+    ),
+    b"ttl": ("ttl", 1, MAX_JOB_SECONDS, "TTL must be a number > 0", _TOO_LONG.format("TTL")),
+    b"retry": (
+        "retry",
+        0,
+        MAX_JOB_SECONDS,
+        "RETRY time must be a non negative number",
+        _TOO_LONG.format("RETRY"),
+    ),
+    b"delay": (
+        "delay",
+        0,
+        MAX_JOB_SECONDS,
+        "DELAY time must be a non negative number",
+        _TOO_LONG.format("DELAY"),
+    ),
+    b"maxlen": (
+        "maxlen",
+        1,
+        MAX_INT64,
+        "MAXLEN must be a positive number",
+        "MAXLEN must be a positive number",
+    ),
 }
 
 

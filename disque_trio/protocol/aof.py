@@ -39,6 +39,7 @@ from collections.abc import Iterator
 import attrs
 import msgpack
 
+from .limits import MAX_INT64, MAX_JOB_SECONDS
 from .resp import encode
 
 LOADJOB = b"LOADJOB"
@@ -118,6 +119,14 @@ class AofError(Exception):
 Record = tuple[bytes, JobRecord | str]
 
 
+def _int(value: object, highest: int) -> int:
+    """A number of a LOADJOB, within what the node stores (ValueError if
+    not: the record is damaged)."""
+    if type(value) is not int or not 0 <= value <= highest:
+        raise ValueError(f"{value!r} is not an integer in 0..{highest}")
+    return value
+
+
 def _decode(argv: list[bytes], offset: int) -> Record:
     name = argv[0].upper()
     if name in (ACKJOB, DELJOB):
@@ -126,7 +135,9 @@ def _decode(argv: list[bytes], offset: int) -> Record:
         raise AofError(offset, f"unknown record {argv[0][:20]!r}")
     try:
         f = msgpack.unpackb(argv[1], raw=False, strict_map_key=True)
-        ints = [int(x) for x in f[3:11]]
+        # state, repl, ctime, etime, delay, retry, nacks, deliveries
+        highest = (MAX_INT64,) * 4 + (MAX_JOB_SECONDS,) * 2 + (MAX_INT64,) * 2
+        ints = [_int(x, top) for x, top in zip(f[3:11], highest, strict=True)]
         rec = JobRecord(
             str(f[0]),
             bytes(f[1]).decode("utf-8", "surrogateescape"),
@@ -140,8 +151,8 @@ def _decode(argv: list[bytes], offset: int) -> Record:
             ints[6],
             ints[7],
             tuple(str(n) for n in f[11]),
-            int(f[12]),
-            int(f[13]),
+            _int(f[12], MAX_INT64),
+            _int(f[13], MAX_INT64),
         )
     except Exception as e:  # any shape problem is damage at this offset
         raise AofError(offset, f"malformed LOADJOB: {e}") from None

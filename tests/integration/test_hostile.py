@@ -244,3 +244,18 @@ def test_strangers_that_never_meet_hold_little(node_factory: object) -> None:
             stranger.close()
     time.sleep(0.5)
     BusStranger(node).close()  # room again once they left
+
+
+def test_addjob_with_huge_numbers_is_refused_with_the_aof_on(node_factory: object) -> None:
+    """ADDJOB ... RETRY 9223372036854775807 with the AOF on got no reply:
+    the connection closed and the job stayed in memory with no AOF record."""
+    node: NodeProcess = node_factory("--appendonly", "yes")  # type: ignore[operator]
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        for option in (b"RETRY", b"TTL", b"DELAY"):
+            s.sendall(b"ADDJOB q body 0 %b 9223372036854775807\r\n" % option)
+            assert s.recv(1024) == b"-ERR %b is too large: at most 4294967295 seconds\r\n" % option
+        s.sendall(b"INFO jobs\r\n")
+        info = s.recv(4096)
+    assert b"registered_jobs:0" in info
+    aof = node.workdir / "disque.aof"
+    assert not aof.exists() or aof.read_bytes() == b""

@@ -14,8 +14,9 @@ from disque_trio import checkaof, cli
 from disque_trio.protocol import aof
 from disque_trio.protocol.aof import ACKJOB, DELJOB, LOADJOB, AofError, JobRecord
 
-INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
-UINT64 = st.integers(min_value=0, max_value=2**64 - 1)
+# What a node stores (protocol/limits.py): a LOADJOB outside is damage.
+INT64 = st.integers(min_value=0, max_value=2**63 - 1)
+SECONDS = st.integers(min_value=0, max_value=2**32 - 1)
 # Job IDs as the core makes them ("D-" + hex), and arbitrary text.
 IDS = st.from_regex(r"\AD-[0-9a-f]{8}-[0-9a-f]{24}-[0-9a-f]{4}\Z") | st.text(max_size=40)
 # Queue names come off the wire as bytes and are kept surrogateescape-decoded.
@@ -28,12 +29,12 @@ records_st = st.builds(
     body=st.binary(max_size=512),
     state=st.integers(0, 10),
     repl=st.integers(0, 2**32),
-    ctime=UINT64,
+    ctime=INT64,
     etime=INT64,
-    delay=INT64,
-    retry=INT64,
-    nacks=UINT64,
-    deliveries=UINT64,
+    delay=SECONDS,
+    retry=SECONDS,
+    nacks=INT64,
+    deliveries=INT64,
     nodes_delivered=st.lists(st.text(max_size=40), max_size=7).map(tuple),
     qtime=INT64,
     flags=st.integers(0, 2**31),
@@ -515,3 +516,13 @@ def test_check_aof_report_tells_what_each_lost_record_means() -> None:
     )
     assert sum(line.startswith("Damaged: ") for line in lines) == 4
     assert sum(line.startswith("Torn: ") for line in lines) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("retry", 2**32), ("delay", 2**40), ("ctime", 2**63), ("nacks", -1), ("qtime", 2**64 - 1)],
+)
+def test_a_loadjob_with_numbers_a_node_never_stores_is_damage(field: str, value: int) -> None:
+    record = aof.loadjob(attrs.evolve(job(1), **{field: value}))
+    with pytest.raises(AofError, match="malformed LOADJOB"):
+        list(aof.records(record))

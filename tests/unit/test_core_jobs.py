@@ -198,11 +198,7 @@ def test_addjob_replicate_ok_when_peers_are_reachable() -> None:
         (["RETRY", 11, "TTL", 10], 10, 11),  # RETRY > TTL
         (["RETRY", 100, "TTL", 10], 10, 100),
         (["TTL", 10, "RETRY", 100], 10, 100),  # order does not matter
-        (
-            ["RETRY", 99999999999, "TTL", 10],
-            10,
-            99999999999,
-        ),  # kept (the C node truncates to 32 bits)
+        (["RETRY", 2**32 - 1, "TTL", 10], 10, 2**32 - 1),  # the largest RETRY
         (["TTL", 5], 5, 1),  # default RETRY: TTL/10, at least 1
         (["TTL", 1], 1, 1),  # ... so RETRY == TTL
         (["RETRY", 0], 86400, 0),  # alone, REPLICATE defaults to 1: at-most-once
@@ -645,3 +641,23 @@ def test_paused_queue_jobs_listed_by_jscan() -> None:
     a = add(node)
     node.set_pause("q", Pause.ALL)
     assert _scan_all(node, "JSCAN", "STATE", "queued") == [a]
+
+
+@pytest.mark.parametrize(
+    ("opts", "error"),
+    [
+        (["RETRY", 2**32], "ERR RETRY is too large: at most 4294967295 seconds"),
+        (["RETRY", 2**63 - 1], "ERR RETRY is too large: at most 4294967295 seconds"),
+        (["TTL", 99999999999], "ERR TTL is too large: at most 4294967295 seconds"),
+        (["DELAY", 2**32, "TTL", 2**32 - 1], "ERR DELAY is too large: at most 4294967295 seconds"),
+        (["RETRY", 2**63], "ERR RETRY time must be a non negative number"),  # not a long long
+    ],
+)
+def test_addjob_refuses_seconds_past_32_bits(opts: list[Any], error: str) -> None:
+    """The original truncates them to 32 bits (RETRY 4294967297 became 1);
+    here they are refused before anything is held, so no AOF record or bus
+    message ever carries a value a peer or a reload would refuse."""
+    node, _ = make_node()
+    reply = run(node, "ADDJOB", "q", "body", 0, *opts)
+    assert isinstance(reply, ReplyError) and str(reply) == error
+    assert node.jobs == {}
