@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = logging.getLogger("disque_trio")
     for name in config.ignored_settings():
         log.warning("directive '%s' is accepted but has no effect", name)
+    _fit_open_files_limit(config, log)
     pidfile = PidFile(config.pidfile) if config.pidfile else None
     try:
         trio.run(_serve, config, pidfile)
@@ -87,6 +89,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pidfile is not None:
             pidfile.remove()
     return 0
+
+
+# Descriptors a node needs besides its clients: listening sockets, the AOF,
+# the log, nodes.conf and temporary files (32, Redis' reserve), and the bus:
+# 64 inbound links waiting for a handshake or MEET (server/peers.py) and an
+# inbound and an outbound link for each of up to 32 peers.
+RESERVED_FDS = 32 + 64 + 2 * 32
+
+
+def _fit_open_files_limit(config: Config, log: logging.Logger) -> None:
+    """Like the original: raise the open files limit (up to the hard limit)
+    to what maxclients needs, and if that is not allowed, lower maxclients
+    to what the limit allows, saying so. Past it, accept() would fail with
+    EMFILE (the accept loops then wait and retry, but clients would hang)."""
+    wanted = config.maxclients + RESERVED_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (OSError, ValueError) as e:
+        log.warning("could not raise the open files limit to %d: %s", target, e)
+    if soft >= wanted:
+        log.info("open files limit raised to %d (maxclients %d)", soft, config.maxclients)
+        return
+    fitted = max(1, soft - RESERVED_FDS)
+    log.warning(
+        "maxclients lowered from %d to %d: the open files limit (ulimit -n) is %d; "
+        "raise it to %d for %d clients",
+        config.maxclients,
+        fitted,
+        soft,
+        wanted,
+        config.maxclients,
+    )
+    config.config_set("maxclients", str(fitted))
 
 
 class PidFile:

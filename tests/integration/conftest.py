@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,21 +20,30 @@ from ..helpers import free_port
 class NodeProcess:
     """A ``python -m disque_trio`` child process and how to reach it."""
 
-    def __init__(self, port: int, workdir: Path, args: list[str]) -> None:
+    def __init__(
+        self, port: int, workdir: Path, args: list[str], nofile: int | None = None
+    ) -> None:
         self.port = port
         self.workdir = workdir
         self.args = args
+        self.nofile = nofile  # the open files limit (soft and hard) to start it with
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 15.0) -> None:
         cmd = [sys.executable, "-m", "disque_trio", *self.args]
         self.stop()  # a restart: reap the previous process and its pipe
+        nofile = self.nofile
         self.proc = subprocess.Popen(
             cmd,
             cwd=self.workdir,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=(
+                (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+                if nofile is not None
+                else None
+            ),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -73,11 +83,12 @@ class NodeProcess:
 def node_factory(tmp_path: Path) -> Iterator[object]:
     started: list[NodeProcess] = []
 
-    def make(*extra: str, port: int | None = None) -> NodeProcess:
+    def make(*extra: str, port: int | None = None, nofile: int | None = None) -> NodeProcess:
         port = port or free_port()
         workdir = tmp_path / f"node-{port}"
         workdir.mkdir(exist_ok=True)
-        node = NodeProcess(port, workdir, ["--port", str(port), "--bind", "127.0.0.1", *extra])
+        args = ["--port", str(port), "--bind", "127.0.0.1", *extra]
+        node = NodeProcess(port, workdir, args, nofile)
         started.append(node)
         node.start()
         return node

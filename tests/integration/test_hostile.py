@@ -3,6 +3,7 @@ connection at most, and the node keeps answering everyone else."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 
@@ -259,3 +260,50 @@ def test_addjob_with_huge_numbers_is_refused_with_the_aof_on(node_factory: objec
     assert b"registered_jobs:0" in info
     aof = node.workdir / "disque.aof"
     assert not aof.exists() or aof.read_bytes() == b""
+
+
+def open_many(port: int, count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sockets.append(s)
+    return sockets
+
+
+def test_out_of_descriptors_the_node_lowers_maxclients_and_survives(
+    node_factory: object,
+) -> None:
+    """With ulimit -n 1024 and the default maxclients, about 1,012 idle
+    connections made the node exit with EMFILE; 1,100 to the bus port too.
+    Now maxclients is fitted to the limit at start (and said so), the
+    clients past it get the original's error, and the bus port's strangers
+    are turned away: the node keeps serving."""
+    node: NodeProcess = node_factory(nofile=1024)  # type: ignore[operator]
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"CONFIG GET maxclients\r\n")
+        reply = s.recv(1024)
+    maxclients = int(reply.split(b"\r\n")[4])
+    assert 1 <= maxclients < 1024 - 100
+    clients = open_many(node.port, 1100)
+    try:
+        refused = 0
+        for s in clients[maxclients:]:
+            refused += read_until_closed(s) == b"-ERR max number of clients reached\r\n"
+        assert refused >= 1100 - maxclients - 1  # the config connection may linger
+    finally:
+        for s in clients:
+            s.close()
+    time.sleep(0.5)
+    assert ping_time(node) < 2.0
+    strangers = open_many(node.port + 10000, 1100)
+    try:
+        assert ping_time(node) < 2.0
+    finally:
+        for s in strangers:
+            s.close()
+    time.sleep(0.5)
+    assert ping_time(node) < 2.0
+    node.kill(signal.SIGTERM)
+    out = node.output()
+    assert f"maxclients lowered from 10000 to {maxclients}" in out
+    assert "Traceback" not in out
