@@ -307,3 +307,19 @@ def test_out_of_descriptors_the_node_lowers_maxclients_and_survives(
     out = node.output()
     assert f"maxclients lowered from 10000 to {maxclients}" in out
     assert "Traceback" not in out
+
+
+def test_getjob_from_a_million_queues_is_refused_at_once(node: NodeProcess) -> None:
+    """It held the event loop for 17 s (the original: 5 s)."""
+    names = [b"q%d" % i for i in range(1_000_000)]
+    parts = [
+        b"*%d\r\n$6\r\nGETJOB\r\n$7\r\nTIMEOUT\r\n$4\r\n2000\r\n$4\r\nFROM\r\n" % (4 + len(names))
+    ]
+    parts += [b"$%d\r\n%b\r\n" % (len(n), n) for n in names]
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as s:
+        s.sendall(b"".join(parts))
+        reply = s.recv(1024)
+        assert reply == b"-ERR too many queues: GETJOB takes at most 10000\r\n"
+        s.sendall(b"PING\r\n")
+        assert s.recv(64) == b"+PONG\r\n"
+    assert ping_time(node) < 2.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque_trio.core.args import parse_getjob
+from disque_trio.core.args import MAX_GETJOB_QUEUES, parse_getjob
 from disque_trio.protocol.replies import ReplyError
 
 USAGE = "GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue [queue ...]"
@@ -98,3 +98,10 @@ def test_getjob_errors_start_like_the_original() -> None:
     """Clients that matched the original's "ERR syntax error" still match."""
     for words in (["FROM"], ["NOHANG"], ["TIMEOUT"], ["FOO", "FROM", "q"]):
         assert refusal(*words).startswith("ERR syntax error")
+
+
+def test_getjob_takes_at_most_so_many_queues() -> None:
+    many = [b"q%d" % i for i in range(MAX_GETJOB_QUEUES)]
+    assert len(parse_getjob([b"GETJOB", b"FROM", *many]).queues) == MAX_GETJOB_QUEUES
+    with pytest.raises(ReplyError, match="too many queues: GETJOB takes at most 10000"):
+        parse_getjob([b"GETJOB", b"NOHANG", b"FROM", *many, b"one-more"])
