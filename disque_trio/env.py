@@ -9,11 +9,13 @@ the one place allowed to read the real clock and the OS entropy pool.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Final, Protocol
 
 import attrs
 import trio
@@ -171,6 +173,10 @@ class Env:
     # Stop the whole node for that many seconds (DEBUG SLEEP). In production
     # the event loop really stops; the simulator freezes the node instead.
     block: Callable[[float], None] = lambda seconds: None
+    # Give freed memory back to the OS after many jobs went away (a full
+    # garbage collection, then the C allocator's trim). Nothing to do in
+    # the simulator.
+    release_memory: Callable[[], None] = lambda: None
     # Unpredictable bytes (bus handshake nonces): the OS's in production;
     # unset, they come from rng, so that simulated runs replay exactly.
     secure_bytes: Callable[[int], bytes] | None = None
@@ -190,6 +196,26 @@ def _read_rss() -> int | None:
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
+def _release_memory() -> None:
+    """A full collection clears the interpreter's free lists, which pin
+    CPython's arenas; malloc_trim (glibc only; elsewhere skipped) returns
+    the free pages of the C heap."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM: Final = _find_malloc_trim()
+
+
 def real_env() -> Env:
     return Env(
         clock=SystemClock(),
@@ -199,4 +225,5 @@ def real_env() -> Env:
         rss=_read_rss,
         block=time.sleep,
         secure_bytes=os.urandom,
+        release_memory=_release_memory,
     )

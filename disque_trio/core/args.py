@@ -146,8 +146,8 @@ def _positive_count(arg: bytes) -> int:
 
 
 __all__ = [
-    "SYNTAX_ERROR",
     "MAX_GETJOB_QUEUES",
+    "SYNTAX_ERROR",
     "GetJobArgs",
     "job_ids",
     "option",

@@ -303,6 +303,7 @@ def debug(ctx: Context, argv: list[bytes]) -> Reply:
     if sub == b"flushall":
         ctx.server.node.flush_all()
         ctx.server.aof.flushed()
+        ctx.server.release_memory_after_a_drop(now=True)
         return OK
     if sub == b"sleep" and len(argv) == 3:
         try:

@@ -50,6 +50,10 @@ log = logging.getLogger("disque_trio")
 VERSION = "1.0-rc1"  # the Disque version whose wire behaviour we follow
 PACKAGE_VERSION = "0.1.0"
 
+# A full garbage collection after at least this many jobs went away, when at
+# most so many are left (its cost grows with the objects still alive).
+RELEASE_AFTER_DROP = 100_000
+RELEASE_MAX_LIVE = 100_000
 STARTUP_LINK_WAIT_S = 1.0  # how long a starting node waits for its peers' links
 NOAUTH = ReplyError("NOAUTH", "Authentication required.")
 OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
@@ -135,6 +139,10 @@ class NodeServer:
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.peak_memory = 0
+        # RSS before any job exists (the interpreter and its modules): what
+        # INFO's fragmentation ratio measures the job memory on top of.
+        self.startup_rss = env.rss() or 0
+        self._jobs_high = 0  # most jobs held since the last full collection
         # (trio time, commands processed) samples for instantaneous_ops_per_sec
         self._ops_samples: list[tuple[float, int]] = []
         self.started_ms = env.clock.wall_ms()
@@ -443,12 +451,30 @@ class NodeServer:
             self._ops_samples.append((trio.current_time(), self.stat_commands))
             del self._ops_samples[:-16]
             self.peak_memory = max(self.peak_memory, self.used_memory())
+            self.release_memory_after_a_drop()
             self.save_cluster_config()
             ticks += 1
             if ticks % 10 == 0:
                 self.aof.fsync_if_due()
             if self.aof.rewrite_due():
                 self.spawn(self.aof.rewrite)
+
+    def release_memory_after_a_drop(self, now: bool = False) -> None:
+        """Give memory back to the OS once many jobs went away (acked,
+        expired, flushed). Freed jobs leave CPython's allocator holding
+        1 MB arenas pinned by a few recycled objects (the interpreter's free
+        lists of tuples, dicts and floats), and the C allocator holding the
+        big blocks it freed: RSS stayed at 1 GB after DEBUG FLUSHALL.
+        ``Env.release_memory`` (a full collection, then malloc_trim) gives
+        them back. It costs time in proportion to the objects still alive,
+        so it runs only when few jobs remain (or ``now``, for DEBUG
+        FLUSHALL)."""
+        jobs = len(self.node.jobs)
+        self._jobs_high = max(self._jobs_high, jobs)
+        dropped = self._jobs_high - jobs
+        if now or (dropped >= RELEASE_AFTER_DROP and jobs <= RELEASE_MAX_LIVE):
+            self.env.release_memory()
+            self._jobs_high = jobs
 
     # -------------------------------------------------------------- cluster
 
