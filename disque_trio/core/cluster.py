@@ -58,6 +58,10 @@ FAIL_REPORT_VALIDITY_MULT = 2  # reports older than 2x node timeout expire
 PING_PERIOD_MS = 1000  # one random node pinged per second, like the original
 HANDSHAKE_TIMEOUT_MS = 5000  # a gossiped node must answer our handshake by then
 MAX_HANDSHAKE_NODES = 256  # gossiped nodes waiting for their handshake, at most
+# Nodes a table holds at most (each costs a link task reconnecting to it):
+# far beyond any real cluster, a bound for MEETs from strangers on a bus
+# without cluster-secret.
+MAX_NODES = 1000
 
 
 class PeerNode:
@@ -163,13 +167,14 @@ class ClusterTable:
     # ------------------------------------------------------------ changes
 
     def add(self, node_id: str, ip: str, port: int, cport: int) -> PeerNode | None:
-        """Learn a node (from a handshake or gossip); None if blacklisted."""
+        """Learn a node (MEET, CLUSTER MEET, nodes.conf); None if it was
+        forgotten lately or the table is full."""
         node = self.nodes.get(node_id)
         if node is not None:
             if ip and (node.ip, node.port, node.cport) != (ip, port, cport):
                 node.ip, node.port, node.cport = ip, port, cport
             return node
-        if node_id in self.blacklist:
+        if node_id in self.blacklist or len(self.nodes) >= MAX_NODES:
             return None
         node = PeerNode(node_id, ip, port, cport)
         self.nodes[node_id] = node
@@ -264,6 +269,7 @@ class ClusterTable:
                     and entry.ip
                     and not self._is_my_address(entry)
                     and self._handshakes() < MAX_HANDSHAKE_NODES
+                    and len(self.nodes) < MAX_NODES
                 ):
                     self._add_gossiped(entry, now)
                 continue
@@ -300,7 +306,10 @@ class ClusterTable:
         validity = self.timeout_ms * FAIL_REPORT_VALIDITY_MULT
         # A report from the future (the wall clock went back) is of unknown age.
         reports = [r for r, t in node.fail_reports.items() if 0 <= now - t <= validity]
-        if len(reports) + 1 < self.size // 2 + 1:
+        # Without a report a majority is out of reach (the cluster counts
+        # this node and the failing one): skip counting the table, which
+        # made the cron quadratic with many nodes unreachable.
+        if not reports or len(reports) + 1 < self.size // 2 + 1:
             return
         node.flags = (node.flags & ~PFAIL) | FAIL
         node.fail_time = now

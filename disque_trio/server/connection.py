@@ -35,6 +35,16 @@ class _Disconnected(Exception):
     """The peer closed the connection (or it broke) while we waited."""
 
 
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, _Disconnected)
+
+
+def _only_disconnects(e: BaseException) -> bool:
+    """True for a disconnect, or a group made of nothing else."""
+    if isinstance(e, BaseExceptionGroup):
+        return all(_only_disconnects(inner) for inner in e.exceptions)
+    return isinstance(e, _GONE)
+
+
 async def serve_client(server: NodeServer, stream: trio.abc.Stream) -> None:
     """Handle one connection until it closes; never raise into the server."""
     async with stream:
@@ -47,12 +57,15 @@ async def serve_client(server: NodeServer, stream: trio.abc.Stream) -> None:
             with trio.CancelScope() as scope:
                 client.cancel_scope = scope
                 await _client_loop(server, client, stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, _Disconnected):
+        except _GONE:
             pass
-        except Exception:
+        except Exception as e:
             # A bug in a command must not take the node down: log it at the
-            # boundary of this connection and drop only this client.
-            log.exception("client %d: unexpected error, closing the connection", client.id)
+            # boundary of this connection and drop only this client. A
+            # disconnect seen by a task of the connection's own nursery
+            # arrives wrapped in an ExceptionGroup: not a bug either.
+            if not _only_disconnects(e):
+                log.exception("client %d: unexpected error, closing the connection", client.id)
         finally:
             server.drop_client(client)
             log.log(VERBOSE, "Connection from %s closed", client.addr)

@@ -366,6 +366,12 @@ class NodeServer:
             else:
                 reply = cmd.handler(admin.Context(self, client), argv)
         except ReplyError as e:
+            # A reply, not an error to trace. Its traceback (and that of the
+            # exception it was raised from) holds the frames down from here,
+            # which hold the client's parser and buffers, and the caller's
+            # frame holds the reply: a cycle, freed only by a full
+            # collection. A fuzzer grew RSS to 1.9 GB that way.
+            e.__traceback__ = e.__context__ = e.__cause__ = None
             reply = e
         micros = int((self.env.perf() - started) * 1_000_000)
         if micros > self._slow_us >= 0 or (self._latency_ms and micros >= self._latency_ms * 1000):

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -28,28 +29,22 @@ class NodeProcess:
         self.args = args
         self.nofile = nofile  # the open files limit (soft and hard) to start it with
         self.proc: subprocess.Popen[bytes] | None = None
+        # Output goes to a file, not a pipe: a pipe nobody reads fills up
+        # (64 KB) and a node that logs a lot then blocks on its next line.
+        self.log_path = workdir / "node-output.log"
+        self._log_from = 0  # where this start's output begins in the file
 
     def start(self, timeout: float = 15.0) -> None:
         cmd = [sys.executable, "-m", "disque_trio", *self.args]
         self.stop()  # a restart: reap the previous process and its pipe
         nofile = self.nofile
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=self.workdir,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=(
-                (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
-                if nofile is not None
-                else None
-            ),
-        )
+        self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = self._spawn(cmd, log, nofile)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode() if self.proc.stdout else ""
-                raise RuntimeError(f"node exited with {self.proc.returncode}: {out}")
+                raise RuntimeError(f"node exited with {self.proc.returncode}: {self.output()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                     s.sendall(b"PING\r\n")
@@ -60,14 +55,30 @@ class NodeProcess:
                 time.sleep(0.05)
         raise RuntimeError("node did not answer PING in time")
 
+    def _spawn(self, cmd: list[str], log: BinaryIO, nofile: int | None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            cmd,
+            cwd=self.workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=(
+                (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+                if nofile is not None
+                else None
+            ),
+        )
+
     def kill(self, sig: int = signal.SIGKILL) -> int:
         assert self.proc is not None
         self.proc.send_signal(sig)
         return self.proc.wait(timeout=15)
 
     def output(self) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        return self.proc.stdout.read().decode()
+        """What the current (or last) process printed so far."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_from)
+            return f.read().decode(errors="replace")
 
     def stop(self) -> None:
         if self.proc is None:
@@ -75,8 +86,6 @@ class NodeProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=15)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @pytest.fixture

@@ -199,3 +199,33 @@ async def test_job_arriving_while_earlier_replies_are_sent_wakes_the_waiter(
         assert await c.read() == Status("PONG")
         assert (await c.read())[0][2] == b"racing"
         assert trio.current_time() - start < 1  # not after the 10 s timeout
+
+
+async def test_error_replies_leave_no_garbage_cycles() -> None:
+    """An error reply is an exception the core raised: its traceback (and
+    that of the ValueError behind a malformed number) held the frames down
+    from the client loop, which held the reply: every client it passed
+    through, parser and buffers included, waited for a full collection. A
+    fuzzer grew a node's RSS to 1.9 GB that way."""
+    import gc
+
+    async with memory_node() as node:
+        for _ in range(20):
+            c = await node.client()
+            for argv in (
+                ("ADDJOB", "q", "b", 0, "TTL", "zero"),  # a ValueError behind it
+                ("ADDJOB", "q", "b", 0, "RETRY", -1),
+                ("GETJOB", "COUNT", 0, "FROM", "q"),
+                ("NOSUCHCOMMAND",),
+            ):
+                assert isinstance(await c.call(*argv), ReplyError)
+            await c.aclose()
+        await trio.sleep(0.1)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            kept = {type(o).__name__ for o in gc.garbage}
+            assert not kept & {"Client", "HiredisRequestParser", "ReplyError"}, sorted(kept)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()

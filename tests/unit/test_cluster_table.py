@@ -26,6 +26,7 @@ from disque_trio.core.cluster import (
     HANDSHAKE_TIMEOUT_MS,
     LEAVING,
     MAX_HANDSHAKE_NODES,
+    MAX_NODES,
     MYSELF,
     NOADDR,
     PFAIL,
@@ -1074,3 +1075,12 @@ def test_mesh_is_deterministic_for_a_seed() -> None:
         return mesh.describe()
 
     assert trace(7) == trace(7)
+
+
+def test_the_table_holds_at_most_max_nodes() -> None:
+    table = with_peers()
+    for n in range(1, MAX_NODES + 10):
+        table.add(f"{n:040x}", "10.0.0.1", 7000 + n % 1000, 17000)
+    assert len(table.nodes) == MAX_NODES
+    table.on_heartbeat(ping(f"{1:040x}", entry(E)), START_MS)
+    assert E not in table.nodes
