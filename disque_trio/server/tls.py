@@ -144,6 +144,8 @@ def _check_certificates(directive: str, path: str) -> None:
 def _context(config: Config, *, server_side: bool) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = MIN_VERSION
+    # TLS 1.2 renegotiation is a handshake a client could repeat at will.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     password = config.tls_key_file_pass.encode("utf-8", "surrogateescape")
     try:
         # A callable, never None: OpenSSL would ask for the pass phrase of
