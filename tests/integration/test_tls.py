@@ -407,3 +407,19 @@ def test_tls_port_in_use_names_it(tmp_path: Path, pki: Pki) -> None:
             run_cli(*ports, "--bind", "127.0.0.1", *pki.node_args(), cwd=tmp_path)
         )
     assert f"TLS port {taken} is already in use on 127.0.0.1 (set tls-port to change it)" in line
+
+
+def test_relative_tls_paths_are_relative_to_dir(tmp_path: Path, pki: Pki) -> None:
+    data = tmp_path / "data"
+    (data / "tls").mkdir(parents=True)
+    for name in ("node.crt", "node.key"):
+        shutil.copy(pki.path(name), data / "tls" / name)
+    port, tls_port = free_port(), free_port()
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", "data"]
+    args += ["--tls-port", str(tls_port), "--tls-cert-file", "tls/node.crt"]
+    node = NodeProcess(port, tmp_path, [*args, "--tls-key-file", "tls/node.key"])
+    try:
+        node.start()
+        assert tls_ping(tls_port, client_context(pki)) == b"+PONG\r\n"
+    finally:
+        node.stop()
