@@ -7,14 +7,17 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
+import h11
 import pytest
 import trio
 import trio.testing
 
 from disque_trio.config import Config, ConfigError
 from disque_trio.server import tls
+from disque_trio.server.runtime import NodeServer
 from disque_trio.server.tls import TlsContexts, TlsHandshakeError
 
+from ..helpers import virtual_env
 from ..tlscerts import KEY_PASSWORD, Pki, make_pki
 
 
@@ -197,3 +200,25 @@ def test_unwrap_finds_the_transport(pki: Pki) -> None:
     raw, _ = trio.testing.memory_stream_pair()
     wrapped = trio.SSLStream(raw, contexts.clients, server_side=True)
     assert tls.unwrap(wrapped) is raw and tls.unwrap(raw) is raw
+
+
+@pytest.mark.parametrize(
+    ("web_tls", "origin", "host", "allowed"),
+    [
+        (True, "https://disque.example", "disque.example", True),  # both 443
+        (True, "https://disque.example", "disque.example:443", True),
+        (True, "http://disque.example", "disque.example", False),  # 80 vs 443
+        (False, "http://disque.example", "disque.example", True),  # both 80
+        (False, "https://disque.example", "disque.example", False),
+    ],
+)
+async def test_origin_rule_knows_the_https_default_port(
+    web_tls: bool, origin: str, host: str, allowed: bool
+) -> None:
+    """With tls-web, a Host header without a port means 443, as the
+    browser's https:// Origin does."""
+    server = NodeServer(
+        Config(), virtual_env(), persist_cluster=False, tls_contexts=TlsContexts(web=web_tls)
+    )
+    request = h11.Request(method="GET", target="/ws", headers=[("Host", host), ("Origin", origin)])
+    assert server.web.origin_allowed(request) is allowed
