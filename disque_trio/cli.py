@@ -30,6 +30,7 @@ from .env import real_env
 from .server.aof import AofLoadError
 from .server.logs import LineFormatter, set_log_level
 from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer
+from .server.tls import TlsContexts
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
@@ -66,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config.load(path, overrides)
         _enter_dir(config)
         _setup_logging(config)
+        # Certificates and keys are read now (relative paths from `dir`),
+        # so that a bad one is a configuration error, before any port.
+        tls = TlsContexts.from_config(config)
     except ConfigError as e:
         print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
         return 1
@@ -76,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _fit_open_files_limit(config, log)
     pidfile = PidFile(config.pidfile) if config.pidfile else None
     try:
-        trio.run(_serve, config, pidfile)
+        trio.run(_serve, config, pidfile, tls)
     except (AofLoadError, ConfigError) as e:
         log.error("%s", e)
         return 1
@@ -349,8 +353,12 @@ def _describe_os_error(e: OSError, config: Config) -> str:
     if e.role == "web":
         what = f"web port {e.port}"
         fix = "set web-port to change it, or web-port 0 to turn the web listener off"
+    elif e.role == "tls":
+        what = f"TLS port {e.port}"
+        fix = "set tls-port to change it"
     elif e.role == "bus":
-        derived = "" if config.cluster_port else f" (port + {CLUSTER_PORT_OFFSET})"
+        base = "port" if config.port else "tls-port"
+        derived = "" if config.cluster_port else f" ({base} + {CLUSTER_PORT_OFFSET})"
         what = f"cluster bus port {e.port}{derived}"
         fix = "set cluster-port to change it"
     else:
@@ -366,8 +374,10 @@ def _describe_os_error(e: OSError, config: Config) -> str:
     return f"cannot listen on {e.host}, {what}: {reason} ({fix})"
 
 
-async def _serve(config: Config, pidfile: PidFile | None = None) -> None:
-    server = NodeServer(config, real_env())
+async def _serve(
+    config: Config, pidfile: PidFile | None = None, tls: TlsContexts | None = None
+) -> None:
+    server = NodeServer(config, real_env(), tls_contexts=tls)
     # Load and bind before the nursery exists, so that a bad AOF or a port
     # in use surfaces as itself (main() turns it into one line), not wrapped.
     server.load()
@@ -376,7 +386,7 @@ async def _serve(config: Config, pidfile: PidFile | None = None) -> None:
         pidfile.write()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_signals, server)
-        await nursery.start(server.run, bound.client, bound.bus, bound.web)
+        await nursery.start(server.run, bound.client, bound.bus, bound.web, bound.tls)
         await server.finished.wait()
         nursery.cancel_scope.cancel()
 

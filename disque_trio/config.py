@@ -38,7 +38,8 @@ Where disque-trio deliberately differs from the original:
 
 New directives: `cluster-port` (0: client port + 10000), `cluster-announce-ip`,
 `cluster-announce-port`, `proto-max-bulk-len`, `web-port` (`auto`: client port +
-1000, 0: disabled) and `web-allowed-origins` (empty: same host only).
+1000, 0: disabled) and `web-allowed-origins` (empty: same host only); Redis 6's
+`tls-*` directives (`tls-auth-clients` defaults to `no` here) and `tls-web`.
 
 This module never touches a socket or the event loop. It reads and writes the
 configuration file with plain `open()`, which is fine because that only happens at
@@ -640,6 +641,24 @@ class Config:
     web_allowed_origins: tuple[str, ...] = _directive(
         WordsKind("origins", 0, LLONG_MAX), (), mutable=True
     )
+    # New, with Redis 6's names: TLS (server/tls.py, docs/security.md). A
+    # TLS client port besides the plain one (0: none; with `port 0`, the
+    # only one); PEM certificate, key (maybe encrypted) and the CA that
+    # signs peers' certificates; files are read once, at start-up.
+    tls_port: int = _directive(IntKind(0, MAX_PORT), 0)
+    tls_cert_file: str = _directive(PathKind(), "")
+    tls_key_file: str = _directive(PathKind(), "")
+    tls_key_file_pass: str = _directive(StringKind(), "")
+    tls_ca_cert_file: str = _directive(PathKind(), "")
+    # Client certificates on the TLS client and web ports. Redis' default is
+    # yes; ours is no: requirepass stays the access control, as on the plain
+    # port, and a browser seldom has a certificate to show.
+    tls_auth_clients: str = _directive(EnumKind(("no", "optional", "yes")), "no")
+    # The cluster bus over TLS, both ends showing certificates signed by
+    # tls-ca-cert-file.
+    tls_cluster: bool = _directive(BoolKind(), False)
+    # Ours: the web port serves HTTPS and WSS with the same certificate.
+    tls_web: bool = _directive(BoolKind(), False)
 
     # Absolute path of the file loaded at startup; None when started without one.
     path: str | None = attrs.field(default=None, kw_only=True)
@@ -713,27 +732,35 @@ class Config:
             name for name, d in DIRECTIVES.items() if d.ignored and self.get(name) != d.default
         ]
 
+    def base_port(self) -> int:
+        """The client port the others derive from and the cluster announces:
+        `port`, or `tls-port` when the node serves TLS only (`port 0`)."""
+        return self.port or self.tls_port
+
     def cluster_bus_port(self) -> int:
         """The port the cluster bus listens on."""
-        return self.cluster_port or self.port + CLUSTER_PORT_OFFSET
+        return self.cluster_port or self.base_port() + CLUSTER_PORT_OFFSET
 
     def web_listen_port(self) -> int | None:
         """The port of the WebSocket/HTTP listener, or None when there is none."""
         if self.web_port is None:
-            return self.port + WEB_PORT_OFFSET if self.port else None
+            base = self.base_port()
+            return base + WEB_PORT_OFFSET if base else None
         return self.web_port or None
 
     def _check_ports(self) -> None:
         # Derived ports are checked once everything is loaded: `port` and
         # `cluster-port` may come in any order.
-        if self.cluster_port == 0 and self.port + CLUSTER_PORT_OFFSET > MAX_PORT:
+        base = self.base_port()
+        name = "port" if self.port else "tls-port"
+        if self.cluster_port == 0 and base + CLUSTER_PORT_OFFSET > MAX_PORT:
             raise ConfigError(
-                f"port {self.port} leaves no room for the cluster bus on port + "
+                f"{name} {base} leaves no room for the cluster bus on {name} + "
                 f"{CLUSTER_PORT_OFFSET}: set cluster-port"
             )
-        if self.web_port is None and self.port + WEB_PORT_OFFSET > MAX_PORT:
+        if self.web_port is None and base + WEB_PORT_OFFSET > MAX_PORT:
             raise ConfigError(
-                f"port {self.port} leaves no room for the web listener on port + "
+                f"{name} {base} leaves no room for the web listener on {name} + "
                 f"{WEB_PORT_OFFSET}: set web-port"
             )
 

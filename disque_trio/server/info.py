@@ -95,6 +95,7 @@ def _stats(s: NodeServer) -> list[tuple[str, object]]:
         ("total_net_output_bytes", s.stat_net_out),
         ("rejected_connections", s.stat_rejected),
         ("client_query_buffer_limit_disconnections", s.stat_query_buffer_closed),
+        ("tls_handshake_failures", s.stat_tls_refused),
         ("added_jobs", st.added_jobs),
         ("delivered_jobs", st.delivered_jobs),
         ("acked_jobs", st.acked_jobs),

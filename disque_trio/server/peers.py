@@ -30,6 +30,11 @@ dropped, which the protocol tolerates (every message is re-sent or re-derived
 later: pings, GC retries, replication re-sends, NEEDJOBS back-off). A frame
 that does not decode closes that link and is logged (throttled); it never
 reaches the node's nursery.
+
+With ``tls-cluster yes`` every link, both ways, is a TLS connection first
+(server/tls.py): each end shows the node's certificate and checks the
+other's against ``tls-ca-cert-file``, then the handshake above runs inside
+it. A failed TLS handshake is logged (throttled) and ends that connection.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import trio
 from ..core.cluster import ClusterTable
 from ..core.job import JobState
 from ..protocol import bus
+from . import tls
 from .listen import Throttle, accept_loop
 
 if TYPE_CHECKING:
@@ -199,6 +205,15 @@ class Bus:
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                     continue
+                if self.server.tls.bus_client is not None:
+                    try:
+                        stream = await self._tls_connect(stream)
+                    except tls.TlsHandshakeError as e:
+                        self.throttle.warn(
+                            "tls-out", "TLS link to %s failed: %s", link.node_id[:8], e
+                        )
+                        await trio.sleep(BACKOFF_MAX_S)
+                        continue
                 backoff = BACKOFF_MIN_S
                 link.connection_scope = trio.CancelScope()
                 with link.connection_scope:
@@ -320,6 +335,17 @@ class Bus:
                 await stream.send_all(bus.encode_frame(bus.Auth(proof)))
         return peer, decoder
 
+    async def _tls_connect(self, stream: trio.abc.Stream) -> tls.TlsStream:
+        """Our side of the TLS handshake on a bus connection we opened
+        (closes ``stream`` if it fails)."""
+        context = self.server.tls.bus_client
+        assert context is not None
+        try:
+            return await tls.connect(stream, context)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+
     # ------------------------------------------------------------- inbound
 
     async def _accept_loop(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
@@ -343,6 +369,9 @@ class Bus:
             self._inbound_scopes.add(scope)
             try:
                 with scope:
+                    context = self.server.tls.bus_server
+                    if context is not None:
+                        stream = await tls.accept(stream, context)
                     peer, decoder = await self._handshake(stream, initiator=False)
                     if peer is None:
                         return
@@ -358,6 +387,11 @@ class Bus:
                 self.refused_links += 1
                 self.throttle.warn(
                     "refused-in", "bus link from %s refused: %s", _peer_ip(stream), e
+                )
+            except tls.TlsHandshakeError as e:
+                self.refused_links += 1
+                self.throttle.warn(
+                    "tls-in", "TLS bus link from %s refused: %s", _peer_ip(stream), e
                 )
             except bus.BusError as e:
                 self.bad_frames += 1
@@ -420,6 +454,11 @@ class Bus:
         """CLUSTER MEET: learn who listens at ip:cport, introduce ourselves."""
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             stream = await self.server.env.net.connect(ip, cport)
+        if self.server.tls.bus_client is not None:
+            try:
+                stream = await self._tls_connect(stream)
+            except tls.TlsHandshakeError as e:
+                raise OSError(f"TLS handshake failed: {e}") from None
         async with stream:
             try:
                 peer, _ = await self._handshake(stream, initiator=True)
@@ -446,7 +485,7 @@ async def _close_on_eof(stream: trio.abc.Stream, scope: trio.CancelScope) -> Non
 
 
 def _peer_ip(stream: trio.abc.Stream) -> str:
-    sock = getattr(stream, "socket", None)
+    sock = getattr(tls.unwrap(stream), "socket", None)
     if sock is None:
         return "127.0.0.1"
     try:

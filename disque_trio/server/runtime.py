@@ -4,6 +4,7 @@ Task tree::
 
     NodeServer.run                       (the node's nursery)
       +-- serve_listeners(RESP port)     (one task per connected client)
+      +-- serve_listeners(TLS port)      (the same, after a bounded TLS handshake)
       +-- WebServer.serve(web port)      (HTTP, dashboard, /metrics, /ws sessions)
       +-- timer task                     (sleeps until core.next_deadline())
       +-- signal watcher (CLI only)      (SIGINT/SIGTERM -> shutdown)
@@ -34,15 +35,16 @@ from ..core.waiters import Waiter
 from ..env import Env
 from ..protocol import bus
 from ..protocol.replies import Reply, ReplyError, err
-from . import admin
+from . import admin, tls
 from .aof import AppendOnlyFile
 from .client import Client
 from .connection import serve_client
 from .latency import LatencyMonitor
 from .listen import accept_loop
-from .logs import set_log_level
+from .logs import VERBOSE, set_log_level
 from .peers import Bus
 from .slowlog import SlowLog
+from .tls import TlsContexts, TlsHandshakeError
 from .web import WebServer
 
 log = logging.getLogger("disque_trio")
@@ -64,8 +66,8 @@ Listeners = list[trio.abc.Listener[trio.abc.Stream]]
 
 
 class ListenError(OSError):
-    """A port could not be bound. Says which listener (``client``, ``bus``
-    or ``web``), on which address and port, so that the CLI can name the
+    """A port could not be bound. Says which listener (``client``, ``tls``,
+    ``bus`` or ``web``), on which address and port, so that the CLI can name the
     port that is taken and the directive that moves it."""
 
     def __init__(self, role: str, host: str, port: int, cause: OSError) -> None:
@@ -95,19 +97,32 @@ async def _open_listeners(env: Env, role: str, hosts: Sequence[str], port: int) 
 
 @attrs.frozen
 class BoundListeners:
-    """What :meth:`NodeServer.bind` opened: client, bus and web listeners."""
+    """What :meth:`NodeServer.bind` opened: client, bus, web and TLS client
+    listeners."""
 
     client: Listeners
     bus: Listeners
     web: Listeners
+    tls: Listeners = attrs.Factory(list)
 
 
 class NodeServer:
     """One node: the core state machine plus everything that talks to it."""
 
-    def __init__(self, config: Config, env: Env, *, persist_cluster: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        env: Env,
+        *,
+        persist_cluster: bool = True,
+        tls_contexts: TlsContexts | None = None,
+    ) -> None:
         self.config = config
         self.env = env
+        # SSL contexts, built from the tls-* directives unless the caller did
+        # (the CLI, to report bad certificate files before anything starts).
+        # None of them when TLS is off, as in the simulator.
+        self.tls = tls_contexts if tls_contexts is not None else TlsContexts.from_config(config)
         # nodes.conf is written (in `dir`) only by nodes that own a directory:
         # in-process test nodes share the test's working directory.
         self.persist_cluster = persist_cluster
@@ -118,7 +133,7 @@ class NodeServer:
         table = ClusterTable(
             node_id,
             self.announce_ip(),
-            config.port,
+            config.base_port(),
             config.cluster_bus_port(),
             env.rng,
             config.cluster_node_timeout,
@@ -154,6 +169,8 @@ class NodeServer:
         self.stat_net_out = 0
         self.monitors: dict[int, trio.MemorySendChannel[bytes]] = {}
         self.bound: list[tuple[str, int]] = []
+        self.tls_bound: list[tuple[str, int]] = []  # the TLS client listeners
+        self.stat_tls_refused = 0  # TLS handshakes failed on the client and web ports
         # (host, port) of each web listener, once serving (web_port below).
         self.web_bound: list[tuple[str, int]] = []
         self.web = WebServer(self)
@@ -174,34 +191,42 @@ class NodeServer:
         listeners: Listeners | None = None,
         bus_listeners: Listeners | None = None,
         web_listeners: Listeners | None = None,
+        tls_listeners: Listeners | None = None,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Bind (unless given listeners), serve until shutdown, return.
 
         Given listeners (the CLI after :meth:`bind`, tests, the simulator),
-        the node serves exactly those: no web port unless ``web_listeners``.
-        Raises OSError if a port is taken.
+        the node serves exactly those: no web port unless ``web_listeners``,
+        no TLS client port unless ``tls_listeners``. Raises OSError if a
+        port is taken.
         """
         self.load()
         if listeners is None:
             bound = await self.bind()
             listeners, bus_listeners, web_listeners = bound.client, bound.bus, bound.web
+            tls_listeners = bound.tls
         else:
             self.bound = [_listener_name(listener) for listener in listeners]
         web_listeners = web_listeners or []
+        tls_listeners = tls_listeners or []
         self.web_bound = [_listener_name(listener) for listener in web_listeners]
+        self.tls_bound = [_listener_name(listener) for listener in tls_listeners]
         try:
-            await self._serve(listeners, bus_listeners or [], web_listeners, task_status)
+            await self._serve(
+                listeners, bus_listeners or [], web_listeners, tls_listeners, task_status
+            )
         finally:
             self.finished.set()
 
     async def bind(self) -> BoundListeners:
-        """Client, bus and web listeners (OSError if a port is taken)."""
+        """Client, bus, web and TLS listeners (OSError if a port is taken)."""
         listeners = await self._bind()
-        bus_listeners = await self._bind_bus(listeners)
-        web_listeners = await self._bind_web(listeners + bus_listeners)
-        return BoundListeners(listeners, bus_listeners, web_listeners)
+        tls_listeners = await self._bind_tls(listeners)
+        bus_listeners = await self._bind_bus(listeners + tls_listeners)
+        web_listeners = await self._bind_web(listeners + tls_listeners + bus_listeners)
+        return BoundListeners(listeners, bus_listeners, web_listeners, tls_listeners)
 
     def load(self) -> None:
         """Load the AOF if configured (once; AofLoadError if unusable)."""
@@ -216,6 +241,18 @@ class NodeServer:
             )
         except BaseException:
             for listener in client_listeners:
+                await listener.aclose()
+            raise
+
+    async def _bind_tls(self, others: Listeners) -> Listeners:
+        """The TLS client port's listeners; none without tls-port."""
+        port = self.config.tls_port
+        if not port or self.tls.clients is None:
+            return []
+        try:
+            return await _open_listeners(self.env, "tls", self.config.bind, port)
+        except BaseException:
+            for listener in others:
                 await listener.aclose()
             raise
 
@@ -237,6 +274,7 @@ class NodeServer:
         listeners: Listeners,
         bus_listeners: Listeners,
         web_listeners: Listeners,
+        tls_listeners: Listeners,
         task_status: trio.TaskStatus[None],
     ) -> None:
         async with trio.open_nursery() as nursery:
@@ -249,13 +287,18 @@ class NodeServer:
                 await self.bus.wait_links_up()
             for listener in listeners:
                 nursery.start_soon(self._serve_listener, listener)
+            for listener in tls_listeners:
+                nursery.start_soon(self._serve_tls_listener, listener)
             nursery.start_soon(self._timer_task)
             nursery.start_soon(self._cron_task)
             if web_listeners:
                 await nursery.start(self.web.serve, web_listeners)
                 web = ", ".join(f"{h}:{p}" for h, p in self.web_bound)
-                log.info("web listener on %s (dashboard, /metrics, /ws)", web)
-            addrs = ", ".join(f"{h}:{p}" for h, p in self.bound)
+                scheme = "HTTPS, " if self.tls.web else ""
+                log.info("web listener on %s (%sdashboard, /metrics, /ws)", web, scheme)
+            addrs = ", ".join(
+                [f"{h}:{p}" for h, p in self.bound] + [f"{h}:{p} (TLS)" for h, p in self.tls_bound]
+            )
             log.info(
                 "Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs
             )
@@ -265,6 +308,8 @@ class NodeServer:
     async def _bind(self) -> Listeners:
         port = self.config.port
         listeners: Listeners = []
+        if port == 0:
+            return listeners  # no plain-text client port (TLS only, or none)
         try:
             for host in self.config.bind:
                 got = await _open_listeners(self.env, "client", [host], port)
@@ -278,8 +323,13 @@ class NodeServer:
 
     @property
     def port(self) -> int:
-        """The port actually bound (useful with --port 0 in tests)."""
-        return self.bound[0][1] if self.bound else self.config.port
+        """The client port actually bound (tests give listeners on port 0):
+        the plain one, else the TLS one. HELLO and INFO tell this one."""
+        if self.bound:
+            return self.bound[0][1]
+        if self.tls_bound:
+            return self.tls_bound[0][1]
+        return self.config.base_port()
 
     @property
     def web_port(self) -> int | None:
@@ -315,6 +365,32 @@ class NodeServer:
     async def _serve_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
         assert self._nursery is not None
         await accept_loop(listener, partial(serve_client, self), self._nursery, "client")
+
+    async def _serve_tls_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
+        assert self._nursery is not None
+        await accept_loop(listener, self._serve_tls_client, self._nursery, "TLS client")
+
+    async def _serve_tls_client(self, stream: trio.abc.Stream) -> None:
+        """A connection to the TLS port: the handshake (bounded in time; a
+        failure closes this connection only), then RESP as on the plain port."""
+        async with stream:
+            secure = await self.tls_accept(stream, "TLS client")
+            if secure is not None:
+                await serve_client(self, secure)
+
+    async def tls_accept(self, stream: trio.abc.Stream, port: str) -> tls.TlsStream | None:
+        """The TLS side of an accepted client or web connection, or None
+        when the handshake failed (logged at verbose level, as Redis does:
+        port scanners and probes fail handshakes all day)."""
+        context = self.tls.clients
+        assert context is not None
+        try:
+            return await tls.accept(stream, context)
+        except TlsHandshakeError as e:
+            self.stat_tls_refused += 1
+            addr, _ = _peer_names(stream)
+            log.log(VERBOSE, "%s port: TLS handshake with %s failed: %s", port, addr, e)
+            return None
 
     # -------------------------------------------------------------- clients
 
@@ -646,6 +722,7 @@ class NodeServer:
         """CONFIG RESETSTAT."""
         self.stat_connections = self.stat_commands = self.stat_rejected = 0
         self.stat_query_buffer_closed = self.stat_net_in = self.stat_net_out = 0
+        self.stat_tls_refused = 0
         self.node.stats.reset()
         self.slowlog.reset()
         self.peak_memory = self.used_memory()
@@ -681,7 +758,7 @@ def _listener_name(
 
 
 def _peer_names(stream: trio.abc.Stream) -> tuple[str, str]:
-    sock = getattr(stream, "socket", None)
+    sock = getattr(tls.unwrap(stream), "socket", None)
     if sock is None:
         return "memory:0", "memory:0"
     try:

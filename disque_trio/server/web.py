@@ -16,6 +16,9 @@ from an allowed Origin (``web-allowed-origins``; empty means the page's own
 host:port), which stops any web page from driving a local node; clients that
 send no Origin (command-line tools) are let in.
 
+With ``tls-web yes`` the port speaks HTTPS and WSS instead, with the
+certificate of the TLS client port (server/tls.py).
+
 With ``requirepass`` set, every request but /healthz must carry the password
 as HTTP Basic credentials (any user name) or ``Authorization: Bearer``, or is
 answered 401 with a Basic challenge, so that a browser asks for it once and
@@ -115,8 +118,15 @@ class WebServer:
                 nursery.start_soon(self.handle, stream)
 
     async def handle(self, stream: trio.abc.Stream) -> None:
-        """One HTTP connection, maybe upgraded; never raises into the node."""
+        """One HTTP connection, maybe upgraded; never raises into the node.
+        With ``tls-web yes``, a TLS handshake first (bounded in time; a
+        failure closes this connection only)."""
         async with stream:
+            if self.server.tls.web:
+                secure = await self.server.tls_accept(stream, "web")
+                if secure is None:
+                    return
+                stream = secure
             http = HttpConnection(stream)
             try:
                 await self._requests(http)
@@ -289,7 +299,8 @@ class WebServer:
             wanted = _normal_origin(origin)
             return any(a == "*" or _normal_origin(a) == wanted for a in allowed)
         host = header(request, b"host")
-        return host is not None and _origin_host(origin) == _host_port(host, 80)
+        default_port = 443 if self.server.tls.web else 80
+        return host is not None and _origin_host(origin) == _host_port(host, default_port)
 
 
 def _upgrade_problem(request: h11.Request) -> tuple[int, str] | None:

@@ -520,7 +520,7 @@ def test_config_get_renders_like_redis() -> None:
         ("port", ["port"]),
         ("PORT", ["port"]),
         ("append*", ["appendonly", "appendfilename", "appendfsync"]),
-        ("*port", ["port", "cluster-port", "cluster-announce-port", "web-port"]),
+        ("*port", ["port", "cluster-port", "cluster-announce-port", "web-port", "tls-port"]),
         ("h?", ["hz"]),
         ("[d-e]*", ["daemonize", "databases", "dir"]),
         ("[^a-z]*", []),
@@ -841,3 +841,58 @@ def test_usage_names_the_program() -> None:
     text = usage("dq")
     assert text.startswith("Usage: dq [/path/to/disque.conf] [options]\n")
     assert "dq --port 7777" in text
+
+
+# --------------------------------------------------------------------------
+# TLS directives
+# --------------------------------------------------------------------------
+
+
+def test_tls_defaults() -> None:
+    config = Config()
+    assert config.tls_port == 0
+    assert (config.tls_cert_file, config.tls_key_file, config.tls_key_file_pass) == ("", "", "")
+    assert config.tls_ca_cert_file == ""
+    # Redis' default is yes; ours is no (see the field's comment).
+    assert config.tls_auth_clients == "no"
+    assert config.tls_cluster is False and config.tls_web is False
+
+
+def test_tls_directives_parse(tmp_path: Path) -> None:
+    config = load_text(
+        tmp_path,
+        "tls-port 7712\ntls-cert-file /etc/disque/node.crt\ntls-key-file node.key\n"
+        'tls-key-file-pass "two words"\ntls-ca-cert-file ca.crt\n'
+        "tls-auth-clients OPTIONAL\ntls-cluster yes\ntls-web yes\n",
+    )
+    assert config.tls_port == 7712
+    assert config.tls_cert_file == "/etc/disque/node.crt"
+    assert config.tls_key_file_pass == "two words"
+    assert config.tls_auth_clients == "optional"
+    assert config.tls_cluster is True and config.tls_web is True
+    assert "'tls-auth-clients' value 'maybe': must be one of no, optional, yes" in load_error(
+        tmp_path, "tls-auth-clients maybe\n"
+    )
+    assert "between 0 and 65535" in load_error(tmp_path, "tls-port 70000\n")
+
+
+@pytest.mark.parametrize("name", ["tls-port", "tls-cert-file", "tls-cluster", "tls-web"])
+def test_tls_directives_are_not_config_settable(name: str) -> None:
+    with pytest.raises(ConfigError, match=f"Unsupported CONFIG parameter: {name}"):
+        Config().config_set(name, "1")
+
+
+def test_derived_ports_of_a_tls_only_node(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "port 0\ntls-port 7000\n")
+    assert config.base_port() == 7000
+    assert (config.cluster_bus_port(), config.web_listen_port()) == (17000, 8000)
+    # With a plain port, the derived ports follow it, whatever tls-port is.
+    config = load_text(tmp_path, "port 7100\ntls-port 7000\n")
+    assert (config.base_port(), config.cluster_bus_port(), config.web_listen_port()) == (
+        7100,
+        17100,
+        8100,
+    )
+    assert "tls-port 60000 leaves no room for the cluster bus" in load_error(
+        tmp_path, "port 0\ntls-port 60000\n"
+    )
