@@ -18,6 +18,12 @@ READ_SIZE = 16 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers
 MAX_BODY_BYTES = 64 * 1024  # read and discarded; larger bodies close the connection
 SERVER_NAME = b"disque-trio"
+# Closing a socket with unread input makes the kernel send a reset, which
+# may destroy the error response just sent before the peer reads it. So an
+# error answer is followed by a half-close and a short drain (what HTTP
+# servers call a lingering close), bounded in time and bytes.
+LINGER_S = 1.0
+LINGER_BYTES = 256 * 1024
 
 
 class HttpError(Exception):
@@ -159,3 +165,21 @@ def header(request: h11.Request, name: bytes) -> str | None:
         if key == name:
             value = raw.decode("latin-1")
     return value
+
+
+async def linger(stream: trio.abc.Stream) -> None:
+    """Half-close our side and read what the peer still sends, for at most
+    LINGER_S and LINGER_BYTES, before the caller closes the stream. Never
+    raises for a broken or closed stream."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < LINGER_BYTES:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    return
+                drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return

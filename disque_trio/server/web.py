@@ -43,7 +43,8 @@ import trio
 import trio_websocket
 
 from . import metrics
-from .http import HttpConnection, HttpError, ReplayStream, header
+from .http import HttpConnection, HttpError, ReplayStream, header, linger
+from .listen import Throttle
 from .observe import NodeView
 from .websocket import Hub, Session
 
@@ -54,6 +55,7 @@ log = logging.getLogger("disque_trio.web")
 
 KEEPALIVE_S = 60.0  # an idle HTTP connection (or a slow request head) is closed
 HANDSHAKE_TIMEOUT_S = 10.0
+ERROR_ANSWER_S = 5.0  # for sending the answer to a request that broke HTTP
 # The largest WebSocket message a client may send; larger ones close the
 # socket with 1009 (trio-websocket enforces it). Requests are small: 1 MiB
 # leaves room for big job bodies.
@@ -93,6 +95,9 @@ class WebServer:
         self.server = server
         self.view = NodeView(server)
         self.hub = Hub(server, self.view)
+        # Errors a connection ends on that the peer cannot cause (bugs) are
+        # logged with their traceback, at most once every 10 s.
+        self._throttle = Throttle()
 
     async def serve(
         self,
@@ -115,18 +120,30 @@ class WebServer:
                 nursery.start_soon(self.handle, stream)
 
     async def handle(self, stream: trio.abc.Stream) -> None:
-        """One HTTP connection, maybe upgraded; never raises into the node."""
-        async with stream:
-            http = HttpConnection(stream)
-            try:
-                await self._requests(http)
-            except HttpError as e:
-                if http.can_respond():
-                    await http.respond(e.status, f"{e.reason}\n".encode())
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
-            except Exception:
-                log.exception("web connection: unexpected error, connection closed")
+        """One connection of the web port, maybe upgraded to a WebSocket.
+
+        This is the boundary of the connection: whatever goes wrong in it (a
+        peer that breaks HTTP or WebSocket, hangs up mid-request, or a bug
+        in a route) ends this connection and nothing else. Nothing raises
+        into the web nursery, whose failure would end the node.
+        """
+        try:
+            async with stream:
+                http = HttpConnection(stream)
+                try:
+                    await self._requests(http)
+                except HttpError as e:
+                    await _answer_error(http, e)
+        except Exception as e:
+            unexpected = _unexpected(e)
+            if unexpected is not None:
+                self._throttle.log(
+                    logging.ERROR,
+                    "bug",
+                    "web connection: unexpected error, connection closed",
+                    exc_info=unexpected,
+                    logger=log,
+                )
 
     async def _requests(self, http: HttpConnection) -> None:
         """Serve the requests of a keep-alive connection until it closes,
@@ -290,6 +307,43 @@ class WebServer:
             return any(a == "*" or _normal_origin(a) == wanted for a in allowed)
         host = header(request, b"host")
         return host is not None and _origin_host(origin) == _host_port(host, 80)
+
+
+# What a peer can cause by itself, by breaking a protocol or hanging up at
+# any moment: these end its connection quietly.
+_PEER_ERRORS: tuple[type[Exception], ...] = (
+    HttpError,
+    h11.RemoteProtocolError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio_websocket.ConnectionClosed,
+    trio_websocket.HandshakeError,
+    OSError,
+)
+
+
+def _unexpected(error: Exception) -> Exception | None:
+    """The part of a connection's error that the peer alone cannot cause
+    (a bug, to be logged), or None. Nurseries (the WebSocket's) group the
+    errors of their tasks: those are split."""
+    if isinstance(error, ExceptionGroup):
+        _, rest = error.split(_PEER_ERRORS)
+        return rest
+    return None if isinstance(error, _PEER_ERRORS) else error
+
+
+async def _answer_error(http: HttpConnection, error: HttpError) -> None:
+    """Answer a request that broke HTTP, if the connection still allows an
+    answer, and close gracefully; the peer may be gone already."""
+    if not http.can_respond():
+        return
+    with trio.move_on_after(ERROR_ANSWER_S):
+        try:
+            body = f"{error.reason}\n".encode()
+            await http.respond(error.status, body, headers=[("connection", "close")])
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.ProtocolError):
+            return
+    await linger(http.stream)
 
 
 def _upgrade_problem(request: h11.Request) -> tuple[int, str] | None:

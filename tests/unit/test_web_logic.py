@@ -1,0 +1,71 @@
+"""The pure parts of the web port's hardening: which errors a peer can cause,
+the Host allow-list, WebSocket keys, and choosing the queues /metrics lists."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import h11
+import pytest
+import trio
+import trio.testing
+import trio_websocket
+
+from disque_trio.server import web
+from disque_trio.server.http import HttpError
+from disque_trio.server.websocket import Hub
+
+# ------------------------------------------------------ connection errors
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        HttpError(400, "bad"),
+        h11.RemoteProtocolError("bad", 400),
+        trio.BrokenResourceError(),
+        trio.ClosedResourceError(),
+        ConnectionResetError(),
+        BrokenPipeError(),
+        trio_websocket.HandshakeError(),
+    ],
+)
+def test_what_a_peer_causes_is_not_a_bug(error: Exception) -> None:
+    assert web._unexpected(error) is None
+    assert web._unexpected(ExceptionGroup("nursery", [error, trio.BrokenResourceError()])) is None
+
+
+def test_bugs_are_told_apart_even_inside_groups() -> None:
+    bug = KeyError("oops")
+    assert web._unexpected(bug) is bug
+    assert web._unexpected(h11.LocalProtocolError("our own mistake")) is not None
+    grouped = ExceptionGroup("nursery", [trio.BrokenResourceError(), bug])
+    rest = web._unexpected(grouped)
+    assert isinstance(rest, ExceptionGroup) and rest.exceptions == (bug,)
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError(), ValueError()])])
+    assert web._unexpected(nested) is not None
+
+
+class BrokenView:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def nodes(self) -> list[dict[str, Any]]:
+        self.calls += 1
+        raise RuntimeError("a bug in a snapshot")
+
+
+async def test_a_bug_in_periodic_events_is_logged_not_fatal(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    view = BrokenView()
+    hub = Hub(None, view)  # type: ignore[arg-type]  # _tick reads only the view
+    with caplog.at_level(logging.ERROR, logger="disque_trio.web"):
+        with trio.move_on_after(25.5):
+            await hub.run()
+    assert view.calls == 25  # it went on, once a second
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    # At most one report every 10 s, the later ones counting those held back.
+    assert len(errors) == 3 and errors[0].exc_info is not None
+    assert "more like it" in errors[1].getMessage()
