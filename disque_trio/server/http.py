@@ -45,10 +45,24 @@ class HttpConnection:
         # them, unparsed, to the WebSocket handshake.
         self._raw = bytearray()
 
-    async def next_request(self) -> h11.Request | None:
+    async def next_request(self, idle_s: float, request_s: float) -> h11.Request | None:
         """The next request with its body consumed; None when the peer
-        closed the connection between requests. HttpError on bad input."""
+        closed the connection between requests, or sent nothing for
+        ``idle_s``. HttpError on bad input, and 408 when a request that
+        began is not complete (head and body) within ``request_s``: a
+        client that trickles bytes holds a connection that long at most."""
+        with trio.move_on_after(idle_s) as deadline:
+            return await self._next_request(deadline, request_s)
+        if self._raw:
+            raise HttpError(408, "request not complete in time")
+        return None
+
+    async def _next_request(
+        self, deadline: trio.CancelScope, request_s: float
+    ) -> h11.Request | None:
         request: h11.Request | None = None
+        if self._raw:  # pipelined: this request began with the last one
+            deadline.deadline = min(deadline.deadline, trio.current_time() + request_s)
         body = 0
         while True:
             try:
@@ -56,7 +70,10 @@ class HttpConnection:
             except h11.RemoteProtocolError as e:
                 raise HttpError(e.error_status_hint, str(e)) from None
             if event is h11.NEED_DATA:
+                began = bool(self._raw)
                 await self._receive()
+                if not began and self._raw:
+                    deadline.deadline = min(deadline.deadline, trio.current_time() + request_s)
             elif isinstance(event, h11.Request):
                 request = event
             elif isinstance(event, h11.Data):

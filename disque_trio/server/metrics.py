@@ -106,6 +106,13 @@ def _clients(out: Exposition, server: NodeServer) -> None:
         len(server.clients),
     )
     out.one(
+        "disque_web_connections",
+        "gauge",
+        "HTTP connections open on the web port, this scrape's included "
+        "(WebSocket sessions are clients).",
+        server.web_connections,
+    )
+    out.one(
         "disque_blocked_clients",
         "gauge",
         "Commands blocked in GETJOB right now.",

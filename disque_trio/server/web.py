@@ -44,7 +44,7 @@ import trio_websocket
 
 from . import metrics
 from .http import HttpConnection, HttpError, ReplayStream, header, linger
-from .listen import Throttle
+from .listen import Throttle, accept_loop
 from .observe import NodeView
 from .websocket import Hub, Session
 
@@ -53,7 +53,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("disque_trio.web")
 
-KEEPALIVE_S = 60.0  # an idle HTTP connection (or a slow request head) is closed
+KEEPALIVE_S = 60.0  # an idle HTTP connection is closed
+REQUEST_TIMEOUT_S = 20.0  # from a request's first byte to its end, or 408
+RESPONSE_TIMEOUT_S = 60.0  # for sending an answer to a peer that reads it slowly
 HANDSHAKE_TIMEOUT_S = 10.0
 ERROR_ANSWER_S = 5.0  # for sending the answer to a request that broke HTTP
 # The largest WebSocket message a client may send; larger ones close the
@@ -86,6 +88,16 @@ _GET = ("GET", "HEAD")
 REALM = "disque-trio"
 _CHALLENGE = [("www-authenticate", f'Basic realm="{REALM}"')]
 _OPEN_PATHS = frozenset({"/healthz"})  # answered without credentials
+_FULL_TEXT = b"max number of clients reached\n"
+# Sent as soon as a connection beyond maxclients is accepted.
+_FULL = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"server: disque-trio\r\n"
+    b"content-type: text/plain; charset=utf-8\r\n"
+    b"content-length: %d\r\n"
+    b"cache-control: no-store\r\n"
+    b"connection: close\r\n\r\n%s" % (len(_FULL_TEXT), _FULL_TEXT)
+)
 
 
 class WebServer:
@@ -108,16 +120,8 @@ class WebServer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.hub.run)
             for listener in listeners:
-                nursery.start_soon(self._accept_loop, listener, nursery)
+                nursery.start_soon(accept_loop, listener, self.handle, nursery, "web")
             task_status.started()
-
-    async def _accept_loop(
-        self, listener: trio.abc.Listener[trio.abc.Stream], nursery: trio.Nursery
-    ) -> None:
-        async with listener:
-            while True:
-                stream = await listener.accept()
-                nursery.start_soon(self.handle, stream)
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """One connection of the web port, maybe upgraded to a WebSocket.
@@ -127,13 +131,20 @@ class WebServer:
         in a route) ends this connection and nothing else. Nothing raises
         into the web nursery, whose failure would end the node.
         """
+        slot = _Slot(self.server)
         try:
             async with stream:
-                http = HttpConnection(stream)
+                if not slot.take():
+                    await _refuse_full(stream)
+                    return
                 try:
-                    await self._requests(http)
-                except HttpError as e:
-                    await _answer_error(http, e)
+                    http = HttpConnection(stream)
+                    try:
+                        await self._requests(http, slot)
+                    except HttpError as e:
+                        await _answer_error(http, e)
+                finally:
+                    slot.release()
         except Exception as e:
             unexpected = _unexpected(e)
             if unexpected is not None:
@@ -145,25 +156,26 @@ class WebServer:
                     logger=log,
                 )
 
-    async def _requests(self, http: HttpConnection) -> None:
+    async def _requests(self, http: HttpConnection, slot: _Slot) -> None:
         """Serve the requests of a keep-alive connection until it closes,
         idles for KEEPALIVE_S, or turns into a WebSocket."""
         while True:
-            request = None
-            with trio.move_on_after(KEEPALIVE_S):
-                request = await http.next_request()
+            request = await http.next_request(KEEPALIVE_S, REQUEST_TIMEOUT_S)
             if request is None:
                 return
             path = urlsplit(request.target.decode("latin-1")).path
             credentials = self.credentials(request)
             if path == "/ws" and credentials is not False:
                 # Without credentials the session starts unauthenticated.
-                await self._websocket(http, request, credentials is True)
+                await self._websocket(http, request, credentials is True, slot)
                 return
-            if credentials is True or path in _OPEN_PATHS:
-                await self._route(http, request, path)
-            else:
-                await self._unauthorized(http, request, credentials)
+            with trio.move_on_after(RESPONSE_TIMEOUT_S) as answering:
+                if credentials is True or path in _OPEN_PATHS:
+                    await self._route(http, request, path)
+                else:
+                    await self._unauthorized(http, request, credentials)
+            if answering.cancelled_caught:
+                return  # a peer that does not read its answers: close
             if not http.next_cycle():
                 return
 
@@ -242,7 +254,7 @@ class WebServer:
     # --------------------------------------------------------- websocket
 
     async def _websocket(
-        self, http: HttpConnection, request: h11.Request, authenticated: bool
+        self, http: HttpConnection, request: h11.Request, authenticated: bool, slot: _Slot
     ) -> None:
         method = request.method.decode("latin-1")
         if not await _allow(http, method, ("GET",)):
@@ -265,7 +277,7 @@ class WebServer:
             if handshake.cancelled_caught:
                 nursery.cancel_scope.cancel()
                 return
-            await self._session(ws_request, request, http.stream, authenticated)
+            await self._session(ws_request, request, http.stream, authenticated, slot)
             nursery.cancel_scope.cancel()
 
     async def _session(
@@ -274,12 +286,16 @@ class WebServer:
         request: h11.Request,
         stream: trio.abc.Stream,
         authenticated: bool,
+        slot: _Slot,
     ) -> None:
         if not self.origin_allowed(request):
             origin = header(request, b"origin")
             body = f"origin {origin} is not allowed (web-allowed-origins)\n".encode()
             await ws_request.reject(403, body=body)
             return
+        # The connection's place under maxclients passes to the client (no
+        # checkpoint in between: nobody else can take it meanwhile).
+        slot.release()
         client = self.server.new_client(stream, "websocket")
         if client is None:
             await ws_request.reject(503, body=b"max number of clients reached\n")
@@ -307,6 +323,33 @@ class WebServer:
             return any(a == "*" or _normal_origin(a) == wanted for a in allowed)
         host = header(request, b"host")
         return host is not None and _origin_host(origin) == _host_port(host, 80)
+
+
+class _Slot:
+    """The place of one web connection under ``maxclients``."""
+
+    def __init__(self, server: NodeServer) -> None:
+        self.server = server
+        self.held = False
+
+    def take(self) -> bool:
+        self.held = self.server.open_web_connection()
+        return self.held
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.server.close_web_connection()
+
+
+async def _refuse_full(stream: trio.abc.Stream) -> None:
+    """Answer a connection beyond maxclients without reading its request."""
+    with trio.move_on_after(ERROR_ANSWER_S):
+        try:
+            await stream.send_all(_FULL)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+    await linger(stream)
 
 
 # What a peer can cause by itself, by breaking a protocol or hanging up at

@@ -3,6 +3,7 @@ connection at most, and the node keeps answering PING and /healthz."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -125,3 +126,65 @@ def node_log(node: NodeProcess) -> str:
     assert node.proc is not None
     node.kill()
     return node.output()
+
+
+# ------------------------------------------------------------- maxclients
+
+
+def resp(s: socket.socket, command: bytes) -> bytes:
+    s.sendall(command)
+    return s.recv(256)
+
+
+def test_web_connections_count_against_maxclients(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--maxclients", "20")  # type: ignore[operator]
+    kept = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT_S)
+    idle = [socket.create_connection(("127.0.0.1", web_port(node))) for _ in range(40)]
+    try:
+        # 1 RESP client + 19 HTTP connections make 20: the other 21 are told
+        # 503 at once and closed; the first 19 stay open, waiting for requests.
+        refused: list[socket.socket] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(refused) < 21 and time.monotonic() < deadline:
+            pending = [s for s in idle if s not in refused]
+            readable, _, _ = select.select(pending, [], [], 0.1)
+            for s in readable:
+                s.settimeout(WAIT_S)
+                answer = read_response(s)
+                assert status_of(answer) == 503
+                assert answer.endswith(b"\r\n\r\nmax number of clients reached\n")
+                refused.append(s)
+        waiting = [s for s in idle if s not in refused]
+        assert waiting == idle[:19]
+        assert select.select(waiting, [], [], 0.5)[0] == []  # nothing said to them
+        # The node still answers its clients; a new one is refused as usual.
+        assert resp(kept, b"PING\r\n") == b"+PONG\r\n"
+        with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT_S) as s:
+            assert s.recv(256) == b"-ERR max number of clients reached\r\n"
+        assert status_of(get(node, "/healthz")) == 503
+        # A connection that holds a place is served.
+        waiting[0].settimeout(WAIT_S)
+        waiting[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert status_of(read_response(waiting[0])) == 200
+        info = resp(kept, b"INFO stats\r\n")
+        while b"rejected_connections:" not in info:
+            info += kept.recv(65536)
+        rejected = int(info.split(b"rejected_connections:")[1].split(b"\r\n")[0])
+        assert rejected >= 23
+    finally:
+        for s in idle:
+            s.close()
+    # Once they are closed, new connections are served again.
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            still_serving(node)
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    for _ in range(30):
+        healthz(node)  # sequential connections free their place when they end
+    ping(node)
+    kept.close()

@@ -13,7 +13,7 @@ import trio.testing
 import trio_websocket
 
 from disque_trio.server import web
-from disque_trio.server.http import HttpError
+from disque_trio.server.http import HttpConnection, HttpError
 from disque_trio.server.websocket import Hub
 
 # ------------------------------------------------------ connection errors
@@ -69,3 +69,43 @@ async def test_a_bug_in_periodic_events_is_logged_not_fatal(
     # At most one report every 10 s, the later ones counting those held back.
     assert len(errors) == 3 and errors[0].exc_info is not None
     assert "more like it" in errors[1].getMessage()
+
+
+# ------------------------------------------------------------ timeouts
+
+
+async def _read_one(
+    sent: bytes, idle_s: float = 60.0, request_s: float = 20.0
+) -> tuple[h11.Request | HttpError | None, float]:
+    """next_request on a stream the peer wrote ``sent`` to and then went
+    quiet: what it returned or raised, and when."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    if sent:
+        await theirs.send_all(sent)
+    http = HttpConnection(ours)
+    started = trio.current_time()
+    try:
+        result: h11.Request | HttpError | None = await http.next_request(idle_s, request_s)
+    except HttpError as e:
+        result = e
+    return result, trio.current_time() - started
+
+
+async def test_an_idle_connection_ends_quietly(autojump_clock: trio.testing.MockClock) -> None:
+    result, took = await _read_one(b"")
+    assert result is None and took == 60.0
+
+
+async def test_a_request_trickled_too_slowly_gets_408(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    result, took = await _read_one(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    assert isinstance(result, HttpError) and result.status == 408 and took == 20.0
+    # A body that stops short, the same.
+    result, took = await _read_one(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab")
+    assert isinstance(result, HttpError) and result.status == 408 and took == 20.0
+
+
+async def test_a_complete_request_is_read(autojump_clock: trio.testing.MockClock) -> None:
+    result, took = await _read_one(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(result, h11.Request) and result.target == b"/healthz" and took == 0
