@@ -38,7 +38,8 @@ Where disque-trio deliberately differs from the original:
 
 New directives: `cluster-port` (0: client port + 10000), `cluster-announce-ip`,
 `cluster-announce-port`, `proto-max-bulk-len`, `web-port` (`auto`: client port +
-1000, 0: disabled) and `web-allowed-origins` (empty: same host only).
+1000, 0: disabled), `web-allowed-origins` (empty: same host only) and
+`metrics-max-queues` (per-queue /metrics series, the longest queues first).
 
 This module never touches a socket or the event loop. It reads and writes the
 configuration file with plain `open()`, which is fine because that only happens at
@@ -640,6 +641,9 @@ class Config:
     web_allowed_origins: tuple[str, ...] = _directive(
         WordsKind("origins", 0, LLONG_MAX), (), mutable=True
     )
+    # New: /metrics has per-queue series for this many queues at most (the
+    # longest); the others are only counted. 0: no per-queue series.
+    metrics_max_queues: int = _directive(IntKind(low=0), 1000, mutable=True)
 
     # Absolute path of the file loaded at startup; None when started without one.
     path: str | None = attrs.field(default=None, kw_only=True)

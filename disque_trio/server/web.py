@@ -196,7 +196,7 @@ class WebServer:
                 await http.respond(status, text.encode() + b"\n", head_only=head)
         elif path == "/metrics":
             if await _allow(http, method, _GET):
-                body = metrics.render(self.server, self.view).encode()
+                body = (await metrics.render(self.server, self.view)).encode()
                 await http.respond(200, body, metrics.CONTENT_TYPE, head_only=head)
         else:
             await http.respond(404, b"not found\n", head_only=head)

@@ -4,6 +4,7 @@ the Host allow-list, WebSocket keys, and choosing the queues /metrics lists."""
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 import h11
@@ -12,7 +13,7 @@ import trio
 import trio.testing
 import trio_websocket
 
-from disque_trio.server import web
+from disque_trio.server import metrics, web
 from disque_trio.server.http import HttpConnection, HttpError
 from disque_trio.server.websocket import Hub
 
@@ -109,3 +110,50 @@ async def test_a_request_trickled_too_slowly_gets_408(
 async def test_a_complete_request_is_read(autojump_clock: trio.testing.MockClock) -> None:
     result, took = await _read_one(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert isinstance(result, h11.Request) and result.target == b"/healthz" and took == 0
+
+
+# ------------------------------------------------- queues /metrics lists
+
+
+class FakeQueue:
+    def __init__(self, name: str, length: int) -> None:
+        self.name = name
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@pytest.mark.parametrize("limit", [0, 1, 7, 50, 99, 100, 1000])
+async def test_choose_queues_keeps_the_longest_in_chunks(
+    limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "CHOOSE_CHUNK", 13)
+    rng = random.Random(limit)
+    queues: list[Any] = [
+        FakeQueue(f"q{rng.randrange(10**6)}-{i}", rng.randrange(5)) for i in range(100)
+    ]
+    chosen, omitted_jobs = await metrics.choose_queues(queues, limit)
+    expected = sorted(queues, key=lambda q: (-len(q), q.name))[:limit]
+    assert chosen == sorted(expected, key=lambda q: q.name)
+    assert omitted_jobs == sum(map(len, queues)) - sum(map(len, expected))
+
+
+async def test_choosing_among_many_queues_yields_to_other_tasks() -> None:
+    queues: list[Any] = [FakeQueue(f"q{i}", i % 7) for i in range(10 * metrics.CHOOSE_CHUNK)]
+    ticks = 0
+
+    async def other_task() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        chosen, _ = await metrics.choose_queues(queues, 10)
+        assert ticks - before >= 10
+        nursery.cancel_scope.cancel()
+    assert [len(q) for q in chosen] == [6] * 10
