@@ -38,7 +38,8 @@ Where disque-trio deliberately differs from the original:
 
 New directives: `cluster-port` (0: client port + 10000), `cluster-announce-ip`,
 `cluster-announce-port`, `proto-max-bulk-len`, `web-port` (`auto`: client port +
-1000, 0: disabled), `web-allowed-origins` (empty: same host only) and
+1000, 0: disabled), `web-allowed-origins` (empty: same host only),
+`web-allowed-hosts` (Host names the web port answers to) and
 `metrics-max-queues` (per-queue /metrics series, the longest queues first).
 
 This module never touches a socket or the event loop. It reads and writes the
@@ -640,6 +641,11 @@ class Config:
     # New: Origin headers a browser may connect from; empty means same host only.
     web_allowed_origins: tuple[str, ...] = _directive(
         WordsKind("origins", 0, LLONG_MAX), (), mutable=True
+    )
+    # New: Host names the web port answers to besides localhost and its bind
+    # addresses (IP addresses always are); "*": any. Stops DNS rebinding.
+    web_allowed_hosts: tuple[str, ...] = _directive(
+        WordsKind("hosts", 0, LLONG_MAX), (), mutable=True
     )
     # New: /metrics has per-queue series for this many queues at most (the
     # longest); the others are only counted. 0: no per-queue series.

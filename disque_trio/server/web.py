@@ -14,7 +14,16 @@ handed over: the bytes h11 already read are replayed to trio-websocket's
 server handshake through a :class:`ReplayStream`. Browsers may only connect
 from an allowed Origin (``web-allowed-origins``; empty means the page's own
 host:port), which stops any web page from driving a local node; clients that
-send no Origin (command-line tools) are let in.
+send no Origin (command-line tools) are let in. Before anything else, a
+request's Host must name this node (``localhost``, an IP address, a bind
+address, or ``web-allowed-hosts``) or gets 421, /healthz excepted: that
+stops DNS rebinding, where a page's own name is made to resolve to the node
+and Origin and Host agree (see :func:`host_allowed`).
+
+Each connection is one task (``handle``), the boundary of its errors: what
+a peer can cause ends the connection, anything else is logged, and nothing
+raises into the node. Open connections count against ``maxclients`` with
+the RESP and WebSocket clients.
 
 With ``requirepass`` set, every request but /healthz must carry the password
 as HTTP Basic credentials (any user name) or ``Authorization: Bearer``, or is
@@ -33,8 +42,10 @@ import base64
 import binascii
 import hmac
 import importlib.resources
+import ipaddress
 import logging
 import mimetypes
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -88,6 +99,10 @@ _GET = ("GET", "HEAD")
 REALM = "disque-trio"
 _CHALLENGE = [("www-authenticate", f'Basic realm="{REALM}"')]
 _OPEN_PATHS = frozenset({"/healthz"})  # answered without credentials
+# Answered whatever the Host: load balancers and orchestrators probe nodes
+# by address or by names of their own, and the answer tells nothing.
+_ANY_HOST_PATHS = frozenset({"/healthz"})
+LOCALHOST = "localhost"
 _FULL_TEXT = b"max number of clients reached\n"
 # Sent as soon as a connection beyond maxclients is accepted.
 _FULL = (
@@ -163,7 +178,11 @@ class WebServer:
             request = await http.next_request(KEEPALIVE_S, REQUEST_TIMEOUT_S)
             if request is None:
                 return
-            path = urlsplit(request.target.decode("latin-1")).path
+            path = _path(request)
+            if path not in _ANY_HOST_PATHS and not self.host_allowed(request):
+                with trio.move_on_after(RESPONSE_TIMEOUT_S):
+                    await _misdirected(http, request)
+                return
             credentials = self.credentials(request)
             if path == "/ws" and credentials is not False:
                 # Without credentials the session starts unauthenticated.
@@ -200,6 +219,11 @@ class WebServer:
                 await http.respond(200, body, metrics.CONTENT_TYPE, head_only=head)
         else:
             await http.respond(404, b"not found\n", head_only=head)
+
+    def host_allowed(self, request: h11.Request) -> bool:
+        config = self.server.config
+        binds = [*config.bind, *(host for host, _ in self.server.web_bound)]
+        return host_allowed(header(request, b"host"), binds, config.web_allowed_hosts)
 
     def credentials(self, request: h11.Request) -> bool | None:
         """True when the request may go on: no ``requirepass``, or its
@@ -389,6 +413,73 @@ async def _answer_error(http: HttpConnection, error: HttpError) -> None:
     await linger(http.stream)
 
 
+def _path(request: h11.Request) -> str:
+    """The path of a request's target (origin or absolute form)."""
+    try:
+        return urlsplit(request.target.decode("latin-1")).path
+    except ValueError:  # "http://[::1/", brackets that do not close
+        raise HttpError(400, "bad request target") from None
+
+
+def host_allowed(host: str | None, binds: Iterable[str], extra: Iterable[str]) -> bool:
+    """Whether a request's Host header names this node, against DNS
+    rebinding: a page of some name that later resolves to the node's address
+    gets the browser to send requests, with that name in Host, that the
+    same-origin rule treats as its own. Allowed: no Host at all (only
+    HTTP/1.0 goes without, never a browser), an IP address (a page whose URL
+    holds an address has that address as its origin: no name to rebind),
+    ``localhost``, a name among the bind addresses, or one of ``extra``
+    (``web-allowed-hosts``, where ``*`` allows any). Ports are not compared."""
+    if host is None:
+        return True
+    name = _host_name(host)
+    if name is None:
+        return False
+    if _is_ip(name) or name == LOCALHOST:
+        return True
+    allowed = {_normal_host(h) for h in (*binds, *extra)}
+    return "*" in allowed or name in allowed
+
+
+def _host_name(host: str) -> str | None:
+    """The host of a Host header (no port, no brackets), normalised; None
+    when it is not a valid host[:port]."""
+    value = host.strip()
+    if not value or any(c in value for c in "/?#@\\ \t"):
+        return None
+    try:
+        parts = urlsplit("//" + value)
+        parts.port  # noqa: B018  (raises ValueError for a bad port)
+    except ValueError:  # a bad port, or brackets that do not close
+        return None
+    if parts.hostname is None:
+        return None
+    return _normal_host(parts.hostname)
+
+
+def _normal_host(name: str) -> str:
+    return name.strip().strip("[]").rstrip(".").lower()
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+async def _misdirected(http: HttpConnection, request: h11.Request) -> None:
+    host = header(request, b"host") or ""
+    body = (
+        f"this node does not answer to the host {host!r}: add the name to "
+        "web-allowed-hosts, or use an address\n"
+    )
+    head = request.method == b"HEAD"
+    headers = [("connection", "close")]
+    await http.respond(421, body.encode(), headers=headers, head_only=head)
+
+
 def _upgrade_problem(request: h11.Request) -> tuple[int, str] | None:
     """Why a request to /ws is not a WebSocket handshake we accept."""
     upgrade = (header(request, b"upgrade") or "").lower()
@@ -397,9 +488,20 @@ def _upgrade_problem(request: h11.Request) -> tuple[int, str] | None:
         return 426, "this endpoint speaks WebSocket only (Upgrade: websocket)"
     if header(request, b"sec-websocket-version") != "13":
         return 426, "unsupported WebSocket version (13 only)"
-    if not header(request, b"sec-websocket-key"):
+    key = header(request, b"sec-websocket-key")
+    if not key:
         return 400, "missing Sec-WebSocket-Key"
+    if not valid_websocket_key(key):
+        return 400, "Sec-WebSocket-Key must be the base64 of 16 bytes"
     return None
+
+
+def valid_websocket_key(key: str) -> bool:
+    """RFC 6455 4.1: the base64 of 16 bytes (24 characters, padded)."""
+    try:
+        return len(base64.b64decode(key.strip().encode("ascii"), validate=True)) == 16
+    except (binascii.Error, ValueError):
+        return False
 
 
 def _normal_origin(origin: str) -> str:
@@ -408,15 +510,18 @@ def _normal_origin(origin: str) -> str:
 
 def _origin_host(origin: str) -> tuple[str, int] | None:
     """(host, port) of an Origin header, the scheme's port when unsaid."""
-    parts = urlsplit(origin.strip())
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:  # "http://[::1" and the like
+        return None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return None  # "null" (file:// pages, sandboxed frames) never matches
     return _host_port(parts.netloc, 443 if parts.scheme == "https" else 80)
 
 
 def _host_port(netloc: str, default_port: int) -> tuple[str, int] | None:
-    parts = urlsplit("//" + netloc.strip())
     try:
+        parts = urlsplit("//" + netloc.strip())
         port = parts.port or default_port
     except ValueError:
         return None

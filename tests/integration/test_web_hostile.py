@@ -3,6 +3,7 @@ connection at most, and the node keeps answering PING and /healthz."""
 
 from __future__ import annotations
 
+import base64
 import select
 import socket
 import struct
@@ -21,9 +22,12 @@ def web_port(node: NodeProcess) -> int:
     return node.port + 1000
 
 
-def ping(node: NodeProcess) -> None:
+def ping(node: NodeProcess, password: str = "") -> None:
     """A fresh RESP connection gets PONG within a second."""
     with socket.create_connection(("127.0.0.1", node.port), timeout=1.0) as s:
+        if password:
+            s.sendall(f"AUTH {password}\r\n".encode())
+            assert s.recv(64) == b"+OK\r\n"
         s.sendall(b"PING\r\n")
         assert s.recv(64) == b"+PONG\r\n"
 
@@ -70,9 +74,9 @@ def healthz(node: NodeProcess) -> None:
     assert status_of(response) == 200 and response.endswith(b"\r\n\r\nok\n")
 
 
-def still_serving(node: NodeProcess) -> None:
+def still_serving(node: NodeProcess, password: str = "") -> None:
     assert node.proc is not None and node.proc.poll() is None, "the node exited"
-    ping(node)
+    ping(node, password)
     healthz(node)
 
 
@@ -188,3 +192,101 @@ def test_web_connections_count_against_maxclients(node_factory: object) -> None:
         healthz(node)  # sequential connections free their place when they end
     ping(node)
     kept.close()
+
+
+# ---------------------------------------------------- Host and DNS rebinding
+
+GOOD_KEY = base64.b64encode(b"0123456789abcdef").decode()
+
+
+def upgrade(key: str = GOOD_KEY, origin: str | None = None) -> bytes:
+    lines = [
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+    ]
+    if origin is not None:
+        lines.append(f"Origin: {origin}")
+    return "".join(f"{line}\r\n" for line in lines).encode()
+
+
+def first_status(node: NodeProcess, target: str, host: str, extra: bytes = b"") -> int:
+    """The status of a request; the connection is closed after the head
+    (a 101 would otherwise stay open)."""
+    with socket.create_connection(("127.0.0.1", web_port(node)), timeout=WAIT_S) as s:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n".encode() + extra + b"\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            chunk = s.recv(4096)
+            assert chunk, head
+            head += chunk
+        return status_of(head)
+
+
+def test_a_dns_rebinding_host_is_refused(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--requirepass", "s3cret")  # type: ignore[operator]
+    port = web_port(node)
+    auth = b"Authorization: Bearer s3cret\r\n"
+    rebound = f"rebind.example:{port}"
+    same_origin = upgrade(origin=f"http://{rebound}")
+    # Origin and Host agree (the page's own name, now resolving to the node):
+    # refused anyway, before the password is asked (no Basic prompt on the
+    # attacker's page) and before the upgrade.
+    for target in ("/", "/metrics", "/static/dashboard.js", "/nope"):
+        assert first_status(node, target, rebound) == 421
+        assert first_status(node, target, rebound, auth) == 421
+    assert first_status(node, "/ws", rebound, same_origin) == 421
+    assert first_status(node, "/ws", rebound, same_origin + auth) == 421
+    response = get(node, "/", host=rebound)
+    assert b"web-allowed-hosts" in response and b"connection: close" in response.lower()
+    for host in ("Rebind.Example", "rebind.example.", "localhost.rebind.example", "[::1"):
+        assert first_status(node, "/", host, auth) in (400, 421)
+    # /healthz answers whatever the Host: probes by address or by any name.
+    for host in (rebound, "10.0.0.7:8711", "lb-probe"):
+        response = get(node, "/healthz", host=host)
+        assert status_of(response) == 200 and response.endswith(b"ok\n")
+    # The node's own names and addresses are served.
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}"):
+        assert first_status(node, "/", host, auth) == 200, host
+        assert first_status(node, "/ws", host, upgrade(origin=f"http://{host}")) == 101, host
+        assert first_status(node, "/ws", host, upgrade()) == 101, host
+    still_serving(node, "s3cret")
+
+
+def test_web_allowed_hosts_adds_names(node_factory: object) -> None:
+    node: NodeProcess = node_factory("--web-allowed-hosts", "disque.example")  # type: ignore[operator]
+    port = web_port(node)
+    assert first_status(node, "/", f"disque.example:{port}") == 200
+    assert first_status(node, "/", "DISQUE.example") == 200
+    assert first_status(node, "/", "ops.example") == 421
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT_S) as s:
+        assert resp(s, b"CONFIG SET web-allowed-hosts ops.example\r\n") == b"+OK\r\n"
+    assert first_status(node, "/", "ops.example") == 200
+    assert first_status(node, "/metrics", "disque.example") == 421  # replaced, not added
+    host = f"ops.example:{port}"
+    assert first_status(node, "/ws", host, upgrade(origin=f"http://{host}")) == 101
+    with socket.create_connection(("127.0.0.1", node.port), timeout=WAIT_S) as s:
+        assert resp(s, b"CONFIG SET web-allowed-hosts *\r\n") == b"+OK\r\n"
+    assert first_status(node, "/", "anything.example") == 200
+    # The Origin rule still applies to /ws: a page of another origin is refused.
+    evil = upgrade(origin="http://evil.example")
+    assert first_status(node, "/ws", "anything.example", evil) == 403
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "!!",
+        "not base64 at all",
+        base64.b64encode(b"0123456789abcde").decode(),  # 15 bytes
+        base64.b64encode(b"0123456789abcdefg").decode(),  # 17 bytes
+        base64.b64encode(b"0123456789abcdef").decode().rstrip("="),  # unpadded
+        "=" * 24,
+    ],
+)
+def test_a_malformed_websocket_key_gets_400(node: NodeProcess, key: str) -> None:
+    response = get(node, "/ws", extra=upgrade(key=key))
+    assert status_of(response) == 400
+    assert b"Sec-WebSocket-Key must be the base64 of 16 bytes" in response
+    assert first_status(node, "/ws", "127.0.0.1", upgrade()) == 101

@@ -157,3 +157,52 @@ async def test_choosing_among_many_queues_yields_to_other_tasks() -> None:
         assert ticks - before >= 10
         nursery.cancel_scope.cancel()
     assert [len(q) for q in chosen] == [6] * 10
+
+
+# -------------------------------------------------------------- Host
+
+
+@pytest.mark.parametrize(
+    ("host", "binds", "extra", "allowed"),
+    [
+        (None, ["127.0.0.1"], [], True),  # HTTP/1.0: no browser sends that
+        ("127.0.0.1:8711", ["127.0.0.1"], [], True),
+        ("localhost:8711", ["127.0.0.1"], [], True),
+        ("LocalHost.", ["127.0.0.1"], [], True),
+        ("[::1]:8711", ["127.0.0.1"], [], True),
+        ("10.1.2.3", ["0.0.0.0"], [], True),  # an address cannot be rebound
+        ("rebind.example:8786", ["127.0.0.1"], [], False),
+        ("rebind.example:8786", ["0.0.0.0"], [], False),
+        ("localhost.rebind.example", ["127.0.0.1"], [], False),
+        ("node1.lan:8711", ["node1.lan"], [], True),  # a name given as bind
+        ("disque.example", ["0.0.0.0"], ["Disque.Example"], True),
+        ("disque.example:443", ["0.0.0.0"], ["disque.example."], True),
+        ("other.example", ["0.0.0.0"], ["disque.example"], False),
+        ("anything.example", ["127.0.0.1"], ["*"], True),
+        ("", ["127.0.0.1"], ["*"], False),  # malformed, even with *
+        ("[::1", ["127.0.0.1"], [], False),
+        ("a b", ["127.0.0.1"], [], False),
+        ("localhost:99999", ["127.0.0.1"], [], False),
+        ("user@localhost", ["127.0.0.1"], [], False),
+        ("2130706433", ["127.0.0.1"], [], False),  # not an address as browsers write them
+    ],
+)
+def test_host_allowed(host: str | None, binds: list[str], extra: list[str], allowed: bool) -> None:
+    assert web.host_allowed(host, binds, extra) is allowed
+
+
+@pytest.mark.parametrize(
+    ("key", "valid"),
+    [
+        ("MDEyMzQ1Njc4OWFiY2RlZg==", True),
+        (" MDEyMzQ1Njc4OWFiY2RlZg== ", True),
+        ("MDEyMzQ1Njc4OWFiY2RlZg", False),  # unpadded
+        ("MDEyMzQ1Njc4OWFiY2Rl", False),  # 15 bytes
+        ("MDEyMzQ1Njc4OWFiY2RlZmc=", False),  # 17 bytes
+        ("!!", False),
+        ("", False),
+        ("MDEyMzQ1Njc4OWFiY2RlZg==\u00e9", False),
+    ],
+)
+def test_valid_websocket_key(key: str, valid: bool) -> None:
+    assert web.valid_websocket_key(key) is valid
