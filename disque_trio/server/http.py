@@ -44,6 +44,9 @@ class HttpConnection:
         # Every byte read since the current request began: an upgrade hands
         # them, unparsed, to the WebSocket handshake.
         self._raw = bytearray()
+        # An answer to HEAD has no body, whatever the route meant to send
+        # (h11 refuses body bytes after a HEAD request).
+        self._head = False
 
     async def next_request(self, idle_s: float, request_s: float) -> h11.Request | None:
         """The next request with its body consumed; None when the peer
@@ -76,6 +79,7 @@ class HttpConnection:
                     deadline.deadline = min(deadline.deadline, trio.current_time() + request_s)
             elif isinstance(event, h11.Request):
                 request = event
+                self._head = event.method == b"HEAD"
             elif isinstance(event, h11.Data):
                 body += len(event.data)
                 if body > MAX_BODY_BYTES:
@@ -106,7 +110,7 @@ class HttpConnection:
         headers: list[tuple[str, str]] | None = None,
         head_only: bool = False,
     ) -> None:
-        """Send a whole response (Content-Length framed)."""
+        """Send a whole response (Content-Length framed; no body after HEAD)."""
         all_headers = [
             ("server", SERVER_NAME.decode()),
             ("content-type", content_type),
@@ -119,7 +123,7 @@ class HttpConnection:
         except ValueError:
             reason = b""
         await self._send(h11.Response(status_code=status, headers=all_headers, reason=reason))
-        if body and not head_only:
+        if body and not head_only and not self._head:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
 

@@ -4,12 +4,15 @@ connection at most, and the node keeps answering PING and /healthz."""
 from __future__ import annotations
 
 import base64
+import json
 import select
 import socket
 import struct
 import time
 
 import pytest
+import trio
+import trio_websocket
 
 from .conftest import NodeProcess
 
@@ -290,3 +293,40 @@ def test_a_malformed_websocket_key_gets_400(node: NodeProcess, key: str) -> None
     assert status_of(response) == 400
     assert b"Sec-WebSocket-Key must be the base64 of 16 bytes" in response
     assert first_status(node, "/ws", "127.0.0.1", upgrade()) == 101
+
+
+# ------------------------------------------- what the fuzzer found (kept)
+
+
+def test_head_on_ws_gets_an_answer_without_body(node: NodeProcess) -> None:
+    """HEAD /ws was answered 405/426 with a body, which h11 refuses after a
+    HEAD request: the connection ended with a logged error."""
+    for extra in (b"", upgrade()):
+        with socket.create_connection(("127.0.0.1", web_port(node)), timeout=WAIT_S) as s:
+            s.sendall(b"HEAD /ws HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"\r\n")
+            data = b""
+            while chunk := s.recv(4096):  # the node closes after /ws
+                data += chunk
+        assert status_of(data) in (405, 426)
+        assert data.endswith(b"\r\n\r\n") and data.count(b"\r\n\r\n") == 1  # no body
+    still_serving(node)
+    assert "Traceback" not in node_log(node)
+
+
+async def test_ids_a_reply_cannot_carry_do_not_end_the_session(node: NodeProcess) -> None:
+    """An id "\\ud800" (a lone surrogate) made the reply unencodable as UTF-8,
+    and 1e400 (inf) as JSON: the session ended with a logged error."""
+    url = f"ws://127.0.0.1:{web_port(node)}/ws"
+    async with trio_websocket.open_websocket_url(url) as conn:
+        with trio.fail_after(WAIT_S):
+            await conn.send_message('{"id": "\\ud800", "cmd": ["PING"]}')
+            assert json.loads(await conn.get_message()) == {"id": "\ud800", "result": "PONG"}
+            await conn.send_message('{"id": 1e400, "cmd": ["PING"]}')
+            reply = json.loads(await conn.get_message())
+            assert reply["id"] is None and "out of range" in reply["error"]
+            await conn.send_message('{"id": 1, "subscribe": ["\\udfff"]}')
+            assert "unknown topic" in json.loads(await conn.get_message())["error"]
+            await conn.send_message('{"id": 2, "cmd": ["PING"]}')
+            assert json.loads(await conn.get_message()) == {"id": 2, "result": "PONG"}
+    still_serving(node)
+    assert "Traceback" not in node_log(node)
