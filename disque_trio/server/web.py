@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 import trio_websocket
+import wsproto.utilities
 
 from . import metrics
 from .http import HttpConnection, HttpError, ReplayStream, header, linger
@@ -385,6 +386,12 @@ _PEER_ERRORS: tuple[type[Exception], ...] = (
     trio.ClosedResourceError,
     trio_websocket.ConnectionClosed,
     trio_websocket.HandshakeError,
+    # trio-websocket 0.12 lets wsproto's errors out of its reader task when
+    # a peer's timing is unlucky: a ping that arrives after the node began
+    # closing is answered, and wsproto refuses to send the pong
+    # (python-trio/trio-websocket#184).
+    wsproto.utilities.LocalProtocolError,
+    wsproto.utilities.RemoteProtocolError,
     OSError,
 )
 

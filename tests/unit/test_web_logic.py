@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 import trio_websocket
+import wsproto.utilities
 
 from disque_trio.server import metrics, web
 from disque_trio.server.http import HttpConnection, HttpError
@@ -30,6 +31,7 @@ from disque_trio.server.websocket import Hub
         ConnectionResetError(),
         BrokenPipeError(),
         trio_websocket.HandshakeError(),
+        wsproto.utilities.LocalProtocolError("Event Pong cannot be sent in state LOCAL_CLOSING"),
     ],
 )
 def test_what_a_peer_causes_is_not_a_bug(error: Exception) -> None:
