@@ -38,8 +38,11 @@ Where disque-trio deliberately differs from the original:
 
 New directives: `cluster-port` (0: client port + 10000), `cluster-announce-ip`,
 `cluster-announce-port`, `proto-max-bulk-len`, `web-port` (`auto`: client port +
-1000, 0: disabled) and `web-allowed-origins` (empty: same host only); Redis 6's
-`tls-*` directives (`tls-auth-clients` defaults to `no` here) and `tls-web`.
+1000, 0: disabled), `web-allowed-origins` (empty: same host only),
+`web-allowed-hosts` (Host names the web port answers to) and
+`metrics-max-queues` (per-queue /metrics series, the longest queues first);
+Redis 6's `tls-*` directives (`tls-auth-clients` defaults to `no` here) and
+`tls-web`.
 
 This module never touches a socket or the event loop. It reads and writes the
 configuration file with plain `open()`, which is fine because that only happens at
@@ -641,6 +644,14 @@ class Config:
     web_allowed_origins: tuple[str, ...] = _directive(
         WordsKind("origins", 0, LLONG_MAX), (), mutable=True
     )
+    # New: Host names the web port answers to besides localhost and its bind
+    # addresses (IP addresses always are); "*": any. Stops DNS rebinding.
+    web_allowed_hosts: tuple[str, ...] = _directive(
+        WordsKind("hosts", 0, LLONG_MAX), (), mutable=True
+    )
+    # New: /metrics has per-queue series for this many queues at most (the
+    # longest); the others are only counted. 0: no per-queue series.
+    metrics_max_queues: int = _directive(IntKind(low=0), 1000, mutable=True)
     # New, with Redis 6's names: TLS (server/tls.py, docs/security.md). A
     # TLS client port besides the plain one (0: none; with `port 0`, the
     # only one); PEM certificate, key (maybe encrypted) and the CA that

@@ -48,6 +48,7 @@ TOPIC_STATS = "stats"
 TOPIC_NODES = "nodes"
 TOPIC_JOBS_PREFIX = "jobs:"
 _REQUEST_KINDS = ("cmd", "subscribe", "unsubscribe")
+MAX_ID_DEPTH = 32  # arrays and objects nested in a request's id
 
 
 @attrs.frozen
@@ -86,15 +87,40 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _depth(value: JsonValue) -> int:
+    """How deeply arrays and objects nest in ``value`` (0 for a scalar)."""
+    depth = 0
+    level: list[JsonValue] = [value]
+    while level:
+        containers = [v for v in level if isinstance(v, (list, dict))]
+        if not containers:
+            break
+        depth += 1
+        level = [child for c in containers for child in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses as inf, which no reply could carry back (an id echoed).
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
 def parse_request(text: str) -> Request:
     """The request in one text frame; BadRequest if it is not one."""
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as e:
         raise BadRequest(None, f"ERR invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise BadRequest(None, "ERR a request must be a JSON object")
     request_id = obj.get("id")
+    if _depth(request_id) > MAX_ID_DEPTH:
+        # Echoed in the reply: a JSON encoder nests as deep as the decoder
+        # did, and a reply that cannot be encoded would end the session.
+        raise BadRequest(None, f"ERR 'id' is nested too deeply (limit {MAX_ID_DEPTH})")
     unknown = sorted(k for k in obj if k != "id" and k not in _REQUEST_KINDS)
     if unknown:
         raise BadRequest(request_id, f"ERR unknown field '{unknown[0]}' in request")
@@ -180,7 +206,15 @@ def event_message(event: str, data: JsonValue) -> str:
 
 
 def dumps(obj: JsonValue) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate, from a client's JSON ("id": "\ud800" echoed,
+            # a topic in an error): not UTF-8, so escaped as JSON allows.
+            return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def to_json(reply: Reply) -> JsonValue:

@@ -18,6 +18,12 @@ READ_SIZE = 16 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # request line and headers
 MAX_BODY_BYTES = 64 * 1024  # read and discarded; larger bodies close the connection
 SERVER_NAME = b"disque-trio"
+# Closing a socket with unread input makes the kernel send a reset, which
+# may destroy the error response just sent before the peer reads it. So an
+# error answer is followed by a half-close and a short drain (what HTTP
+# servers call a lingering close), bounded in time and bytes.
+LINGER_S = 1.0
+LINGER_BYTES = 256 * 1024
 
 
 class HttpError(Exception):
@@ -38,11 +44,28 @@ class HttpConnection:
         # Every byte read since the current request began: an upgrade hands
         # them, unparsed, to the WebSocket handshake.
         self._raw = bytearray()
+        # An answer to HEAD has no body, whatever the route meant to send
+        # (h11 refuses body bytes after a HEAD request).
+        self._head = False
 
-    async def next_request(self) -> h11.Request | None:
+    async def next_request(self, idle_s: float, request_s: float) -> h11.Request | None:
         """The next request with its body consumed; None when the peer
-        closed the connection between requests. HttpError on bad input."""
+        closed the connection between requests, or sent nothing for
+        ``idle_s``. HttpError on bad input, and 408 when a request that
+        began is not complete (head and body) within ``request_s``: a
+        client that trickles bytes holds a connection that long at most."""
+        with trio.move_on_after(idle_s) as deadline:
+            return await self._next_request(deadline, request_s)
+        if self._raw:
+            raise HttpError(408, "request not complete in time")
+        return None
+
+    async def _next_request(
+        self, deadline: trio.CancelScope, request_s: float
+    ) -> h11.Request | None:
         request: h11.Request | None = None
+        if self._raw:  # pipelined: this request began with the last one
+            deadline.deadline = min(deadline.deadline, trio.current_time() + request_s)
         body = 0
         while True:
             try:
@@ -50,9 +73,13 @@ class HttpConnection:
             except h11.RemoteProtocolError as e:
                 raise HttpError(e.error_status_hint, str(e)) from None
             if event is h11.NEED_DATA:
+                began = bool(self._raw)
                 await self._receive()
+                if not began and self._raw:
+                    deadline.deadline = min(deadline.deadline, trio.current_time() + request_s)
             elif isinstance(event, h11.Request):
                 request = event
+                self._head = event.method == b"HEAD"
             elif isinstance(event, h11.Data):
                 body += len(event.data)
                 if body > MAX_BODY_BYTES:
@@ -83,7 +110,7 @@ class HttpConnection:
         headers: list[tuple[str, str]] | None = None,
         head_only: bool = False,
     ) -> None:
-        """Send a whole response (Content-Length framed)."""
+        """Send a whole response (Content-Length framed; no body after HEAD)."""
         all_headers = [
             ("server", SERVER_NAME.decode()),
             ("content-type", content_type),
@@ -96,7 +123,7 @@ class HttpConnection:
         except ValueError:
             reason = b""
         await self._send(h11.Response(status_code=status, headers=all_headers, reason=reason))
-        if body and not head_only:
+        if body and not head_only and not self._head:
             await self._send(h11.Data(data=body))
         await self._send(h11.EndOfMessage())
 
@@ -159,3 +186,21 @@ def header(request: h11.Request, name: bytes) -> str | None:
         if key == name:
             value = raw.decode("latin-1")
     return value
+
+
+async def linger(stream: trio.abc.Stream) -> None:
+    """Half-close our side and read what the peer still sends, for at most
+    LINGER_S and LINGER_BYTES, before the caller closes the stream. Never
+    raises for a broken or closed stream."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            if isinstance(stream, trio.abc.HalfCloseableStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < LINGER_BYTES:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    return
+                drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return

@@ -43,6 +43,19 @@ class Throttle:
         self._held: dict[str, int] = {}
 
     def warn(self, kind: str, message: str, *args: object) -> None:
+        self.log(logging.WARNING, kind, message, *args)
+
+    def log(
+        self,
+        level: int,
+        kind: str,
+        message: str,
+        *args: object,
+        exc_info: BaseException | None = None,
+        logger: logging.Logger = log,
+    ) -> None:
+        """``logger.log(level, ...)`` unless this kind was logged less than
+        ``every`` seconds ago (``exc_info`` adds a traceback)."""
         now = trio.current_time()
         last = self._last.get(kind)
         if last is not None and now - last < self.every:
@@ -51,7 +64,7 @@ class Throttle:
         held = self._held.pop(kind, 0)
         self._last[kind] = now
         suffix = f" ({held} more like it since the last report)" if held else ""
-        log.warning(message + suffix, *args)
+        logger.log(level, message + suffix, *args, exc_info=exc_info)
 
 
 async def accept_loop(

@@ -3,17 +3,35 @@
 Every family has HELP and TYPE lines and a name starting with ``disque_``;
 counters end in ``_total``. Per-queue families carry a ``queue`` label, bus
 message counters a ``type`` label (the message name: ping, repljob, ...).
+
+The cost of a scrape is bounded whatever the number of queues: per-queue
+series are emitted for ``metrics-max-queues`` queues at most, the longest
+ones, and the others are only counted (``disque_queues``,
+``disque_metrics_queues_omitted``, ``disque_metrics_queues_omitted_jobs``).
+Choosing them looks at every queue, in chunks with a checkpoint between
+two, and so does building the rows: other clients wait for one chunk at
+most, not for the whole page (50,000 queues once made a 12 MB page that held
+the event loop for up to 2 s).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+import trio
 
 from .observe import NodeView
 
 if TYPE_CHECKING:
+    from ..core.queue import Queue
     from .runtime import NodeServer
+
+# Queues looked at (choosing) and rows built between two checkpoints.
+CHOOSE_CHUNK = 2000
+ROWS_CHUNK = 200
+SAMPLES_CHUNK = 1000  # sample lines written between two checkpoints
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -27,8 +45,15 @@ class Exposition:
         self._lines: list[str] = []
 
     def add(self, name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> None:
+        self.family(name, kind, help_text)
+        self.samples(name, samples)
+
+    def family(self, name: str, kind: str, help_text: str) -> None:
+        """A family's HELP and TYPE lines; its samples must follow."""
         self._lines.append(f"# HELP {name} {_escape_help(help_text)}")
         self._lines.append(f"# TYPE {name} {kind}")
+
+    def samples(self, name: str, samples: Iterable[Sample]) -> None:
         for labels, value in samples:
             self._lines.append(f"{name}{_labels(labels)} {_number(value)}")
 
@@ -39,10 +64,10 @@ class Exposition:
         return "\n".join(self._lines) + "\n"
 
 
-def render(server: NodeServer, view: NodeView) -> str:
+async def render(server: NodeServer, view: NodeView) -> str:
     out = Exposition()
     _jobs(out, server, view)
-    _queues(out, server, view)
+    await _queues(out, server, view)
     _clients(out, server)
     _cluster(out, server, view)
     _persistence(out, server)
@@ -80,9 +105,49 @@ def _jobs(out: Exposition, server: NodeServer, view: NodeView) -> None:
     )
 
 
-def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
+def longest_queues(queues: Iterable[Queue], limit: int) -> list[Queue]:
+    """The ``limit`` longest queues (jobs waiting), ties by name."""
+    return heapq.nsmallest(limit, queues, key=lambda q: (-len(q), q.name))
+
+
+async def choose_queues(queues: list[Queue], limit: int) -> tuple[list[Queue], int]:
+    """(the ``limit`` longest queues sorted by name, jobs waiting in the
+    others), looking at CHOOSE_CHUNK queues between two checkpoints."""
+    if len(queues) <= limit:
+        return sorted(queues, key=lambda q: q.name), 0
+    chosen: list[Queue] = []
+    waiting = 0
+    for start in range(0, len(queues), CHOOSE_CHUNK):
+        chunk = queues[start : start + CHOOSE_CHUNK]
+        waiting += sum(len(q) for q in chunk)
+        chosen = longest_queues(chosen + chunk, limit)
+        await trio.lowlevel.checkpoint()
+    chosen.sort(key=lambda q: q.name)
+    return chosen, waiting - sum(len(q) for q in chosen)
+
+
+async def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
     now = server.env.clock.wall_ms()
-    rows = [(_label_text(q.name), view.queue_row(q, now)) for q in view.queues()]
+    queues = list(server.node.queues.values())
+    chosen, omitted_jobs = await choose_queues(queues, server.config.metrics_max_queues)
+    out.one("disque_queues", "gauge", "Queues on this node.", len(queues))
+    out.one(
+        "disque_metrics_queues_omitted",
+        "gauge",
+        "Queues without per-queue series here: the shortest ones, beyond metrics-max-queues.",
+        len(queues) - len(chosen),
+    )
+    out.one(
+        "disque_metrics_queues_omitted_jobs",
+        "gauge",
+        "Jobs waiting in the queues without per-queue series.",
+        omitted_jobs,
+    )
+    rows = []
+    for i, q in enumerate(chosen):
+        rows.append((_label_text(q.name), view.queue_row(q, now)))
+        if i % ROWS_CHUNK == ROWS_CHUNK - 1:
+            await trio.lowlevel.checkpoint()
     for name, kind, key, help_text in (
         ("disque_queue_length", "gauge", "len", "Jobs waiting in the queue."),
         ("disque_queue_jobs_in_total", "counter", "jobs_in", "Jobs ever queued."),
@@ -95,7 +160,11 @@ def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
         ),
         ("disque_queue_blocked_clients", "gauge", "blocked", "Clients blocked in GETJOB on it."),
     ):
-        out.add(name, kind, help_text, [({"queue": q}, row[key]) for q, row in rows])
+        out.family(name, kind, help_text)
+        for start in range(0, len(rows), SAMPLES_CHUNK):
+            part = rows[start : start + SAMPLES_CHUNK]
+            out.samples(name, [({"queue": q}, row[key]) for q, row in part])
+            await trio.lowlevel.checkpoint()
 
 
 def _clients(out: Exposition, server: NodeServer) -> None:
@@ -104,6 +173,13 @@ def _clients(out: Exposition, server: NodeServer) -> None:
         "gauge",
         "Clients connected (RESP and WebSocket).",
         len(server.clients),
+    )
+    out.one(
+        "disque_web_connections",
+        "gauge",
+        "HTTP connections open on the web port, this scrape's included "
+        "(WebSocket sessions are clients).",
+        server.web_connections,
     )
     out.one(
         "disque_blocked_clients",

@@ -151,6 +151,9 @@ class NodeServer:
         # Raw name bytes -> command, so the hot path skips decode and lower().
         self._by_raw_name: dict[bytes, Command] = {}
         self.clients: dict[int, Client] = {}
+        # Open HTTP connections of the web port that are not (yet) WebSocket
+        # sessions; with the clients they count against maxclients.
+        self.web_connections = 0
         self.slowlog = SlowLog()
         self.latency = LatencyMonitor()
         self.peak_memory = 0
@@ -394,9 +397,14 @@ class NodeServer:
 
     # -------------------------------------------------------------- clients
 
+    def connections(self) -> int:
+        """What maxclients bounds: RESP and WebSocket clients, and the open
+        HTTP connections of the web port."""
+        return len(self.clients) + self.web_connections
+
     def new_client(self, stream: trio.abc.Stream, kind: str = "normal") -> Client | None:
         """Register a connection; None when maxclients is reached."""
-        if len(self.clients) >= self.config.maxclients:
+        if self.connections() >= self.config.maxclients:
             self.stat_rejected += 1
             return None
         self._next_client_id += 1
@@ -406,6 +414,19 @@ class NodeServer:
         self.clients[client.id] = client
         self.stat_connections += 1
         return client
+
+    def open_web_connection(self) -> bool:
+        """Count an HTTP connection of the web port; False (and counted as
+        rejected) when maxclients is reached. :meth:`close_web_connection`
+        when it ends or becomes a WebSocket client."""
+        if self.connections() >= self.config.maxclients:
+            self.stat_rejected += 1
+            return False
+        self.web_connections += 1
+        return True
+
+    def close_web_connection(self) -> None:
+        self.web_connections -= 1
 
     def drop_client(self, client: Client) -> None:
         self.clients.pop(client.id, None)

@@ -45,6 +45,7 @@ from ..core.waiters import Waiter
 from ..protocol import wsjson
 from ..protocol.replies import Reply, ReplyError, err
 from .client import Client
+from .listen import Throttle
 from .observe import NodeView
 
 if TYPE_CHECKING:
@@ -328,14 +329,25 @@ class Hub:
             session.push_event(topic, frame)
 
     async def run(self) -> None:
-        """Once a second: stats to their subscribers, nodes if they changed."""
+        """Once a second: stats to their subscribers, nodes if they changed.
+        A bug in a snapshot is logged (at most every 10 s) and skips that
+        second: it must not end the web port, nor the node with it."""
+        throttle = Throttle()
         while True:
             await trio.sleep(STATS_PERIOD_S)
-            if self.stats:
-                frame = wsjson.event_message("stats", self.view.stats())
-                for session in list(self.stats):
-                    session.push_event(wsjson.TOPIC_STATS, frame)
-            self._check_nodes()
+            try:
+                self._tick()
+            except Exception as e:
+                throttle.log(
+                    logging.ERROR, "bug", "web events: unexpected error", exc_info=e, logger=log
+                )
+
+    def _tick(self) -> None:
+        if self.stats:
+            frame = wsjson.event_message("stats", self.view.stats())
+            for session in list(self.stats):
+                session.push_event(wsjson.TOPIC_STATS, frame)
+        self._check_nodes()
 
     def _check_nodes(self) -> None:
         rows = self.view.nodes()

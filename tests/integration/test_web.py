@@ -895,3 +895,58 @@ def test_a_taken_web_port_stops_start_up(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"web port {port + 1000} is already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_metrics_list_the_longest_queues_up_to_metrics_max_queues(node_factory: Any) -> None:
+    node: NodeProcess = node_factory()
+    web = node.port + 1000
+    # 1,500 queues; the 1,000 whose number is not a multiple of 3 hold two jobs.
+    longer = {f"q{i:04d}" for i in range(1500) if i % 3}
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as s:
+        commands = b"".join(
+            f"ADDJOB q{i:04d} x 0\r\n".encode() * (2 if f"q{i:04d}" in longer else 1)
+            for i in range(1500)
+        )
+        s.sendall(commands)
+        replies = b""
+        while replies.count(b"\r\n") < 2500:
+            replies += s.recv(1 << 20)
+        assert replies.count(b"+D-") == 2500
+
+    def scrape() -> dict[str, Any]:
+        with socket.create_connection(("127.0.0.1", web), timeout=30) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(1 << 20):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+    families = scrape()
+    for family in (
+        "disque_queue_length",
+        "disque_queue_jobs_in",
+        "disque_queue_jobs_out",
+        "disque_queue_import_rate",
+        "disque_queue_blocked_clients",
+    ):
+        samples = [s for s in families[family].samples if not s.name.endswith("_created")]
+        assert len(samples) == 1000, family
+        assert {s.labels["queue"] for s in samples} == longer, family
+    assert families["disque_queues"].samples[0].value == 1500
+    assert families["disque_metrics_queues_omitted"].samples[0].value == 500
+    assert families["disque_metrics_queues_omitted_jobs"].samples[0].value == 500
+    assert {s.value for s in families["disque_queue_length"].samples} == {2}
+
+    r = redis.Redis(port=node.port, socket_timeout=10)
+    r.config_set("metrics-max-queues", 0)
+    families = scrape()
+    assert families["disque_queue_length"].samples == []
+    assert families["disque_metrics_queues_omitted"].samples[0].value == 1500
+    assert families["disque_metrics_queues_omitted_jobs"].samples[0].value == 2500
+    r.config_set("metrics-max-queues", 5000)
+    families = scrape()
+    assert len(families["disque_queue_length"].samples) == 1500
+    assert families["disque_metrics_queues_omitted"].samples[0].value == 0
+    assert families["disque_metrics_queues_omitted_jobs"].samples[0].value == 0

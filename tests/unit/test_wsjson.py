@@ -98,3 +98,30 @@ def test_messages() -> None:
         "event": "job",
         "data": {"what": "acked"},
     }
+
+
+def test_ids_that_no_reply_could_carry_are_refused() -> None:
+    # 1e400 parses as inf, which JSON cannot carry back.
+    for text in ('{"id": 1e400, "cmd": ["PING"]}', '{"id": 1, "cmd": ["PING", -1e999]}'):
+        with pytest.raises(wsjson.BadRequest) as refused:
+            wsjson.parse_request(text)
+        assert refused.value.message.startswith("ERR invalid JSON: number")
+        assert refused.value.id is None
+    deep = 33
+    text = '{"id": ' + "[" * deep + "]" * deep + ', "cmd": ["PING"]}'
+    with pytest.raises(wsjson.BadRequest) as refused:
+        wsjson.parse_request(text)
+    assert refused.value.message == "ERR 'id' is nested too deeply (limit 32)"
+    ok = '{"id": ' + '{"a": [' * 16 + "1" + "]}" * 16 + ', "cmd": ["PING"]}'
+    request = wsjson.parse_request(ok)
+    assert json.loads(wsjson.reply_message(request.id, "x"))["id"] == request.id
+
+
+def test_a_lone_surrogate_in_an_id_is_echoed_escaped() -> None:
+    request = wsjson.parse_request('{"id": "\\ud800", "cmd": ["PING"]}')
+    frame = wsjson.reply_message(request.id, "PONG")
+    frame.encode("utf-8")  # what the socket needs
+    assert frame == '{"id":"\\ud800","result":"PONG"}'
+    assert json.loads(frame)["id"] == "\ud800"
+    # Text that can travel stays unescaped.
+    assert wsjson.reply_message("é", "✓") == '{"id":"é","result":"✓"}'
