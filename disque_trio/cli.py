@@ -29,7 +29,7 @@ from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
 from .server.aof import AofLoadError
 from .server.logs import LineFormatter, set_log_level
-from .server.runtime import PACKAGE_VERSION, VERSION, ListenError, NodeServer
+from .server.node import PACKAGE_VERSION, VERSION, ListenError, NodeServer
 from .server.tls import TlsContexts
 
 USAGE = """\

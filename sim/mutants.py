@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from disque_trio.core import clusterjobs as cj
+from disque_trio.core import records as core_records
 from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import bus
@@ -80,24 +81,24 @@ def setack_forgets_one_holder() -> contextlib.AbstractContextManager[None]:
             targets = [n for n in job.nodes_delivered if n != node.node_id][:-1]
         for node_id in targets:
             if node_id not in confirmed:
-                node.outbox.append((node_id, bus.SetAck(job.id, len(job.nodes_delivered))))
+                node.effects.send(node_id, bus.SetAck(job.id, len(job.nodes_delivered)))
 
     return patched(cj, "send_setack", send_setack)
 
 
 def aof_requeues_retry0() -> contextlib.AbstractContextManager[None]:
     """An AOF reload queues RETRY 0 jobs again (as if never delivered)."""
-    original = AppendOnlyFile._restore
+    original = core_records._restore
 
-    def restore(self: AppendOnlyFile, rec: Any, enqueue_once: bool, now: int) -> None:
-        original(self, rec, enqueue_once, now)
-        job = self.server.node.jobs.get(rec.id)
+    def restore(node: Node, rec: Any, enqueue_once: bool, now: int) -> None:
+        original(node, rec, enqueue_once, now)
+        job = node.jobs.get(rec.id)
         if job is not None and job.retry == 0 and job.state == JobState.ACTIVE:
             job.qtime = now
             job.flags &= ~FLAG_DELIVERED
-            self.server.node.enqueue(job, now=now)
+            node.enqueue(job, now=now)
 
-    return patched(AppendOnlyFile, "_restore", restore)
+    return patched(core_records, "_restore", restore)
 
 
 def queued_skips_dequeue() -> contextlib.AbstractContextManager[None]:
@@ -117,12 +118,12 @@ def queued_skips_dequeue() -> contextlib.AbstractContextManager[None]:
 
 
 def aof_write_dropped() -> contextlib.AbstractContextManager[None]:
-    """write_pending drops what the core queued (reply before durability)."""
+    """The AOF writer drops what the core recorded (reply before durability)."""
 
-    def write_pending(self: AppendOnlyFile) -> None:
-        self.server.node.aof.clear()
+    def append(self: AppendOnlyFile, data: list[bytes]) -> int:
+        return 0
 
-    return patched(AppendOnlyFile, "write_pending", write_pending)
+    return patched(AppendOnlyFile, "append", append)
 
 
 def repljob_no_merge() -> contextlib.AbstractContextManager[None]:

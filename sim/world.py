@@ -48,7 +48,7 @@ from disque_trio.core.job import Job, JobState
 from disque_trio.core.queue import PAUSED_IN
 from disque_trio.env import Env
 from disque_trio.protocol import bus
-from disque_trio.server.runtime import NodeServer
+from disque_trio.server.node import NodeServer
 
 from .disk import DiskHandle, SimDisk
 from .net import SimNet

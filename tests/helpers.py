@@ -14,8 +14,8 @@ import trio.testing
 from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
-from disque_trio.server.connection import serve_client
-from disque_trio.server.runtime import NodeServer
+from disque_trio.server.connections import serve_client
+from disque_trio.server.node import NodeServer
 
 
 def make_config(**overrides: Any) -> Config:

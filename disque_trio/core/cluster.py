@@ -6,7 +6,8 @@ Every node keeps a table of the nodes it knows (itself included). Links are
 one-way: each node sends to a peer over its own outbound connection and
 reads what peers send on the connections they opened. The shell owns the
 connections and tells the table when an outbound link comes up or goes down;
-the table tells the shell what to send (:attr:`ClusterTable.outbox`) and
+the table tells the shell what to send (``Send`` effects in
+:attr:`ClusterTable.effects`, the node's sink once a Node owns the table) and
 which nodes it should be connected to (:meth:`ClusterTable.wanted_links`).
 
 Membership spreads by gossip: every PING/PONG/MEET carries a few random
@@ -34,6 +35,7 @@ import random
 from collections.abc import Iterable
 
 from ..protocol import bus
+from .effects import Effects
 
 # Node flags, the original's bits (CLUSTER NODES prints them by name).
 PFAIL = 1 << 0
@@ -120,8 +122,9 @@ class ClusterTable:
         self.myself.link_up = True
         self.nodes: dict[str, PeerNode] = {node_id: self.myself}
         self.blacklist: dict[str, int] = {}  # forgotten node id -> until ms
-        # Messages for the shell to send: (node id, message).
-        self.outbox: list[tuple[str, object]] = []
+        # Messages for the shell to send (Send effects). A Node replaces it
+        # with its own sink, so the shell drains one list in order.
+        self.effects = Effects()
         # Nodes whose link should be re-opened (see _check_node).
         self.stuck_links: set[str] = set()
         # Bumped on every change nodes.conf records (membership, leaving):
@@ -386,7 +389,7 @@ class ClusterTable:
 
     def send(self, node_id: str, msg: object) -> None:
         self.stats_sent += 1
-        self.outbox.append((node_id, msg))
+        self.effects.send(node_id, msg)
 
     def heartbeat(self, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
         return kind(self.node_id, self.myself.flags & LEAVING, self.gossip())

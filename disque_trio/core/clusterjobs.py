@@ -50,6 +50,7 @@ from .job import (
     JobState,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
+from .records import job_data, job_from_data, merge_holders
 from .waiters import Waiter
 
 if TYPE_CHECKING:
@@ -71,24 +72,6 @@ NOREPL_EXPIRED = ReplyError(
     "NOREPL",
     "job removed (expired?) before the requested replication level was achieved",
 )
-
-
-def job_data(job: Job, now: int) -> bus.JobData:
-    """A job as it travels: TTL left instead of an absolute expire time,
-    because node clocks are not synchronised."""
-    return bus.JobData(
-        job.id,
-        job.queue,
-        job.body or b"",
-        job.repl,
-        job.ctime,
-        max(1, job.etime - now // 1000),
-        job.delay,
-        job.retry,
-        job.nacks,
-        job.deliveries,
-        job.nodes_delivered,
-    )
 
 
 def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
@@ -121,7 +104,7 @@ def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             quiet = noreply or node_id in confirmed
-            node.outbox.append((node_id, bus.ReplJob(data, quiet)))
+            node.effects.send(node_id, bus.ReplJob(data, quiet))
     return added
 
 
@@ -143,7 +126,7 @@ def send_enqueue(node: Node, job: Job) -> None:
     holders = [n for n in (job.nodes_confirmed or job.nodes_delivered) if n != node.node_id]
     if holders:
         target = holders[int(node.rng.random() * len(holders))]
-        node.outbox.append((target, bus.Enqueue(job.id, job.delay)))
+        node.effects.send(target, bus.Enqueue(job.id, job.delay))
 
 
 def replication_achieved(node: Node, job: Job) -> None:
@@ -151,7 +134,7 @@ def replication_achieved(node: Node, job: Job) -> None:
     job.nodes_confirmed = None
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
-        waiter.finish(Status(job.id))
+        node.finish_wait(waiter, Status(job.id))
     # Everybody learns the final list of holders.
     node.replicate(job, 0, noreply=True)
     if node.node_id not in job.nodes_delivered:
@@ -180,7 +163,7 @@ def replication_aborted(node: Node, job: Job) -> None:
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
         node.stats.replication_failures += 1
-        waiter.finish(NOREPL_EXPIRED)
+        node.finish_wait(waiter, NOREPL_EXPIRED)
     job.state = JobState.ACTIVE
     _deljob_to_holders(node, job)
 
@@ -201,7 +184,7 @@ def replication_timed_out(node: Node, waiter: Waiter) -> ReplyError:
 def _deljob_to_holders(node: Node, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.outbox.append((node_id, bus.DelJob(job.id)))
+            node.effects.send(node_id, bus.DelJob(job.id))
 
 
 # ------------------------------------------------------ hooks from node
@@ -211,7 +194,7 @@ def broadcast_queued(node: Node, job: Job, nack: bool) -> None:
     flags = bus.FLAG_INCR_NACKS if nack else bus.FLAG_INCR_DELIV
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.outbox.append((node_id, bus.Queued(job.id, flags)))
+            node.effects.send(node_id, bus.Queued(job.id, flags))
 
 
 def announce_queued(node: Node, job: Job) -> None:
@@ -220,13 +203,13 @@ def announce_queued(node: Node, job: Job) -> None:
     job.flags |= FLAG_TOLD_QUEUED
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.outbox.append((node_id, bus.Queued(job.id, 0)))
+            node.effects.send(node_id, bus.Queued(job.id, 0))
 
 
 def send_willqueue(node: Node, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.outbox.append((node_id, bus.WillQueue(job.id)))
+            node.effects.send(node_id, bus.WillQueue(job.id))
 
 
 def send_setack(node: Node, job: Job) -> None:
@@ -240,7 +223,7 @@ def send_setack(node: Node, job: Job) -> None:
     may_have = len(job.nodes_delivered)
     for node_id in targets:
         if node_id not in confirmed:
-            node.outbox.append((node_id, bus.SetAck(job.id, may_have)))
+            node.effects.send(node_id, bus.SetAck(job.id, may_have))
 
 
 def broadcast_deljob(node: Node, job_id: str, job: Job | None) -> None:
@@ -249,18 +232,18 @@ def broadcast_deljob(node: Node, job_id: str, job: Job | None) -> None:
     else:
         targets = [n.node_id for n in node.cluster.others()]
     for node_id in targets:
-        node.outbox.append((node_id, bus.DelJob(job_id)))
+        node.effects.send(node_id, bus.DelJob(job_id))
 
 
 def broadcast_working(node: Node, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.outbox.append((node_id, bus.Working(job.id)))
+            node.effects.send(node_id, bus.Working(job.id))
 
 
 def broadcast_pause(node: Node, name: str, pause: Pause) -> None:
     for peer in node.cluster.reachable():
-        node.outbox.append((peer.node_id, bus.Pause(name, int(pause))))
+        node.effects.send(peer.node_id, bus.Pause(name, int(pause)))
 
 
 # ------------------------------------------------------------ receiving
@@ -284,50 +267,15 @@ def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
             return
         if data.id in node.deleted_ids:
             return  # deleted here lately: a late copy would resurrect it
-        job = _job_from_data(node, data)
+        job = job_from_data(node, data)
         job.flags |= FLAG_BCAST_QUEUED
         node.register(job)
     else:
         # A copy we hold: learn the holders added since, whatever our state
         # (paused in, leaving, short of memory refuse new copies only).
-        job.nodes_delivered = _merge_holders(node, job.nodes_delivered, data.nodes_delivered)
+        job.nodes_delivered = merge_holders(node, job.nodes_delivered, data.nodes_delivered)
     if not msg.noreply:
-        node.outbox.append((sender, bus.GotJob(data.id)))
-
-
-def _merge_holders(
-    node: Node, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
-) -> tuple[str, ...]:
-    """Our holder list plus a peer's, without nodes we were told to forget
-    (a peer that has not run CLUSTER FORGET yet still lists them; an ack
-    would then wait for a node that is gone)."""
-    forgotten = node.cluster.blacklist
-    return tuple(dict.fromkeys((*ours, *(n for n in theirs if n not in forgotten))))
-
-
-def _job_from_data(node: Node, data: bus.JobData) -> Job:
-    now = node.now_ms()
-    queue = node.queue(data.queue, now).name
-    job = Job(
-        data.id,
-        queue,
-        data.body,
-        JobState.ACTIVE,
-        data.repl,
-        data.ctime,
-        now // 1000 + data.ttl,
-        data.delay,
-        data.retry,
-    )
-    job.nacks = data.nacks
-    job.deliveries = data.deliveries
-    job.nodes_delivered = _merge_holders(node, (), data.nodes_delivered)
-    if data.retry:
-        job.flags |= FLAG_BCAST_WILLQUEUE
-        job.qtime = now + (data.delay + data.retry) * 1000 + node.time_error()
-    else:
-        job.qtime = 0
-    return job
+        node.effects.send(sender, bus.GotJob(data.id))
 
 
 def _on_gotjob(node: Node, sender: str, msg: bus.GotJob) -> None:
@@ -362,7 +310,7 @@ def _answer_deleted(node: Node, sender: str, job_id: str) -> None:
     ack (its DELJOB after FASTACK or collection was lost, or we did not list
     it). SETACK without a holder count: it acks and collects it itself."""
     if job_id in node.deleted_acked:
-        node.outbox.append((sender, bus.SetAck(job_id, 0)))
+        node.effects.send(sender, bus.SetAck(job_id, 0))
 
 
 def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
@@ -371,7 +319,7 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
         _answer_deleted(node, sender, msg.job_id)
         return
     if job.state == JobState.ACKED:
-        node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
+        node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
         return
     if sender not in job.nodes_delivered:
         job.nodes_delivered = (*job.nodes_delivered, sender)  # it holds a copy
@@ -385,7 +333,7 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
         # Both queued and we keep ours: say so, or the sender (which may
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
-        node.outbox.append((sender, bus.Queued(job.id, 0)))
+        node.effects.send(sender, bus.Queued(job.id, 0))
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
@@ -409,7 +357,7 @@ def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
         announce_queued(node, job)
         node.probe("willqueue-answered-queued", job)
     elif job.state == JobState.ACKED:
-        node.outbox.append((sender, bus.SetAck(job.id, len(job.nodes_delivered))))
+        node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
 
 
 def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
@@ -419,10 +367,10 @@ def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
             replication_achieved(node, job)
         node.acknowledge(job)
     if job is None or len(job.nodes_delivered) <= msg.may_have:
-        node.outbox.append((sender, bus.GotAck(msg.job_id, job is not None)))
+        node.effects.send(sender, bus.GotAck(msg.job_id, job is not None))
         return
     if msg.may_have == 0:
-        node.outbox.append((sender, bus.GotAck(msg.job_id, True)))
+        node.effects.send(sender, bus.GotAck(msg.job_id, True))
     node.try_gc(job)
 
 
@@ -492,13 +440,28 @@ def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
         q.needjobs_bcast_ms = now
         q.needjobs_bcast_attempt = min(q.needjobs_bcast_attempt + 1, 16)
         for peer in node.cluster.reachable():
-            node.outbox.append((peer.node_id, bus.NeedJobs(name, 1)))
+            node.effects.send(peer.node_id, bus.NeedJobs(name, 1))
     adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
     if responders and (reached_zero or now - q.needjobs_adhoc_ms > adhoc_delay):
         q.needjobs_adhoc_ms = now
         q.needjobs_adhoc_attempt = min(q.needjobs_adhoc_attempt + 1, 16)
         for node_id in responders:
-            node.outbox.append((node_id, bus.NeedJobs(name, to_fetch)))
+            node.effects.send(node_id, bus.NeedJobs(name, to_fetch))
+
+
+def needjobs_due(node: Node, name: str) -> int | None:
+    """When :func:`need_jobs` next has something to send for this queue
+    (node-time ms), or None: nobody waits, jobs are here, or there is no
+    one to ask. The queue's delivery task sleeps until then."""
+    q = node.queues.get(name)
+    if q is None or not q.waiters or q.jobs or node.leaving or node.cluster_size <= 1:
+        return None
+    bcast_delay = min(NEEDJOBS_BCAST_MIN_MS << q.needjobs_bcast_attempt, NEEDJOBS_BCAST_MAX_MS)
+    due = q.needjobs_bcast_ms + bcast_delay + 1
+    if q.needjobs_responders:
+        adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
+        due = min(due, q.needjobs_adhoc_ms + adhoc_delay + 1)
+    return due
 
 
 def _valid_responders(node: Node, q: Queue, now: int) -> list[str]:
@@ -539,7 +502,7 @@ def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
             job.nodes_delivered = (*job.nodes_delivered, sender)
         q.jobs_out += 1
         jobs.append(job)
-    node.outbox.append((sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs))))
+    node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs)))
     for job in jobs:
         if job.retry == 0:
             node.unregister(job)  # at most once: it now lives there only
@@ -559,7 +522,7 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
             _answer_deleted(node, sender, data.id)
             continue
         if job is None:
-            job = _job_from_data(node, data)
+            job = job_from_data(node, data)
             node.register(job)
             if job.retry == 0:
                 job.qtime = now  # any non-zero value lets enqueue() accept it
@@ -567,7 +530,7 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
         elif job.retry == 0:
             continue  # a duplicate or late copy: at most once, never again
         else:
-            job.nodes_delivered = _merge_holders(node, job.nodes_delivered, data.nodes_delivered)
+            job.nodes_delivered = merge_holders(node, job.nodes_delivered, data.nodes_delivered)
         # A job moving between queues is not delivered again: queue it as a
         # first queueing, which counts nothing.
         job.flags &= ~FLAG_BCAST_QUEUED

@@ -39,6 +39,10 @@ _STATE_LABELS = {
 STATE_BY_LABEL = {label: state for state, label in _STATE_LABELS.items()}
 
 # Job flags (a bit field, to keep one int per job instead of three bools).
+# Re-queue times are spread by +/- half of this, so that the holders of a
+# job do not all re-queue it at the same moment.
+TIME_ERROR_MS = 500
+
 FLAG_DELIVERED = 1  # handed to a client at least once (RETRY 0: never again)
 FLAG_BCAST_QUEUED = 2  # the next enqueue broadcasts QUEUED (re-queue, not first)
 FLAG_BCAST_WILLQUEUE = 4  # wake 500 ms before qtime to send WILLQUEUE

@@ -7,11 +7,12 @@ a file. The shell (``disque_trio.server``) feeds it client commands
 (:meth:`Node.execute`), and calls :meth:`Node.tick` when
 :meth:`Node.next_deadline` is reached. Time comes from the injected
 :class:`Clock`, randomness from the injected ``random.Random``. What the node
-wants done outside (wake a blocked client, and in later layers send a bus
-message or append an AOF record) it either does through a callback the shell
-installed (``Waiter.notify``) or appends to :attr:`Node.effects` for the shell
-to drain after the call. Because each call is synchronous and Trio runs one
-task at a time, every command is atomic without locks.
+wants done outside (send a bus message, append an AOF record, wake a
+blocked client, hand jobs to a queue's waiting consumers, log) it records as
+a typed effect in :attr:`Node.effects` (``core/effects.py``), which the shell
+drains at its one commit point after the call. Because each call is
+synchronous and Trio runs one task at a time, every command is atomic
+without locks.
 
 Rules kept here (docs/design.md, "Jobs and timers"):
 
@@ -31,23 +32,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import aof
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
 from .cluster import LEAVING, ClusterTable
+from .effects import Effects, Persist, Wake, WakeQueue
 from .ids import JobIdGenerator
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELIVERED,
     FLAG_TOLD_QUEUED,
+    TIME_ERROR_MS,
     Job,
     JobState,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
+from .records import job_record
 from .stats import NodeStats
 from .waiters import Waiter
 
@@ -55,7 +59,6 @@ if TYPE_CHECKING:
     from .jobcmds import ScanSnapshot
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
-TIME_ERROR_MS = 500  # re-queue times are spread by +/- half of this
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
 GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
 GC_RETRY_COUNT_MAX = 10
@@ -106,16 +109,16 @@ class Node:
         self.cluster_size = 1
         self.reachable_peers = 0
         self.leaving = False
-        # Side effects for the shell to carry out after each call.
-        self.effects: list[Any] = []
-        # Bus messages for the shell to send: (node id, message).
-        self.outbox: list[tuple[str, object]] = []
+        # What the shell must do after each call, in order (core/effects.py).
+        # The cluster table records its messages in the same sink.
+        self.effects = Effects()
+        self.cluster.effects = self.effects
         # The newest QSCAN/JSCAN key order, "jobs" and "queues" (see
         # jobcmds.ScanArgs for why one snapshot serves every scan).
         self.scan_snapshots: dict[str, ScanSnapshot] = {}
-        # AOF records waiting to be written, or None while the AOF is off.
-        # The shell writes them after each batch, before sending replies.
-        self.aof: list[bytes] | None = None
+        # Whether the AOF is on: changes to jobs are then recorded as
+        # Persist effects, written before the replies that depend on them.
+        self.persisting = False
         # ADDJOB clients waiting for synchronous replication, by job ID.
         self.repl_waiters: dict[str, Waiter] = {}
         # Jobs deleted here lately, ID -> wall ms, oldest first (see
@@ -237,27 +240,26 @@ class Node:
         its timer right after (enqueue does), to index it only once."""
         if job.id in self.jobs:
             return False
-        pending = self.aof
-        record = b""
-        if pending is not None and job.body is not None and job.state != JobState.WAIT_REPL:
+        record = None
+        if self.persisting and job.body is not None and job.state != JobState.WAIT_REPL:
             # Encoded before the job is held: never a job in memory whose
             # record could not be written.
-            record = aof.loadjob(job_record(job))
+            record = Persist(aof.loadjob(job_record(job)))
         self.jobs[job.id] = job
         if job.body is not None:
             self.body_bytes += len(job.body)
         if schedule:
             self.update_awake(job)
-        if pending is not None and record:
-            pending.append(record)
+        if record is not None:
+            self.effects.append(record)
         if self.observers:
             self._notify("registered", job)
         return True
 
     def persist(self, job: Job) -> None:
         """Record the job's whole state in the AOF (when it is on)."""
-        if self.aof is not None and job.body is not None:
-            self.aof.append(aof.loadjob(job_record(job)))
+        if self.persisting and job.body is not None:
+            self.effects.append(Persist(aof.loadjob(job_record(job))))
 
     def unregister(self, job: Job) -> None:
         """Forget a job whatever its state (expiry, collection, DELJOB)."""
@@ -267,8 +269,8 @@ class Node:
             self.dequeue(job)
         if job.state == JobState.WAIT_REPL:
             self.replication_aborted(job)
-        elif self.aof is not None and job.body is not None:
-            self.aof.append(aof.deljob(job.id))
+        elif self.persisting and job.body is not None:
+            self.effects.append(Persist(aof.deljob(job.id)))
         self.awake.unschedule(job)
         del self.jobs[job.id]
         if job.body is not None:
@@ -374,7 +376,7 @@ class Node:
         if self.observers:
             self._notify("queued", job)
         if q.waiters and not q.pause & PAUSED_OUT:
-            self.serve_waiters(q)
+            self.wake_queue(q)
         return True
 
     def dequeue(self, job: Job) -> bool:
@@ -413,17 +415,27 @@ class Node:
             q = self.queue(name)
         q.pause = int(pause)
         if not q.pause & PAUSED_OUT and q.waiters and q.jobs:
-            self.serve_waiters(q)
+            self.wake_queue(q)
         self.schedule_queue_gc(q)
         return Pause(q.pause)
 
     # ------------------------------------------------------------- waiters
 
     def block(self, waiter: Waiter) -> None:
-        """Register a GETJOB client on every queue it named."""
+        """Register a GETJOB client on every queue it named (each queue's
+        delivery task starts, if it was not running: it hands over the jobs
+        that come and asks other nodes for some)."""
         for name in waiter.queues:
-            self.queue(name).waiters[waiter] = None
+            q = self.queue(name)
+            q.waiters[waiter] = None
+            self.wake_queue(q)
         self.stats.blocked_clients += 1
+
+    def wake_queue(self, q: Queue) -> None:
+        """Ask for the queue's delivery to run (once until it has)."""
+        if not q.wake_pending:
+            q.wake_pending = True
+            self.effects.append(WakeQueue(q.name))
 
     def cancel_wait(self, waiter: Waiter) -> Reply:
         """The shell gave up on a waiter (timeout, disconnect, shutdown):
@@ -448,7 +460,11 @@ class Node:
                     self.schedule_queue_gc(q)
 
     def serve_waiters(self, q: Queue) -> None:
-        """Hand jobs of a queue to its blocked clients, oldest client first."""
+        """Hand jobs of a queue to its blocked clients, oldest client first
+        (the queue's delivery task calls it after a WakeQueue)."""
+        q.wake_pending = False
+        if q.pause & PAUSED_OUT:
+            return
         while q.waiters and q.jobs:
             waiter = next(iter(q.waiters))
             jobs: list[Reply] = []
@@ -458,7 +474,12 @@ class Node:
                     break
                 jobs.append(job_reply(job, waiter.withcounters))
             self._unblock(waiter)
-            waiter.finish(jobs)
+            self.finish_wait(waiter, jobs)
+
+    def finish_wait(self, waiter: Waiter, reply: Reply) -> None:
+        """A blocked command is answered: its reply goes out at the commit."""
+        waiter.finish(reply)
+        self.effects.append(Wake(waiter))
 
     def unblock_all(self, reply: Reply) -> None:
         """Answer every blocked GETJOB client (CLUSTER LEAVING, shutdown)."""
@@ -467,7 +488,7 @@ class Node:
             waiters.update(q.waiters)
         for waiter in waiters:
             self._unblock(waiter)
-            waiter.finish(reply)
+            self.finish_wait(waiter, reply)
 
     # ---------------------------------------------------------------- acks
 
@@ -478,8 +499,8 @@ class Node:
         job.state = JobState.ACKED
         job.nodes_confirmed = None
         self.update_awake(job)
-        if self.aof is not None and job.body is not None:
-            self.aof.append(aof.ackjob(job.id))
+        if self.persisting and job.body is not None:
+            self.effects.append(Persist(aof.ackjob(job.id)))
         self._notify("acked", job)
 
     def try_gc(self, job: Job) -> None:
@@ -535,8 +556,10 @@ class Node:
     # --------------------------------------- across nodes (core/clusterjobs.py)
 
     def cron(self) -> None:
-        """Periodic work (10 times a second): clients still blocked on empty
-        queues keep asking other nodes for jobs (NEEDJOBS paces itself)."""
+        """Periodic work (10 times a second): follow the clock, and under
+        memory pressure evict and shorten idle queues' lives. (Asking
+        other nodes for jobs is each queue's delivery task's business:
+        ``clusterjobs.needjobs_due``.)"""
         self.follow_clock()
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
@@ -546,11 +569,6 @@ class Node:
             # A pass looks at every job: once a second is enough.
             self._next_eviction_ms = now + 1000
             self.evict_for_memory(now)
-        if self.cluster_size <= 1 or self.leaving:
-            return
-        for q in list(self.queues.values()):
-            if q.waiters and not q.jobs:
-                self.need_jobs(q.name)
 
     def receive(self, sender: str, msg: object) -> None:
         """A job-level bus message from another node."""
@@ -731,7 +749,7 @@ class Node:
         for q in self.queues.values():
             for waiter in list(q.waiters):
                 self._unblock(waiter)
-                waiter.finish(None)
+                self.finish_wait(waiter, None)
         self.jobs.clear()
         self.queues.clear()
         self.awake.clear()
@@ -753,23 +771,3 @@ def job_reply(job: Job, withcounters: bool) -> list[Reply]:
             job.deliveries,
         ]
     return [job.queue, job.id, body]
-
-
-def job_record(job: Job) -> aof.JobRecord:
-    """The job as the AOF stores it."""
-    return aof.JobRecord(
-        job.id,
-        job.queue,
-        job.body or b"",
-        int(job.state),
-        job.repl,
-        job.ctime,
-        job.etime,
-        job.delay,
-        job.retry,
-        job.nacks,
-        job.deliveries,
-        job.nodes_delivered,
-        job.qtime,
-        job.flags,
-    )

@@ -64,6 +64,7 @@ class Queue:
         "needjobs_responders",
         "pause",
         "waiters",
+        "wake_pending",
     )
 
     def __init__(self, name: str, now_ms: int) -> None:
@@ -76,6 +77,8 @@ class Queue:
         # Blocked GETJOB clients, oldest first. A dict used as an ordered set:
         # removal of a client that timed out is O(1).
         self.waiters: dict[Waiter, None] = {}
+        # A WakeQueue effect is out and its delivery has not run yet.
+        self.wake_pending = False
         self.pause = 0  # PAUSED_IN | PAUSED_OUT bits; Pause(q.pause) to name it
         self.ctime = now_ms // 1000  # unix seconds, like QSTAT reports
         self.atime = now_ms // 1000  # last access, for idle eviction

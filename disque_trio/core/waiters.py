@@ -2,10 +2,12 @@
 
 The core cannot await, so a command that must wait (GETJOB on empty queues,
 ADDJOB until replicated) returns a :class:`Waiter`. The core fills in
-``reply`` when the wait is over and calls ``notify`` (set by the shell; in
-production it sets a ``trio.Event``). If the shell gives up first (timeout,
-client gone, shutdown) it calls ``Node.cancel_wait``; whichever happens first
-wins, and ``done`` tells which.
+``reply`` when the wait is over and records a ``Wake`` effect
+(``Node.finish_wait``); the shell wakes the client at its commit point. If
+the shell gives up first (timeout, client gone, shutdown) it calls
+``Node.cancel_wait``; whichever happens first wins, and ``done`` tells
+which. ``wake`` is the shell's: what it calls for a ``Wake`` (a
+``trio.Event.set`` in production).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from ..protocol.replies import Reply
 
 
-def _no_notify() -> None:
+def _nothing() -> None:
     return None
 
 
@@ -23,11 +25,12 @@ class Waiter:
     __slots__ = (
         "count",
         "done",
+        "durable",
         "job_id",
-        "notify",
         "queues",
         "reply",
         "timeout_ms",
+        "wake",
         "withcounters",
     )
 
@@ -47,9 +50,11 @@ class Waiter:
         self.timeout_ms = timeout_ms  # 0 = wait forever; the shell enforces it
         self.reply: Reply = None
         self.done = False
-        self.notify: Callable[[], None] = _no_notify
+        # The AOF sequence number its reply must wait for (set by the shell
+        # when it applies the Wake; 0: none).
+        self.durable = 0
+        self.wake: Callable[[], None] = _nothing
 
     def finish(self, reply: Reply) -> None:
         self.reply = reply
         self.done = True
-        self.notify()

@@ -21,7 +21,7 @@ from . import clustercmds, info
 from .client import Client
 
 if TYPE_CHECKING:
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 
 @attrs.frozen
@@ -118,7 +118,7 @@ def disque_hello(server: NodeServer) -> Reply:
 
 
 def _version() -> str:
-    from .runtime import VERSION
+    from .node import VERSION
 
     return VERSION
 
@@ -362,6 +362,7 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
     if len(argv) > 2 or mode not in (b"", b"nosave", b"save", b"rewrite-aof"):
         return SYNTAX_ERROR
     aof = ctx.server.aof
+    aof.write_now()  # what the writer has not written yet goes first
     try:
         if mode == b"rewrite-aof":
             # Controlled restart: every job with its queue state, so that
@@ -372,6 +373,9 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
     except OSError as e:
         return err(f"Errors trying to SHUTDOWN. Check logs. ({e.strerror or e})")
     ctx.server.shutdown(fsync_aof=False)  # done above, or NOSAVE
+    # Like Redis, whose process exits: the connection ends with no reply.
+    if ctx.client.cancel_scope is not None:
+        ctx.client.cancel_scope.cancel()
     ctx.client.close_after_reply = True
     return OK
 

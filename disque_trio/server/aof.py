@@ -1,33 +1,40 @@
-"""The append-only file: write, fsync, load, rewrite.
+"""The append-only file: the writer task, load, rewrite.
 
-The core queues records (``node.aof``) as jobs are created, acknowledged and
-deleted. :meth:`AppendOnlyFile.write_pending` appends them through the disk
-seam after every batch of commands and before the batch's replies are sent
-(fsyncing first with ``appendfsync always``), so a client never holds a job
-ID whose record could be lost by ``kill -9``. With ``everysec`` the cron
-fsyncs once a second; with ``no`` the kernel decides.
+The core records what must survive a crash as ``Persist`` effects (a job
+created, acknowledged, deleted). At the commit point the shell hands them to
+:meth:`AppendOnlyFile.append`, which returns a sequence number; the writer
+task (:meth:`AppendOnlyFile.run`, the one owner of the file) writes
+everything appended since its last round in one call and, with ``appendfsync
+always``, fsyncs once for all of it: group commit. A client's replies, and
+bus messages that acknowledge a copy (GOTJOB...), wait until
+:meth:`written` says their sequence number is on disk, so nothing is
+acknowledged that ``kill -9`` could lose (or, with ``always``, a power
+loss). With ``everysec`` the writer fsyncs once a second when the cron asks;
+with ``no`` the kernel decides.
 
 A rewrite snapshots every job into a fresh file in steps (yielding to other
-tasks between chunks), keeps the records produced meanwhile in a buffer,
+tasks between chunks), keeps the records written meanwhile in a buffer,
 appends them after the snapshot and swaps the file atomically.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 import trio.lowlevel
 
-from ..core.job import Job, JobState
-from ..core.node import TIME_ERROR_MS, job_record
+from ..core.job import JobState
+from ..core.records import job_record, replay
 from ..env import Disk
 from ..protocol import aof as records
 from ..protocol.replies import ReplyError
 
 if TYPE_CHECKING:
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 log = logging.getLogger("disque_trio.aof")
 
@@ -55,10 +62,21 @@ class AppendOnlyFile:
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = -1
         self.last_write_error: str | None = None
-        self.write_failures = 0  # connections compare it around each batch
+        self.write_failures = 0
         self.loading = False
         self._since_fsync = 0
         self._turn_on_id = 0  # which turn_on() call is the current one
+        # The writer's state. Each append() is one sequence number; written
+        # is the last one on disk, failed the last one whose write failed.
+        self._buffer: list[bytes] = []
+        self._appended = 0
+        self._written = 0
+        self._failed = 0
+        self._fsync_wanted = False  # everysec: the cron asked for one
+        self._wakeup = trio.Event()
+        self._progress = trio.Event()
+        # Bus messages held until their records are written: (seq, send).
+        self._held: deque[tuple[int, Callable[[], None]]] = deque()
 
     @property
     def path(self) -> str:
@@ -70,18 +88,66 @@ class AppendOnlyFile:
 
     # -------------------------------------------------------------- writing
 
-    def write_pending(self) -> None:
-        """Append what the core queued; fsync now with ``always``."""
-        node = self.server.node
-        pending = node.aof
-        if not pending:
-            return
-        data = b"".join(pending)
-        pending.clear()
+    def append(self, data: list[bytes]) -> int:
+        """Records of one commit, for the writer; returns their sequence
+        number (see :meth:`written`)."""
+        self._buffer.extend(data)
+        self._appended += 1
+        self._wakeup.set()
+        return self._appended
+
+    @property
+    def pending(self) -> int:
+        """The newest sequence number not written yet, or 0."""
+        return self._appended if self._appended > self._written else 0
+
+    async def written(self, seq: int) -> bool:
+        """Wait until the records of ``seq`` are written (and, with
+        ``always``, fsynced): False if that write failed."""
+        while self._written < seq:
+            await self._progress.wait()
+        return self._failed < seq
+
+    def after_written(self, seq: int, action: Callable[[], None]) -> None:
+        """Run ``action`` once ``seq`` is written (dropped if it failed):
+        a bus message acknowledging a copy must not leave before it."""
+        self._held.append((seq, action))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: one write (and fsync, if due) per round for
+        everything appended since the last one."""
+        task_status.started()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            self.write_now()
+
+    def write_now(self) -> None:
+        """One round of the writer (also called at shutdown)."""
+        upto = self._appended
+        data = b"".join(self._buffer)
+        self._buffer.clear()
+        ok = True
+        if data:
+            ok = self._write(data)
+        if self._fsync_wanted and ok:
+            self._fsync_wanted = False
+            ok = self._fsync()
+        if not ok:
+            self._failed = upto
+        self._written = upto
+        while self._held and self._held[0][0] <= upto:
+            seq, action = self._held.popleft()
+            if self._failed < seq:
+                action()
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _write(self, data: bytes) -> bool:
         if self.rewrite_buffer is not None:
             self.rewrite_buffer.append(data)
         if self.state != "on":
-            return
+            return True
         try:
             self.disk.append(self.path, data)
             if self.server.config.appendfsync == "always":
@@ -90,9 +156,19 @@ class AppendOnlyFile:
                 self._since_fsync += len(data)
         except OSError as e:
             self._write_failed(e)
-            return
+            return False
         self.current_size += len(data)
         self.last_write_error = None
+        return True
+
+    def _fsync(self) -> bool:
+        try:
+            self.disk.fsync(self.path)
+        except OSError as e:
+            self._write_failed(e)
+            return False
+        self._since_fsync = 0
+        return True
 
     def _write_failed(self, e: OSError) -> None:
         self.write_failures += 1
@@ -107,16 +183,14 @@ class AppendOnlyFile:
         return ReplyError("MISCONF", f"Errors writing to the AOF file: {self.last_write_error}")
 
     def fsync_if_due(self) -> None:
-        """everysec: called once a second by the cron."""
+        """everysec: called once a second by the cron; the writer does it."""
         if self.state != "on" or self.server.config.appendfsync != "everysec":
             return
-        if not self._since_fsync:
-            return
-        try:
-            self.disk.fsync(self.path)
-            self._since_fsync = 0
-        except OSError as e:
-            self._write_failed(e)
+        if self._since_fsync or self.last_write_error is not None:
+            # After a failed write, retry: a disk that recovered clears
+            # MISCONF, which refused the writes that would have retried.
+            self._fsync_wanted = True
+            self._wakeup.set()
 
     # -------------------------------------------------------------- loading
 
@@ -198,67 +272,8 @@ class AppendOnlyFile:
         return f"{head} ({'; '.join(parts)})" if parts else head
 
     def _replay(self, data: bytes, enqueue_once: bool) -> int:
-        node = self.server.node
-        saved, node.aof = node.aof, None  # replaying must not log again
-        now = node.now_ms()
-        try:
-            for _, _, (kind, payload) in records.records(data):
-                if kind == records.LOADJOB:
-                    assert isinstance(payload, records.JobRecord)
-                    self._restore(payload, enqueue_once, now)
-                else:
-                    job = node.jobs.get(str(payload))
-                    if job is None:
-                        continue
-                    if kind == records.ACKJOB:
-                        node.acknowledge(job)
-                    else:
-                        node.unregister(job)
-        finally:
-            node.aof = saved
-        return len(node.jobs)
-
-    def _restore(self, rec: records.JobRecord, enqueue_once: bool, now: int) -> None:
-        node = self.server.node
-        old = node.jobs.get(rec.id)
-        if old is not None:
-            node.unregister(old)
-        if rec.etime * 1000 <= now:
-            return  # expired while we were down
-        queue = node.queue(rec.queue, now).name
-        job = Job(
-            rec.id,
-            queue,
-            rec.body,
-            JobState.ACTIVE,
-            rec.repl,
-            rec.ctime,
-            rec.etime,
-            rec.delay,
-            rec.retry,
-        )
-        job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags
-        job.nodes_delivered = rec.nodes_delivered or node.myself_only
-        state = JobState(rec.state)
-        if state == JobState.ACKED:
-            job.state = JobState.ACKED
-        elif rec.retry:
-            # Back as active: the retry timer re-queues it (docs/design.md,
-            # Persistence).
-            # Not before its recorded queue time: a job still waiting for its
-            # DELAY used to come back RETRY seconds after the load instead.
-            # Nor after the longest timer it can have had: a recorded time
-            # further away means the wall clock went back since (a restart
-            # does not remember the step, see Node.follow_clock).
-            longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
-            job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
-        else:
-            job.qtime = 0  # RETRY 0: a reload never queues it again
-        node.register(job)
-        if enqueue_once and state == JobState.QUEUED:
-            job.qtime = job.qtime or now
-            job.flags &= ~1  # not delivered yet: it was waiting in the queue
-            node.enqueue(job, now=now)
+        entries = (record for _, _, record in records.records(data))
+        return replay(self.server.node, entries, enqueue_once)
 
     # ------------------------------------------------------------ rewriting
 
@@ -279,7 +294,7 @@ class AppendOnlyFile:
                     if live and job.state != JobState.WAIT_REPL:
                         parts.append(records.loadjob(job_record(job)))
                 await trio.lowlevel.checkpoint()
-            self.write_pending()  # records of this very moment go in the buffer
+            self.write_now()  # records appended until now go in the buffer
             data = b"".join(parts) + b"".join(self.rewrite_buffer)
             self.disk.replace(self.path, data)
             self.disk.fsync(self.path)
@@ -312,7 +327,7 @@ class AppendOnlyFile:
         if self.state != "off" or not self.server.config.appendonly:
             return
         self.state = "wait-rewrite"
-        self.server.node.aof = []
+        self.server.node.persisting = True
         self._turn_on_id += 1
         mine = self._turn_on_id
 
@@ -328,20 +343,19 @@ class AppendOnlyFile:
         ok = await self.rewrite()
         # CONFIG SET appendonly no (and maybe yes again) while the file was
         # written: setting "on" here left INFO saying on with nothing written
-        # (node.aof was None), and every later turn_on returned at once.
+        # (nothing was persisted), and every later turn_on returned at once.
         if not still_wanted():
             return
         if ok:
             self.state = "on"
         else:
             self.state = "off"
-            self.server.node.aof = None
+            self.server.node.persisting = False
 
     def flushed(self) -> None:
         """DEBUG FLUSHALL: the jobs are gone, so is the file's content
         (otherwise they would come back at the next start)."""
-        if self.server.node.aof is not None:
-            self.server.node.aof.clear()
+        self._buffer.clear()
         if self.state == "on":
             try:
                 self.disk.replace(self.path, b"")
@@ -352,7 +366,7 @@ class AppendOnlyFile:
 
     def turn_off(self) -> None:
         self.state = "off"
-        self.server.node.aof = None
+        self.server.node.persisting = False
         self.disk.close(self.path)
 
     def shutdown_rewrite(self) -> None:

@@ -17,9 +17,11 @@ class Client:
         "addr",
         "authenticated",
         "blocked",
+        "busy",
         "cancel_scope",
         "close_after_reply",
         "created_ms",
+        "gone",
         "id",
         "kind",
         "laddr",
@@ -27,10 +29,12 @@ class Client:
         "last_ms",
         "lib_name",
         "lib_ver",
+        "monitor_scope",
         "monitoring",
         "name",
         "proto",
         "qbuf",
+        "queued_bytes",
     )
 
     def __init__(self, client_id: int, addr: str, laddr: str, now_ms: int, kind: str) -> None:
@@ -54,6 +58,15 @@ class Client:
         self.close_after_reply = False  # QUIT, CLIENT KILL of ourselves
         # Cancelling this scope ends the connection (CLIENT KILL, shutdown).
         self.cancel_scope: trio.CancelScope | None = None
+        # The connection's reader saw the end of the input (or gave up on
+        # it): a blocked command is abandoned, MONITOR ends.
+        self.gone = False
+        # Bytes of commands read but not run yet (with the parser's buffer,
+        # held under client-query-buffer-limit).
+        self.queued_bytes = 0
+        self.monitor_scope: trio.CancelScope | None = None
+        # Running commands or sending replies (shutdown lets it finish).
+        self.busy = False
 
     def flags(self) -> str:
         flags = ""

@@ -12,7 +12,7 @@ from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, err
 
 if TYPE_CHECKING:
     from .admin import Context
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 log = logging.getLogger("disque_trio.cluster")
 

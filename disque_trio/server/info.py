@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 Section = Callable[["NodeServer"], list[tuple[str, object]]]
 
 
 def _server(s: NodeServer) -> list[tuple[str, object]]:
-    from .runtime import PACKAGE_VERSION, VERSION
+    from .node import PACKAGE_VERSION, VERSION
 
     uptime = s.uptime_s()
     proc = s.process_info()

@@ -26,7 +26,7 @@ from .observe import NodeView
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 # Queues looked at (choosing) and rows built between two checkpoints.
 CHOOSE_CHUNK = 2000

@@ -18,7 +18,7 @@ from ..protocol.wsjson import text_json
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 # A census is reused for 1 s plus 1 s per 250,000 jobs.
 CENSUS_MIN_AGE_MS = 1000

@@ -53,7 +53,7 @@ from . import tls
 from .listen import Throttle, accept_loop
 
 if TYPE_CHECKING:
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 log = logging.getLogger("disque_trio.bus")
 

@@ -64,7 +64,7 @@ from .observe import NodeView
 from .websocket import Hub, Session
 
 if TYPE_CHECKING:
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 log = logging.getLogger("disque_trio.web")
 

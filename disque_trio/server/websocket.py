@@ -9,8 +9,9 @@ A session has three kinds of tasks, all in the session's nursery:
   and starts a task per command;
 - a task per command runs it through ``NodeServer.execute`` exactly as a RESP
   connection does (same AUTH rule, arity checks, MONITOR feed, slow log),
-  awaits the core if the command blocks, writes the AOF records with
-  ``after_batch()`` and only then queues the reply. A GETJOB that blocks
+  awaits the core if the command blocks, commits (``NodeServer.commit``),
+  waits for its AOF records to be written and only then queues the reply.
+  A GETJOB that blocks
   holds up nothing but itself;
 - the writer, the only task that sends on the socket, drains the outbox.
 
@@ -50,7 +51,7 @@ from .observe import NodeView
 
 if TYPE_CHECKING:
     from ..core.job import Job
-    from .runtime import NodeServer
+    from .node import NodeServer
 
 log = logging.getLogger("disque_trio.web")
 
@@ -173,9 +174,8 @@ class Session:
             if isinstance(reply, Waiter):
                 reply = await self._wait(reply)
             last = self.client.close_after_reply
-            failures = self.server.aof.write_failures
-            self.server.after_batch()
-            if self.server.aof.write_failures != failures:
+            seq = self.server.commit()
+            if seq and not await self.server.durable(seq):
                 # Like a RESP batch: replies that acknowledge jobs whose AOF
                 # records were not written are never sent; the socket drops.
                 self._close_now()
@@ -197,8 +197,8 @@ class Session:
         """Wait for the core to answer a blocked command (GETJOB, a
         synchronously replicated ADDJOB), or its timeout."""
         done = trio.Event()
-        waiter.notify = done.set
-        self.server.after_batch()  # send what the command queued for peers
+        waiter.wake = done.set
+        self.server.commit()  # send what the command queued for peers
         if waiter.done:
             done.set()
         self.waiters[waiter] = None

@@ -334,7 +334,7 @@ async def test_appendonly_yes_during_a_rewrite(
         # Used to return at once (a rewrite is running): AOF off, config yes.
         assert await c.call("CONFIG", "SET", "appendonly", "yes")
         await settle(node)
-        assert node.server.aof.state == "on" and node.server.node.aof is not None
+        assert node.server.aof.state == "on" and node.server.node.persisting
         [late] = await fill(c, 1)
         assert ids_in_file(tmp_path / AOF) == {*ids, late}
 
@@ -353,20 +353,20 @@ async def test_appendonly_yes_then_no_at_once(
         )
         assert [await c.read(), await c.read()] == ["OK", "OK"]
         await settle(node)
-        assert (aof.state, node.server.node.aof) == ("off", None)
+        assert (aof.state, node.server.node.persisting) == ("off", False)
         # Off while the fresh file is being written, then on again.
         assert await c.call("CONFIG", "SET", "appendonly", "yes")
         with trio.fail_after(10):
             while not aof.rewriting:
                 await trio.sleep(0)
         assert await c.call("CONFIG", "SET", "appendonly", "no")
-        assert (aof.state, node.server.node.aof) == ("off", None)
+        assert (aof.state, node.server.node.persisting) == ("off", False)
         await settle(node)
         # Used to end "on" with nothing written, and no way to turn it on again.
-        assert (aof.state, node.server.node.aof) == ("off", None)
+        assert (aof.state, node.server.node.persisting) == ("off", False)
         assert await c.call("CONFIG", "SET", "appendonly", "yes")
         await settle(node)
-        assert aof.state == "on" and node.server.node.aof is not None
+        assert aof.state == "on" and node.server.node.persisting
         [late] = await fill(c, 1)
         assert late in ids_in_file(tmp_path / AOF)
 

@@ -14,7 +14,7 @@ import trio.testing
 
 from disque_trio.core.commands import CORE_COMMANDS
 from disque_trio.protocol.replies import NULL_ARRAY, ReplyError, Status
-from disque_trio.server.connection import serve_client
+from disque_trio.server.connections import serve_client
 
 from ..helpers import RespClient, memory_node
 
@@ -210,6 +210,7 @@ async def test_error_replies_leave_no_garbage_cycles() -> None:
     import gc
 
     async with memory_node() as node:
+        gc.collect()  # what earlier tests left behind is not this test's
         for _ in range(20):
             c = await node.client()
             for argv in (

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disque_trio.client import RespClient
 from disque_trio.server import websocket
-from disque_trio.server.runtime import NodeServer
+from disque_trio.server.node import NodeServer
 
 from ..helpers import MemoryNet, free_port, make_config, virtual_env
 from .conftest import NodeProcess
@@ -395,7 +395,7 @@ async def test_slow_consumer_loses_the_subscription_not_the_node() -> None:
                 break
         server = node.server
         server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
-        server.after_batch()
+        server.commit()
         assert "flood" not in node.server.web.hub.jobs
         assert not node.server.node.observers
         notice = await c.event("error")

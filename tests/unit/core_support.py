@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from disque_trio.core.commands import CORE_COMMANDS
+from disque_trio.core.effects import Send, Wake, WakeQueue
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol.replies import ReplyError, err
@@ -38,9 +39,33 @@ def _arg(a: Any) -> bytes:
     return a if isinstance(a, bytes) else str(a).encode()
 
 
+def settle(node: Node) -> None:
+    """What the shell does with wake-ups at its commit point: a queue's
+    delivery task hands its jobs to its waiting consumers (WakeQueue), a
+    blocked command's client is woken (Wake). The other effects (Send,
+    Persist, Log) stay in ``node.effects`` for the test to read."""
+    while True:
+        wakes = [e for e in node.effects if isinstance(e, Wake | WakeQueue)]
+        if not wakes:
+            return
+        node.effects[:] = [e for e in node.effects if not isinstance(e, Wake | WakeQueue)]
+        for effect in wakes:
+            if isinstance(effect, WakeQueue):
+                q = node.queues.get(effect.queue)
+                if q is not None:
+                    node.serve_waiters(q)
+            else:
+                effect.waiter.wake()
+
+
+def sent(node: Node) -> list[tuple[str, object]]:
+    """The bus messages the node recorded so far, (peer, message)."""
+    return [(e.peer, e.message) for e in node.effects if isinstance(e, Send)]
+
+
 def run(node: Node, *args: Any) -> Any:
     """Run one core command the way the server dispatcher does: arity first,
-    then the handler, a raised ReplyError becoming the reply."""
+    then the handler, a raised ReplyError becoming the reply; then settle."""
     argv = [_arg(a) for a in args]
     name = argv[0].decode().lower()
     cmd = CORE_COMMANDS[name]
@@ -50,6 +75,8 @@ def run(node: Node, *args: Any) -> Any:
         return cmd.handler(node, argv)
     except ReplyError as e:
         return e
+    finally:
+        settle(node)
 
 
 def add(node: Node, queue: str = "q", body: str | bytes = "body", *opts: Any) -> str:
@@ -69,6 +96,7 @@ def tick_at(node: Node, clock: FakeClock, ms: int) -> None:
     """Move the clock to ``ms`` and run the timers once (a late timer task)."""
     clock.ms = ms
     node.tick()
+    settle(node)
 
 
 def elapse(node: Node, clock: FakeClock, delta_ms: int) -> None:
@@ -81,8 +109,10 @@ def elapse(node: Node, clock: FakeClock, delta_ms: int) -> None:
             break
         clock.ms = max(clock.ms, due)
         node.tick()
+        settle(node)
     clock.ms = target
     node.tick()
+    settle(node)
 
 
 def fields(reply: Any) -> Any:

@@ -53,12 +53,12 @@ def test_import_scanner_sees_relative_imports(tmp_path: Path) -> None:
     core = tmp_path / "disque_trio" / "core"
     core.mkdir(parents=True)
     (core / "bad.py").write_text(
-        "from ..server import runtime\nfrom .. import env\nimport trio.lowlevel\n"
+        "from ..server import node\nfrom .. import env\nimport trio.lowlevel\n"
     )
     found = _offending(core, ("disque_trio.server", "disque_trio.env", "trio"), tmp_path)
     assert {line.split(" imports ")[1] for line in found} == {
         "disque_trio.server",
-        "disque_trio.server.runtime",
+        "disque_trio.server.node",
         "disque_trio.env",
         "trio.lowlevel",
     }

@@ -3,7 +3,7 @@ PFAIL/FAIL failure detection, CLUSTER NODES and nodes.conf text.
 
 Everything is synchronous: time is a plain int of milliseconds handed to each
 call, randomness a seeded ``random.Random``. The last tests wire five tables
-together through their outboxes, a stand-in for the shell's bus, and check
+together through their effects (Send), a stand-in for the shell's bus, and check
 that the cluster forms from a chain of MEETs, agrees that a frozen or crashed
 node FAILed, forgets the failure when the node comes back (a crashed one with
 only its nodes.conf), and that a one-way cut is noticed by the side whose
@@ -74,9 +74,9 @@ def ping(sender: str, *gossip: bus.GossipEntry, flags: int = 0) -> bus.Ping:
 
 
 def sent(table: ClusterTable) -> list[tuple[str, object]]:
-    """Take the table's outbox, as the shell does after each event."""
-    out = list(table.outbox)
-    table.outbox.clear()
+    """Take the table's messages, as the shell's commit does."""
+    out = table.effects.sent()
+    table.effects.clear()
     return out
 
 
@@ -264,7 +264,7 @@ def test_messages_from_unknown_senders_are_ignored() -> None:
     for msg in (ping(C, entry(D)), bus.Meet(C, 0, (entry(D),)), bus.Pong(C, 0, (entry(D),))):
         table.on_heartbeat(msg, START_MS)
     assert set(table.nodes) == {ME, B}
-    assert table.outbox == []
+    assert table.effects.sent() == []
 
 
 def test_gossip_about_myself_is_ignored() -> None:
@@ -345,7 +345,7 @@ def test_pong_is_not_answered_and_clears_ping_sent() -> None:
     assert table.nodes[B].ping_sent == START_MS
     sent(table)
     table.on_heartbeat(bus.Pong(B, 0, ()), START_MS + 5)
-    assert table.outbox == []
+    assert table.effects.sent() == []
     assert table.nodes[B].ping_sent == 0
     assert table.nodes[B].pong_received == START_MS + 5
 
@@ -432,7 +432,7 @@ def test_only_a_pong_answers_a_ping(kind: type[bus.Heartbeat]) -> None:
 def test_link_changed_of_unknown_node_is_ignored() -> None:
     table = make_table()
     table.link_changed(B, True, START_MS)
-    assert table.outbox == []
+    assert table.effects.sent() == []
 
 
 def test_unanswered_ping_makes_a_node_pfail_after_the_timeout() -> None:
@@ -576,7 +576,7 @@ def test_on_fail_marks_fail_directly() -> None:
     table.on_fail(bus.Fail(B), START_MS)
     assert table.nodes[B].flags == FAIL
     assert table.nodes[B].fail_time == START_MS
-    assert table.outbox == []  # FAIL is not re-broadcast
+    assert table.effects.sent() == []  # FAIL is not re-broadcast
     table.nodes[C].flags |= PFAIL
     table.on_fail(bus.Fail(C), START_MS + 1)
     assert table.nodes[C].flags == FAIL  # PFAIL is replaced
@@ -857,7 +857,7 @@ def test_parse_config_errors_name_the_line(bad: str, message: str) -> None:
 
 
 class Mesh:
-    """Five tables wired through their outboxes: a stand-in for the shell.
+    """Five tables wired through their messages: a stand-in for the shell.
 
     Like server/peers.py: a message from a node the receiver does not know
     is dropped unless it is a MEET (which teaches the receiver the sender);
@@ -899,8 +899,8 @@ class Mesh:
         self.sync_links()
         batch: list[tuple[ClusterTable, str, object]] = []
         for t in self.tables:
-            batch.extend((t, dest, msg) for dest, msg in t.outbox)
-            t.outbox.clear()
+            batch.extend((t, dest, msg) for dest, msg in t.effects.sent())
+            t.effects.clear()
         for src, dest, msg in batch:
             dst = self.by_id.get(dest)
             if dst is None or src.node_id in self.frozen or dest in self.frozen:
@@ -935,7 +935,7 @@ class Mesh:
         """Freeze a node (SIGSTOP: links to it stay up, nothing answers) or
         crash it (connections reset: the others' links to it go down)."""
         self.frozen.add(victim)
-        self.by_id[victim].outbox.clear()
+        self.by_id[victim].effects.clear()
         if crash:
             for t in self.alive():
                 t.link_changed(victim, False, self.now)

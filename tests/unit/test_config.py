@@ -782,8 +782,9 @@ def settings_of(directives: list[Any]) -> st.SearchStrategy[list[tuple[Any, Any]
     return st.lists(pair, max_size=12)
 
 
-# The port is kept low enough for the derived bus and web ports to exist.
-_FILE_DIRECTIVES = [d for d in DIRECTIVES.values() if d.name != "port"]
+# The port is kept low enough for the derived bus and web ports to exist;
+# tls-port is left out for the same reason (with port 0 they derive from it).
+_FILE_DIRECTIVES = [d for d in DIRECTIVES.values() if d.name not in ("port", "tls-port")]
 _MUTABLE = [d for d in DIRECTIVES.values() if d.mutable]
 
 

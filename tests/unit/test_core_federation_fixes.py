@@ -22,6 +22,7 @@ from .core_support import (
     job,
     make_node,
     run,
+    sent,
     tick_at,
 )
 
@@ -32,7 +33,7 @@ def test_yourjobs_sender_lists_the_receiver_as_a_holder() -> None:
     node, _ = make_node()
     job_id = add(node, "q", "body", "RETRY", 5)
     cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
-    [(to, msg)] = [(t, m) for t, m in node.outbox if isinstance(m, bus.YourJobs)]
+    [(to, msg)] = [(t, m) for t, m in sent(node) if isinstance(m, bus.YourJobs)]
     assert to == OTHER_ID
     assert OTHER_ID in job(node, job_id).nodes_delivered
     assert OTHER_ID in msg.jobs[0].nodes_delivered  # the copy knows both holders
@@ -43,14 +44,14 @@ def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
     job_id = add(sender, "q", "body", "RETRY", 5)
     sender.jobs[job_id].nodes_delivered = (OTHER_ID, THIRD_ID)
     cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
-    [msg] = [m for _, m in sender.outbox if isinstance(m, bus.YourJobs)]
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     node, _ = make_node()
     cj.receive(node, OTHER_ID, msg)
     copy = job(node, job_id)
     assert copy.state == JobState.QUEUED
     assert {OTHER_ID, THIRD_ID} <= set(copy.nodes_delivered)
     # The other holders hear QUEUED (one of them may have queued it too).
-    told = {to for to, m in node.outbox if isinstance(m, bus.Queued)}
+    told = {to for to, m in sent(node) if isinstance(m, bus.Queued)}
     assert {OTHER_ID, THIRD_ID} <= told
 
 
@@ -61,11 +62,11 @@ def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
     sender, _ = make_node(node_id=OTHER_ID)
     job_id = add(sender, "q", "body", "RETRY", 5)
     cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
-    [msg] = [m for _, m in sender.outbox if isinstance(m, bus.YourJobs)]
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     node, _ = make_node()
     cj.receive(node, OTHER_ID, msg)
     assert (job(node, job_id).nacks, job(node, job_id).deliveries) == (0, 0)
-    assert [m.flags for _, m in node.outbox if isinstance(m, bus.Queued)] == [0]
+    assert [m.flags for _, m in sent(node) if isinstance(m, bus.Queued)] == [0]
     reply = run(node, "GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "q")
     assert reply == [["q", job_id, b"body", "nacks", 0, "additional-deliveries", 0]]
 
@@ -110,12 +111,12 @@ def test_yourjobs_for_retry0_jobs_announces_nothing() -> None:
     sender, _ = make_node(node_id=OTHER_ID)
     job_id = add(sender, "q", "body", "RETRY", 0)
     cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
-    [msg] = [m for _, m in sender.outbox if isinstance(m, bus.YourJobs)]
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     assert job_id not in sender.jobs  # at most once: moved, not copied
     node, _ = make_node()
     cj.receive(node, OTHER_ID, msg)
     assert job(node, job_id).state == JobState.QUEUED
-    assert not [m for _, m in node.outbox if isinstance(m, bus.Queued)]
+    assert not [m for _, m in sent(node) if isinstance(m, bus.Queued)]
 
 
 def _replica_of_a_job_added_on_other() -> tuple[Node, str, bus.JobData]:
@@ -140,10 +141,10 @@ def test_a_late_repljob_does_not_resurrect_a_collected_job() -> None:
     assert job(node, job_id).state == JobState.ACTIVE
     cj.receive(node, THIRD_ID, bus.DelJob(job_id))
     assert job_id not in node.jobs
-    node.outbox.clear()
+    node.effects.clear()
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
     assert job_id not in node.jobs
-    assert node.outbox == []  # no GOTJOB either
+    assert sent(node) == []  # no GOTJOB either
 
 
 def test_a_repljob_overtaken_by_its_deljob_is_refused() -> None:
@@ -191,12 +192,13 @@ def _pair() -> tuple[Node, Node]:
 
 
 def _pump(nodes: dict[str, Node], drop: type | None = None) -> list[object]:
-    """Deliver every outbox message until none is left, but those of type
+    """Deliver every message sent until none is left, but those of type
     ``drop`` (lost); returns what was delivered."""
     seen: list[object] = []
-    while any(n.outbox for n in nodes.values()):
+    while any(sent(n) for n in nodes.values()):
         for sender in list(nodes):
-            out, nodes[sender].outbox = nodes[sender].outbox, []
+            out = sent(nodes[sender])
+            nodes[sender].effects.clear()
             for to, msg in out:
                 if not isinstance(msg, drop or ()) and to in nodes:
                     seen.append(msg)
@@ -219,7 +221,7 @@ def test_a_holder_that_missed_the_fastack_deljob_is_told_on_willqueue() -> None:
     assert run(n0, "FASTACK", job_id) == 1
     _pump(nodes, drop=bus.DelJob)  # the DELJOB is lost
     assert job(n4, job_id).state == JobState.ACTIVE
-    n4.outbox.append((NODE_ID, bus.WillQueue(job_id)))  # its timer, later
+    n4.effects.send(NODE_ID, bus.WillQueue(job_id))  # its timer, later
     seen = _pump(nodes)
     assert bus.SetAck(job_id, 0) in seen
     assert job_id not in n4.jobs  # acked, confirmed by n0, collected
@@ -232,9 +234,9 @@ def test_queued_from_a_holder_we_never_listed_gets_setack_after_collection() -> 
     assert run(node, "ACKJOB", job_id) == 1
     cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
     assert job_id not in node.jobs  # collected
-    node.outbox.clear()
+    node.effects.clear()
     cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
-    assert node.outbox == [(THIRD_ID, bus.SetAck(job_id, 0))]
+    assert sent(node) == [(THIRD_ID, bus.SetAck(job_id, 0))]
 
 
 def test_a_job_deleted_without_an_ack_is_not_acked_by_its_tombstone() -> None:
@@ -242,10 +244,10 @@ def test_a_job_deleted_without_an_ack_is_not_acked_by_its_tombstone() -> None:
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
     cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # e.g. replication timed out
     assert job_id in node.deleted_ids and job_id not in node.deleted_acked
-    node.outbox.clear()
+    node.effects.clear()
     cj.receive(node, THIRD_ID, bus.WillQueue(job_id))
     cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
-    assert node.outbox == []
+    assert sent(node) == []
 
 
 def test_acked_tombstones_go_with_their_deleted_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,10 +311,10 @@ def test_ackjob_of_a_job_acked_and_collected_here_makes_no_dummy_ack() -> None:
     cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
     cj.receive(node, OTHER_ID, bus.DelJob(job_id))
     assert job_id in node.deleted_acked
-    node.outbox.clear()
+    node.effects.clear()
     assert run(node, "ACKJOB", job_id) == 0
     assert job_id not in node.jobs
-    assert not any(isinstance(m, bus.SetAck) for _, m in node.outbox)
+    assert not any(isinstance(m, bus.SetAck) for _, m in sent(node))
 
 
 def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
@@ -342,7 +344,7 @@ def test_two_queued_copies_left_by_lost_messages_resolve_at_the_retry_point() ->
     nodes, clocks, job_id = _holders_of_one_job()
     a, b = nodes[NODE_ID], nodes[OTHER_ID]
     elapse(b, clocks[OTHER_ID], 2000)  # its WILLQUEUE, then QUEUED: lost
-    b.outbox.clear()
+    b.effects.clear()
     assert job(a, job_id).state == job(b, job_id).state == JobState.QUEUED
     for _ in range(3):
         for node_id, n in nodes.items():
@@ -357,7 +359,7 @@ def test_a_queued_copy_answers_willqueue_to_every_holder() -> None:
     job_id = add(node, "q", "body", "RETRY", 5)
     node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID, THIRD_ID)
     cj.receive(node, OTHER_ID, bus.WillQueue(job_id))
-    told = {to for to, m in node.outbox if m == bus.Queued(job_id, 0)}
+    told = {to for to, m in sent(node) if m == bus.Queued(job_id, 0)}
     assert told == {OTHER_ID, THIRD_ID}
 
 
@@ -367,11 +369,11 @@ def test_a_queued_copy_that_answered_willqueue_does_not_re_announce() -> None:
     node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID)
     clock.ms += 1000
     cj.receive(node, OTHER_ID, bus.WillQueue(job_id))
-    node.outbox.clear()
+    node.effects.clear()
     elapse(node, clock, 1500)  # past the retry point: every holder was told
-    assert node.outbox == []
+    assert sent(node) == []
     elapse(node, clock, 2500)  # a whole period without a word: announce
-    assert node.outbox == [(OTHER_ID, bus.Queued(job_id, 0))]
+    assert sent(node) == [(OTHER_ID, bus.Queued(job_id, 0))]
 
 
 def test_collecting_after_forget_tells_the_holders_that_do_not_know_the_node() -> None:
@@ -435,7 +437,7 @@ def test_yourjobs_for_a_job_acked_here_lately_is_refused_and_answered() -> None:
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
     assert run(node, "FASTACK", job_id) == 1
     assert job_id not in node.jobs
-    node.outbox.clear()
+    node.effects.clear()
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
     assert job_id not in node.jobs
-    assert (OTHER_ID, bus.SetAck(job_id, 0)) in node.outbox
+    assert (OTHER_ID, bus.SetAck(job_id, 0)) in sent(node)

@@ -39,6 +39,7 @@ from .core_support import (
     fields,
     make_node,
     run,
+    settle,
 )
 
 QUEUES = ("q1", "q2", "q3")
@@ -125,7 +126,7 @@ class CoreMachine(RuleBasedStateMachine):
             self.waiters.remove(waiter)
             self.served.append((waiter.reply, queues, count, self.clock.ms))
 
-        reply.notify = served
+        reply.wake = served
         self.waiters.append(reply)
 
     @precondition(lambda self: self.waiters)
@@ -223,6 +224,7 @@ class CoreMachine(RuleBasedStateMachine):
         """The timer task ran late: one tick after a long sleep."""
         self.clock.ms += ms
         self.node.tick()
+        settle(self.node)  # the shell commits after every tick
 
     # ---------------------------------------------------------- invariants
 

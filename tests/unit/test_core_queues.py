@@ -45,11 +45,11 @@ QSTAT_KEYS = [
 
 
 def block(node: Any, *args: Any) -> tuple[Waiter, list[int]]:
-    """A blocking GETJOB; returns the waiter and a list counting notifications."""
+    """A blocking GETJOB; returns the waiter and a list counting wake-ups."""
     waiter = run(node, "GETJOB", *args)
     assert isinstance(waiter, Waiter), waiter
     calls: list[int] = []
-    waiter.notify = lambda: calls.append(1)
+    waiter.wake = lambda: calls.append(1)
     return waiter, calls
 
 

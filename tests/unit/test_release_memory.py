@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from disque_trio.server.runtime import RELEASE_AFTER_DROP, RELEASE_MAX_LIVE, NodeServer
+from disque_trio.server.node import RELEASE_AFTER_DROP, RELEASE_MAX_LIVE, NodeServer
 
 from ..helpers import make_config, virtual_env
 

@@ -14,7 +14,7 @@ import trio.testing
 
 from disque_trio.config import Config, ConfigError
 from disque_trio.server import tls
-from disque_trio.server.runtime import NodeServer
+from disque_trio.server.node import NodeServer
 from disque_trio.server.tls import TlsContexts, TlsHandshakeError
 
 from ..helpers import virtual_env

@@ -1,17 +1,34 @@
-"""The Trio shell around one node: listeners, client tasks, the timer task.
+"""One node: the core wrapped in its services, and the commit point.
 
-Task tree::
+The nursery tree (built by :meth:`NodeServer.run`)::
 
-    NodeServer.run                       (the node's nursery)
-      +-- serve_listeners(RESP port)     (one task per connected client)
-      +-- serve_listeners(TLS port)      (the same, after a bounded TLS handshake)
-      +-- WebServer.serve(web port)      (HTTP, dashboard, /metrics, /ws sessions)
-      +-- timer task                     (sleeps until core.next_deadline())
-      +-- signal watcher (CLI only)      (SIGINT/SIGTERM -> shutdown)
+    NodeServer.run                               the node's nursery
+      +-- AppendOnlyFile.run                      the AOF writer (group commit)
+      +-- Bus.run                                 the cluster bus (server/peers.py)
+      |     +-- accept loop per bus listener
+      |     +-- inbound link task per connection  (handshake, decode, dispatch)
+      |     +-- outbound link task per known node (connect, handshake, send)
+      +-- Delivery.run                            one task per queue with waiting consumers
+      +-- Timer.run                               sleeps until the core's next deadline
+      +-- Cron.run                                housekeeping ten times a second
+      +-- Connections.run                         the client ports (server/connections.py)
+      |     +-- accept loop per client / TLS listener
+      |     +-- per client: reader task + executor (the socket's only writer)
+      +-- WebServer.serve                         the web port (server/web.py)
+      |     +-- accept loop per web listener, the events hub
+      |     +-- task per HTTP connection / WebSocket session
+      +-- background tasks                        CLUSTER MEET, BGREWRITEAOF, turning the AOF on
+    signal watcher (cli.py, beside the node)      SIGINT/SIGTERM -> shutdown
 
-Shutdown cancels the node's nursery: listeners close first, client tasks are
-cancelled and their sockets closed by their ``async with`` blocks, blocked
-clients are forgotten by the core. Nothing else owns a socket.
+Every call into the core (a command, a bus message, a timer tick, a
+delivery round) ends at the commit point, :meth:`NodeServer.commit`, the one
+place that drains the core's effects: AOF records first (to the writer),
+then bus messages (held until those records are written, when there are
+any), then wake-ups of blocked commands and of queues' delivery tasks, then
+log lines. Replies go out after it, once their records are written.
+
+Shutdown stops accepting, answers blocked clients, lets connections finish
+their replies for up to ``connections.DRAIN_S``, then cancels the tree.
 """
 
 from __future__ import annotations
@@ -27,8 +44,10 @@ import attrs
 import trio
 
 from ..config import Config, ConfigError
+from ..core import clusterjobs
 from ..core.cluster import LEAVING, ClusterTable
 from ..core.commands import CORE_COMMANDS, Command
+from ..core.effects import Effects, Log, Persist, Send, Wake, WakeQueue
 from ..core.ids import new_node_id
 from ..core.node import Node
 from ..core.waiters import Waiter
@@ -38,12 +57,13 @@ from ..protocol.replies import Reply, ReplyError, err
 from . import admin, tls
 from .aof import AppendOnlyFile
 from .client import Client
-from .connection import serve_client
+from .connections import DRAIN_S, MONITOR_BUFFER, Connections
+from .delivery import Delivery
 from .latency import LatencyMonitor
-from .listen import accept_loop
 from .logs import VERBOSE, set_log_level
 from .peers import Bus
 from .slowlog import SlowLog
+from .timer import Cron, Timer
 from .tls import TlsContexts, TlsHandshakeError
 from .web import WebServer
 
@@ -177,12 +197,16 @@ class NodeServer:
         # (host, port) of each web listener, once serving (web_port below).
         self.web_bound: list[tuple[str, int]] = []
         self.web = WebServer(self)
+        self.connections = Connections(self, self._tls_client)
+        self.delivery = Delivery(self)
+        node = self.node
+        self.timer = Timer(node.next_deadline, node.now_ms, self._timer_tick)
+        self.cron = Cron(self._cron_tick, self._cron_second)
         self.shutdown_requested = False
         self.finished = trio.Event()  # set when run() returns
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
-        self._timer_scope: trio.CancelScope | None = None
-        self._timer_due_ms: int | None = None
+        self._background: trio.Nursery | None = None
         self.on_shutdown: list[Callable[[], None]] = []
         self._slow_us = self._slow_max = self._latency_ms = 0
         self._cache_config()
@@ -282,18 +306,18 @@ class NodeServer:
     ) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.aof.run)
             await nursery.start(self.bus.run, bus_listeners)
             # Rejoin first, then serve: a restarted node tells its peers it is
             # back (clearing their FAIL flags) before its first client can
             # count on it. Clients that connect meanwhile wait in the backlog.
             with trio.move_on_after(STARTUP_LINK_WAIT_S):
                 await self.bus.wait_links_up()
-            for listener in listeners:
-                nursery.start_soon(self._serve_listener, listener)
-            for listener in tls_listeners:
-                nursery.start_soon(self._serve_tls_listener, listener)
-            nursery.start_soon(self._timer_task)
-            nursery.start_soon(self._cron_task)
+            await nursery.start(self.delivery.run)
+            nursery.start_soon(self.timer.run)
+            nursery.start_soon(self.cron.run)
+            await nursery.start(self._run_background)
+            await nursery.start(self.connections.run, listeners, tls_listeners)
             if web_listeners:
                 await nursery.start(self.web.serve, web_listeners)
                 web = ", ".join(f"{h}:{p}" for h, p in self.web_bound)
@@ -306,7 +330,16 @@ class NodeServer:
                 "Disque node %s ready to accept connections on %s", self.node.node_id[:8], addrs
             )
             task_status.started()
-        self._nursery = None
+        self._nursery = self._background = None
+
+    async def _run_background(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The nursery of tasks commands start (CLUSTER MEET, BGREWRITEAOF)."""
+        async with trio.open_nursery() as nursery:
+            self._background = nursery
+            task_status.started()
+            await trio.sleep_forever()
 
     async def _bind(self) -> Listeners:
         port = self.config.port
@@ -340,46 +373,46 @@ class NodeServer:
         return self.web_bound[0][1] if self.web_bound else None
 
     def shutdown(self, fsync_aof: bool = True) -> None:
-        """Stop serving: close listeners and connections, end :meth:`run`.
-        The AOF is fsynced first (SIGTERM, SIGINT), unless the caller did
-        it or was told not to (SHUTDOWN, SHUTDOWN NOSAVE)."""
+        """Stop serving and end :meth:`run`: stop accepting, answer blocked
+        clients, write and fsync the AOF (unless the caller did, or was
+        told not to: SHUTDOWN, SHUTDOWN NOSAVE), save nodes.conf, then let
+        the connections finish their replies for a moment and cancel."""
         if self.shutdown_requested:
             return
         self.shutdown_requested = True
         log.warning("Disque is now ready to exit, bye bye...")
         for hook in self.on_shutdown:
             hook()
+        self.connections.stop()
         self.node.unblock_all(None)
+        self.commit()
+        self.aof.write_now()
         self.save_cluster_config()
         if fsync_aof and self.aof.state == "on":
             try:
                 self.env.disk.fsync(self.aof.path)
             except OSError as e:
                 log.warning("could not fsync the AOF at shutdown: %s", e.strerror or e)
-        self.env.disk.close(self.aof.path)  # flushed by write_pending already
+        self.env.disk.close(self.aof.path)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._end_after_drain)
+
+    async def _end_after_drain(self) -> None:
+        # Polled: this runs once, at shutdown, for DRAIN_S at most; an event
+        # would cost every batch of every client a check in the hot path.
+        with trio.move_on_after(DRAIN_S):
+            while any(c.busy for c in self.clients.values()):  # noqa: ASYNC110
+                await trio.sleep(0.01)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
-        """Run a background task in the node's nursery (CLUSTER MEET)."""
-        if self._nursery is not None:
-            self._nursery.start_soon(fn, *args)
+        """Run a background task (CLUSTER MEET, BGREWRITEAOF)."""
+        if self._background is not None:
+            self._background.start_soon(fn, *args)
 
-    async def _serve_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
-        assert self._nursery is not None
-        await accept_loop(listener, partial(serve_client, self), self._nursery, "client")
-
-    async def _serve_tls_listener(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
-        assert self._nursery is not None
-        await accept_loop(listener, self._serve_tls_client, self._nursery, "TLS client")
-
-    async def _serve_tls_client(self, stream: trio.abc.Stream) -> None:
-        """A connection to the TLS port: the handshake (bounded in time; a
-        failure closes this connection only), then RESP as on the plain port."""
-        async with stream:
-            secure = await self.tls_accept(stream, "TLS client")
-            if secure is not None:
-                await serve_client(self, secure)
+    async def _tls_client(self, stream: trio.abc.Stream) -> trio.abc.Stream | None:
+        return await self.tls_accept(stream, "TLS client")
 
     async def tls_accept(self, stream: trio.abc.Stream, port: str) -> tls.TlsStream | None:
         """The TLS side of an accepted client or web connection, or None
@@ -397,14 +430,14 @@ class NodeServer:
 
     # -------------------------------------------------------------- clients
 
-    def connections(self) -> int:
+    def open_connections(self) -> int:
         """What maxclients bounds: RESP and WebSocket clients, and the open
         HTTP connections of the web port."""
         return len(self.clients) + self.web_connections
 
     def new_client(self, stream: trio.abc.Stream, kind: str = "normal") -> Client | None:
         """Register a connection; None when maxclients is reached."""
-        if self.connections() >= self.config.maxclients:
+        if self.open_connections() >= self.config.maxclients:
             self.stat_rejected += 1
             return None
         self._next_client_id += 1
@@ -419,7 +452,7 @@ class NodeServer:
         """Count an HTTP connection of the web port; False (and counted as
         rejected) when maxclients is reached. :meth:`close_web_connection`
         when it ends or becomes a WebSocket client."""
-        if self.connections() >= self.config.maxclients:
+        if self.open_connections() >= self.config.maxclients:
             self.stat_rejected += 1
             return False
         self.web_connections += 1
@@ -434,6 +467,19 @@ class NodeServer:
         if client.blocked is not None:
             self.node.cancel_wait(client.blocked)
             client.blocked = None
+
+    def cancel_wait(self, waiter: Waiter) -> Reply:
+        """A blocked command gave up (timeout, client gone): its timeout reply."""
+        return self.node.cancel_wait(waiter)
+
+    async def durable(self, seq: int) -> bool:
+        return await self.aof.written(seq)
+
+    def monitor_feed(self, client: Client) -> trio.MemoryReceiveChannel[bytes]:
+        """MONITOR: this client gets every command other clients send."""
+        send, receive = trio.open_memory_channel[bytes](MONITOR_BUFFER)
+        self.monitors[client.id] = send
+        return receive
 
     # ------------------------------------------------------------- commands
 
@@ -490,21 +536,69 @@ class NodeServer:
         if self._latency_ms and micros >= self._latency_ms * 1000:
             self.latency.add("command", unix_s, micros // 1000)
 
-    def after_batch(self) -> None:
-        """Called after each batch of commands (and after bus events and
-        timer runs), before replies are sent: write the AOF records, send
-        what the core queued for other nodes, move the timer if needed."""
-        if self.node.aof:
-            self.aof.write_pending()
-        if self.node.outbox or self.node.cluster.outbox:
-            self._flush_outboxes()
-        due = self.node.next_deadline()
-        if due is None or self._timer_scope is None:
-            return
-        if self._timer_due_ms is None or due < self._timer_due_ms:
-            self._timer_due_ms = due
-            delay = max(0.0, (due - self.node.now_ms()) / 1000)
-            self._timer_scope.deadline = trio.current_time() + delay
+    # --------------------------------------------------------- commit point
+
+    def commit(self) -> int:
+        """Apply what the core recorded since the last commit, in order:
+        AOF records to the writer; bus messages (held until those records,
+        and any still unwritten, are on disk: a GOTJOB must not promise a
+        copy a crash could lose); wake-ups of blocked commands (their
+        replies wait for the same records) and of delivery tasks; log
+        lines. Returns the AOF sequence number replies must wait for (0:
+        none). Called at the end of every unit of core work; the only place
+        that drains the core."""
+        effects = self.node.effects
+        if effects:
+            self.node.effects = self.node.cluster.effects = Effects()
+            self._apply(effects)
+        self.timer.reschedule(self.node.next_deadline())
+        return self.aof.pending
+
+    def _apply(self, effects: Effects) -> None:
+        records = [e.record for e in effects if type(e) is Persist]
+        barrier = self.aof.append(records) if records else self.aof.pending
+        send = self.bus.send
+        for effect in effects:
+            kind = type(effect)
+            if kind is Send:
+                assert isinstance(effect, Send)
+                if barrier:
+                    self.aof.after_written(barrier, partial(send, effect.peer, effect.message))
+                else:
+                    send(effect.peer, effect.message)
+            elif kind is Wake:
+                assert isinstance(effect, Wake)
+                effect.waiter.durable = barrier
+                effect.waiter.wake()
+            elif kind is WakeQueue:
+                assert isinstance(effect, WakeQueue)
+                self.delivery.wake(effect.queue)
+            elif kind is Log:
+                assert isinstance(effect, Log)
+                log.log(effect.level, "%s", effect.message)
+
+    # ------------------------------------------------------------- delivery
+
+    def serve_queue(self, name: str) -> bool:
+        q = self.node.queues.get(name)
+        if q is None:
+            return False
+        self.node.serve_waiters(q)
+        self.commit()
+        return bool(q.waiters)
+
+    def federation_due(self, name: str) -> int | None:
+        return clusterjobs.needjobs_due(self.node, name)
+
+    def ask_for_jobs(self, name: str) -> None:
+        self.node.need_jobs(name)
+        self.commit()
+
+    def now_ms(self) -> int:
+        return self.node.now_ms()
+
+    def wall_ms(self) -> int:
+        return self.env.clock.wall_ms()
 
     def _feed_monitors(self, client: Client, argv: list[bytes]) -> None:
         now = self.env.clock.wall_ms()
@@ -521,46 +615,32 @@ class NodeServer:
                 self.monitors.pop(cid, None)
                 channel.close()
 
-    # ---------------------------------------------------------------- timer
+    # ---------------------------------------------------------- timer, cron
 
-    async def _timer_task(self) -> None:
-        """Run due job timers; sleep until the next one (1 s at most, so a
-        wall-clock jump is noticed). Deadlines are in the node's time."""
-        while True:
-            now = self.node.now_ms()
-            due = self.node.next_deadline()
-            self._timer_due_ms = due
-            delay = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
-            with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
-                self._timer_scope = scope
-                await trio.sleep_forever()
-            self._timer_scope = None
-            self.node.tick()
-            self.after_batch()
+    def _timer_tick(self) -> None:
+        self.node.tick()
+        self.commit()
 
-    async def _cron_task(self) -> None:
-        """Housekeeping ten times a second: cluster pings and failure
-        detection, rate samples, peak memory, nodes.conf, AOF fsync."""
-        ticks = 0
-        while True:
-            await trio.sleep(0.1)
-            table = self.node.cluster
-            table.cron(self.env.clock.wall_ms())
-            self.node.cron()
-            for node_id in sorted(table.stuck_links):
-                self.bus.restart_link(node_id)
-            table.stuck_links.clear()
-            self.after_bus_event()
-            self._ops_samples.append((trio.current_time(), self.stat_commands))
-            del self._ops_samples[:-16]
-            self.peak_memory = max(self.peak_memory, self.used_memory())
-            self.release_memory_after_a_drop()
-            self.save_cluster_config()
-            ticks += 1
-            if ticks % 10 == 0:
-                self.aof.fsync_if_due()
-            if self.aof.rewrite_due():
-                self.spawn(self.aof.rewrite)
+    def _cron_tick(self) -> None:
+        """Ten times a second: cluster pings and failure detection, rate
+        samples, peak memory, nodes.conf."""
+        table = self.node.cluster
+        table.cron(self.env.clock.wall_ms())
+        self.node.cron()
+        for node_id in sorted(table.stuck_links):
+            self.bus.restart_link(node_id)
+        table.stuck_links.clear()
+        self.after_bus_event()
+        self._ops_samples.append((trio.current_time(), self.stat_commands))
+        del self._ops_samples[:-16]
+        self.peak_memory = max(self.peak_memory, self.used_memory())
+        self.release_memory_after_a_drop()
+        self.save_cluster_config()
+        if self.aof.rewrite_due():
+            self.spawn(self.aof.rewrite)
+
+    def _cron_second(self) -> None:
+        self.aof.fsync_if_due()
 
     def release_memory_after_a_drop(self, now: bool = False) -> None:
         """Give memory back to the OS once many jobs went away (acked,
@@ -606,14 +686,14 @@ class NodeServer:
 
     def after_bus_event(self) -> None:
         """Refresh the cluster view, save nodes.conf if membership moved,
-        then send and reschedule (after_batch)."""
+        then commit."""
         self.node.refresh_cluster_view()
         self._log_flag_changes()
         if self.node.cluster.version != self._saved_cluster_version:
             # Before anything else can happen: a node killed right after
             # meeting a peer must come back with the same identity.
             self.save_cluster_config()
-        self.after_batch()
+        self.commit()
 
     def _log_flag_changes(self) -> None:
         """Log nodes turning fail?/fail/leaving and back, like the original."""
@@ -622,12 +702,6 @@ class NodeServer:
             if self._node_flags.get(node.node_id, "noflags") != names:
                 self._node_flags[node.node_id] = names
                 log.info("node %s is now %s", node.node_id[:8], names)
-
-    def _flush_outboxes(self) -> None:
-        for outbox in (self.node.cluster.outbox, self.node.outbox):
-            for node_id, msg in outbox:
-                self.bus.send(node_id, msg)
-            outbox.clear()
 
     def _load_cluster_config(self) -> tuple[str, list[tuple[str, str, int, int, bool]]]:
         """Our node ID and known peers from nodes.conf, or a fresh ID."""
@@ -689,7 +763,7 @@ class NodeServer:
         if not (config.appendonly or enqueue_once):
             return
         if config.appendonly:
-            self.node.aof = []
+            self.node.persisting = True
         self.aof.loading = True
         try:
             self.aof.load(enqueue_once)

@@ -1,0 +1,177 @@
+"""A job and its two serialised forms: the AOF record and the bus copy.
+
+One place maps a :class:`Job` to and from ``protocol.aof.JobRecord`` (what
+the AOF stores: the whole state, absolute expire time) and
+``protocol.bus.JobData`` (what another node needs for its copy: the TTL
+left, since clocks differ; no local state). The rules for what a copy or a
+reloaded job becomes live here too, with the replay of an AOF, so that the
+shell only reads and writes bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..protocol import aof, bus
+from .job import FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, TIME_ERROR_MS, Job, JobState
+
+if TYPE_CHECKING:
+    from .node import Node
+
+
+def job_record(job: Job) -> aof.JobRecord:
+    """The job as the AOF stores it."""
+    return aof.JobRecord(
+        job.id,
+        job.queue,
+        job.body or b"",
+        int(job.state),
+        job.repl,
+        job.ctime,
+        job.etime,
+        job.delay,
+        job.retry,
+        job.nacks,
+        job.deliveries,
+        job.nodes_delivered,
+        job.qtime,
+        job.flags,
+    )
+
+
+def job_data(job: Job, now: int) -> bus.JobData:
+    """A job as it travels: TTL left instead of an absolute expire time,
+    because node clocks are not synchronised."""
+    return bus.JobData(
+        job.id,
+        job.queue,
+        job.body or b"",
+        job.repl,
+        job.ctime,
+        max(1, job.etime - now // 1000),
+        job.delay,
+        job.retry,
+        job.nacks,
+        job.deliveries,
+        job.nodes_delivered,
+    )
+
+
+def merge_holders(
+    node: Node, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
+) -> tuple[str, ...]:
+    """Our holder list plus a peer's, without nodes we were told to forget
+    (a peer that has not run CLUSTER FORGET yet still lists them; an ack
+    would then wait for a node that is gone)."""
+    forgotten = node.cluster.blacklist
+    return tuple(dict.fromkeys((*ours, *(n for n in theirs if n not in forgotten))))
+
+
+def job_from_data(node: Node, data: bus.JobData) -> Job:
+    """This node's copy of a job another node sent (REPLJOB, YOURJOBS):
+    active, expiring after the TTL left, re-queued after DELAY + RETRY."""
+    now = node.now_ms()
+    queue = node.queue(data.queue, now).name
+    job = Job(
+        data.id,
+        queue,
+        data.body,
+        JobState.ACTIVE,
+        data.repl,
+        data.ctime,
+        now // 1000 + data.ttl,
+        data.delay,
+        data.retry,
+    )
+    job.nacks = data.nacks
+    job.deliveries = data.deliveries
+    job.nodes_delivered = merge_holders(node, (), data.nodes_delivered)
+    if data.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        job.qtime = now + (data.delay + data.retry) * 1000 + node.time_error()
+    else:
+        job.qtime = 0
+    return job
+
+
+def job_from_record(node: Node, rec: aof.JobRecord, now: int) -> Job | None:
+    """A job reloaded from the AOF, or None if it expired meanwhile.
+
+    It comes back ``active``, not queued (it may have been in a consumer's
+    hands when the node went down): the retry timer re-queues it, no sooner
+    than RETRY after the load and not before its recorded queue time (a job
+    still waiting for its DELAY); a recorded time further away than its
+    longest timer means the wall clock went back since, and is capped.
+    RETRY 0 jobs are never queued by a reload. Acked jobs stay acked.
+    """
+    if rec.etime * 1000 <= now:
+        return None
+    queue = node.queue(rec.queue, now).name
+    job = Job(
+        rec.id,
+        queue,
+        rec.body,
+        JobState.ACTIVE,
+        rec.repl,
+        rec.ctime,
+        rec.etime,
+        rec.delay,
+        rec.retry,
+    )
+    job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags
+    job.nodes_delivered = rec.nodes_delivered or node.myself_only
+    if JobState(rec.state) == JobState.ACKED:
+        job.state = JobState.ACKED
+    elif rec.retry:
+        longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
+        job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
+    else:
+        job.qtime = 0
+    return job
+
+
+def replay(
+    node: Node, entries: Iterable[tuple[bytes, aof.JobRecord | str]], enqueue_once: bool
+) -> int:
+    """Rebuild the jobs from AOF records in order; returns the jobs held.
+
+    A later LOADJOB replaces an earlier one; ACKJOB acks, DELJOB deletes.
+    With ``enqueue_once`` (a controlled restart) the jobs recorded as queued
+    go back in their queues, in their order. Nothing is persisted again.
+    """
+    persisting, node.persisting = node.persisting, False
+    now = node.now_ms()
+    try:
+        for kind, payload in entries:
+            if kind == aof.LOADJOB:
+                assert isinstance(payload, aof.JobRecord)
+                _restore(node, payload, enqueue_once, now)
+                continue
+            job = node.jobs.get(str(payload))
+            if job is None:
+                continue
+            if kind == aof.ACKJOB:
+                node.acknowledge(job)
+            else:
+                node.unregister(job)
+    finally:
+        node.persisting = persisting
+    return len(node.jobs)
+
+
+def _restore(node: Node, rec: aof.JobRecord, enqueue_once: bool, now: int) -> None:
+    old = node.jobs.get(rec.id)
+    if old is not None:
+        node.unregister(old)
+    job = job_from_record(node, rec, now)
+    if job is None:
+        return
+    node.register(job)
+    if enqueue_once and JobState(rec.state) == JobState.QUEUED:
+        job.qtime = job.qtime or now
+        job.flags &= ~FLAG_DELIVERED  # not delivered yet: it was waiting in the queue
+        node.enqueue(job, now=now)
+
+
+__all__ = ["job_data", "job_from_data", "job_from_record", "job_record", "merge_holders", "replay"]

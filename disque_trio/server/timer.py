@@ -1,0 +1,73 @@
+"""The timer task and the cron task: the node's two clocks.
+
+The core keeps every timer as data (the awake index, ``core/awake.py``) and
+says when it next has work (``next_deadline``). The :class:`Timer` task
+sleeps until then (at most a second, so that a wall-clock jump is noticed),
+runs the due timers and commits; whoever changes the deadline (any commit)
+pulls it earlier with :meth:`Timer.reschedule`. The :class:`Cron` task runs
+housekeeping ten times a second. Neither knows the node: each takes the few
+callables it drives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+MAX_SLEEP_S = 1.0  # the timer looks at the clock at least this often
+CRON_PERIOD_S = 0.1  # ten times a second, like the original's serverCron
+
+
+class Timer:
+    """Runs ``tick`` when ``next_deadline()`` (node-time ms) is reached."""
+
+    def __init__(
+        self,
+        next_deadline: Callable[[], int | None],
+        now_ms: Callable[[], int],
+        tick: Callable[[], None],
+    ) -> None:
+        self._next_deadline = next_deadline
+        self._now_ms = now_ms
+        self._tick = tick
+        self._scope: trio.CancelScope | None = None
+        self._due_ms: int | None = None
+
+    async def run(self) -> None:
+        while True:
+            now = self._now_ms()
+            due = self._due_ms = self._next_deadline()
+            delay = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, (due - now) / 1000))
+            with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
+                self._scope = scope
+                await trio.sleep_forever()
+            self._scope = None
+            self._tick()
+
+    def reschedule(self, due: int | None) -> None:
+        """A commit moved the next deadline: wake earlier if it is sooner."""
+        if due is None or self._scope is None:
+            return
+        if self._due_ms is None or due < self._due_ms:
+            self._due_ms = due
+            delay = max(0.0, (due - self._now_ms()) / 1000)
+            self._scope.deadline = trio.current_time() + delay
+
+
+class Cron:
+    """Calls ``every_tick`` ten times a second and ``every_second`` once a
+    second (after that tick's work)."""
+
+    def __init__(self, every_tick: Callable[[], None], every_second: Callable[[], None]) -> None:
+        self._every_tick = every_tick
+        self._every_second = every_second
+
+    async def run(self) -> None:
+        ticks = 0
+        while True:
+            await trio.sleep(CRON_PERIOD_S)
+            self._every_tick()
+            ticks += 1
+            if ticks % 10 == 0:
+                self._every_second()
