@@ -45,7 +45,7 @@ much.
 
 Speed, 10,000 ``ADDJOB q body 0`` multibulk commands (36 bytes each),
 CPython 3.11.7, hiredis 3.5, best of 15 on a shared 2-core VM, so treat them
-as ratios (``python -m disque_trio.protocol.resp`` re-measures)::
+as ratios (``python bench/bench_codecs.py --only resp`` re-measures)::
 
                               RequestParser       HiredisRequestParser
     all in one feed           33-35 ms (3.4 us)   12-13 ms (1.2 us/command)
@@ -759,35 +759,3 @@ def _simple(kind: str, rest: bytes) -> object:
     if kind == "#":
         return rest == b"t"
     raise ProtocolError(f"unknown reply type {kind!r}")
-
-
-# --------------------------------------------------------------------------
-# Benchmark: python -m disque_trio.protocol.resp
-# --------------------------------------------------------------------------
-
-
-def _bench() -> None:  # pragma: no cover - a measuring tool
-    import functools
-    import timeit
-
-    one = encode([b"ADDJOB", b"q", b"body", b"0"])
-    batch = one * 10_000
-
-    def run(cls: type[RequestParser], data: bytes, step: int) -> None:
-        parser = cls()
-        for i in range(0, len(data), step):
-            parser.feed(data[i : i + step])
-            while parser.next_command() is not None:
-                pass
-
-    cases = [("one feed", batch, len(batch)), ("4 KB feeds", batch, 4096)]
-    cases.append(("1-byte feeds (1,000 cmds)", one * 1000, 1))
-    for label, data, step in cases:
-        for cls in (RequestParser, HiredisRequestParser):
-            job = functools.partial(run, cls, data, step)
-            best = min(timeit.repeat(job, number=1, repeat=15))
-            print(f"{label:28} {cls.__name__:22} {best * 1e3:8.2f} ms")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _bench()
