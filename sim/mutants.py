@@ -122,7 +122,9 @@ def aof_write_dropped() -> contextlib.AbstractContextManager[None]:
     """write_pending drops what the core queued (reply before durability)."""
 
     def write_pending(self: AppendOnlyFile) -> None:
-        self.server.node.aof.clear()
+        pending = self.server.node.aof
+        if pending:
+            pending.clear()
 
     return patched(AppendOnlyFile, "write_pending", write_pending)
 
