@@ -64,6 +64,8 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 import attrs
 
+from .protocol.splitargs import sdssplitargs
+
 __all__ = [
     "DIRECTIVES",
     "REWRITE_SIGNATURE",
@@ -126,88 +128,19 @@ class _BadValue(Exception):
 # Argument splitting and quoting (Redis' sdssplitargs / sdscatrepr)
 # --------------------------------------------------------------------------
 
-# C's isspace(): separates arguments and must follow a closing quote.
-_C_SPACE = frozenset(b" \t\n\v\f\r")
-# What ends an unquoted argument in sdssplitargs (NUL included, as in C).
-_UNQUOTED_END = frozenset(b" \t\n\r\0")
-_ESCAPES = {ord("n"): ord("\n"), ord("r"): ord("\r"), ord("t"): ord("\t")}
-_ESCAPES |= {ord("b"): ord("\b"), ord("a"): ord("\a")}
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-
 
 def split_args(line: str) -> list[str]:
     """Split a configuration line into arguments like Redis' sdssplitargs.
 
-    Works on the UTF-8 bytes so that `\\xHH` escapes can build any byte
-    sequence; arguments are decoded back with surrogateescape, so bytes that are
-    not UTF-8 survive a load/rewrite round trip. Raises ValueError on unbalanced
-    quotes or on a closing quote not followed by a space.
+    The splitting is `protocol.splitargs`, the one inline commands use, on the
+    line's UTF-8 bytes so that `\\xHH` escapes can build any byte sequence;
+    arguments are decoded back with surrogateescape, so bytes that are not
+    UTF-8 survive a load/rewrite round trip. Raises ValueError
+    (`UnbalancedQuotes`) on unbalanced quotes or on a closing quote not
+    followed by a space.
     """
     data = line.encode("utf-8", "surrogateescape")
-    args: list[str] = []
-    i = 0
-    while True:
-        while i < len(data) and data[i] in _C_SPACE:
-            i += 1
-        if i >= len(data):
-            return args
-        token, i = _read_token(data, i)
-        args.append(token.decode("utf-8", "surrogateescape"))
-
-
-def _read_token(data: bytes, i: int) -> tuple[bytes, int]:
-    out = bytearray()
-    while i < len(data) and data[i] not in _UNQUOTED_END:
-        if data[i] == ord('"'):
-            return _read_double_quoted(data, i + 1, out)
-        if data[i] == ord("'"):
-            return _read_single_quoted(data, i + 1, out)
-        out.append(data[i])
-        i += 1
-    return bytes(out), i
-
-
-def _read_double_quoted(data: bytes, i: int, out: bytearray) -> tuple[bytes, int]:
-    while i < len(data):
-        c = data[i]
-        digits = data[i + 2 : i + 4]
-        if (
-            c == ord("\\")
-            and data[i + 1 : i + 2] == b"x"
-            and len(digits) == 2
-            and set(digits) <= _HEX
-        ):
-            out.append(int(digits, 16))
-            i += 4
-        elif c == ord("\\") and i + 1 < len(data):
-            out.append(_ESCAPES.get(data[i + 1], data[i + 1]))
-            i += 2
-        elif c == ord('"'):
-            return bytes(out), _after_closing_quote(data, i)
-        else:
-            out.append(c)
-            i += 1
-    raise ValueError("unbalanced quotes")
-
-
-def _read_single_quoted(data: bytes, i: int, out: bytearray) -> tuple[bytes, int]:
-    while i < len(data):
-        if data[i] == ord("\\") and data[i + 1 : i + 2] == b"'":
-            out.append(ord("'"))
-            i += 2
-        elif data[i] == ord("'"):
-            return bytes(out), _after_closing_quote(data, i)
-        else:
-            out.append(data[i])
-            i += 1
-    raise ValueError("unbalanced quotes")
-
-
-def _after_closing_quote(data: bytes, i: int) -> int:
-    # `"foo"bar` is an error in Redis too: it would be ambiguous to write back.
-    if i + 1 < len(data) and data[i + 1] not in _C_SPACE:
-        raise ValueError("closing quote must be followed by a space")
-    return i + 1
+    return [arg.decode("utf-8", "surrogateescape") for arg in sdssplitargs(data)]
 
 
 _QUOTE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}

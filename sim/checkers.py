@@ -4,6 +4,7 @@ to Disque's guarantees), plus the end-of-run liveness checks."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import attrs
 
@@ -38,6 +39,16 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+
+def _int_option(spec: Mapping[str, object], name: str, default: int) -> int:
+    """An integer ADDJOB option of an invocation's record (absent or None: ``default``)."""
+    value = spec.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int):
+        raise TypeError(f"invocation option {name!r} is {value!r}, not an integer")
+    return value
 
 
 def check(
@@ -85,13 +96,13 @@ def check(
                     f"t={e.t:.3f} {e.client} got {e.data['id']} body {body!r} never added"
                 )
                 continue
-            delay = int(spec.get("delay", 0) or 0)  # type: ignore[call-overload]
+            delay = _int_option(spec, "delay", 0)
             if delay and e.t < invoked_at[body] + delay - allowance_s:
                 report.violations.append(
                     f"t={e.t:.3f} {e.data['id']} delivered {e.t - invoked_at[body]:.2f}s "
                     f"after ADDJOB, before its DELAY {delay}"
                 )
-            ttl = int(spec.get("ttl", 0) or 0)  # type: ignore[call-overload]
+            ttl = _int_option(spec, "ttl", 0)
             if ttl and body in ok_at and e.t > ok_at[body] + ttl + 1 + allowance_s:
                 report.violations.append(
                     f"t={e.t:.3f} {e.data['id']} delivered {e.t - ok_at[body]:.2f}s "
@@ -114,7 +125,7 @@ def check(
         holders = crashes.holders.get(job_id, set())
         forgot = crashes.amnesia.get(job_id, set())
         kept = holders - forgot
-        copies = int(spec.get("copies", 1))  # type: ignore[call-overload]
+        copies = _int_option(spec, "copies", 1)
         if forgot and len(kept) < copies:
             report.excused.append(
                 f"job {job_id} ({body!r}) lost: holders {sorted(holders)}, "

@@ -24,6 +24,8 @@ from disque_trio.core.node import Node
 from disque_trio.protocol import bus
 from disque_trio.server.aof import AppendOnlyFile
 
+from .sweep import run_seed_process
+
 DEFAULT_SEEDS = tuple(range(1, 61))
 
 
@@ -219,8 +221,6 @@ def applied(name: str | None) -> Iterator[None]:
 def run_mutant(name: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> tuple[int | None, list[str]]:
     """The first seed at which the mutant is caught (and why), or None.
     Each seed runs in a worker process under the wall-clock guard."""
-    from .__main__ import run_seed_process
-
     for seed in seeds:
         cmd = [sys.executable, "-m", "sim", "run", "--seed", str(seed), "--quiet"]
         rc, lines = run_seed_process([*cmd, "--mutant", name])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 import trio
 import trio.testing
@@ -249,7 +250,7 @@ class SimNet:
     # -------------------------------------------------------------- rules
 
     def add_rule(
-        self, kind: str, a_ports: list[Owner], b_ports: list[Owner], hang_s: float = 0.0
+        self, kind: str, a_ports: Sequence[Owner], b_ports: Sequence[Owner], hang_s: float = 0.0
     ) -> str:
         """Start a fault between two groups; returns the key to remove it.
         ``cut``: both ways; ``stall``: a -> b only; ``clog``: both ways held."""
@@ -343,7 +344,7 @@ class SimNet:
         self.trace.record("net", "fault", {"ev": "heal"})
 
 
-def _names(ports: list[Owner]) -> list[str]:
+def _names(ports: Sequence[Owner]) -> list[str]:
     return sorted("clients" if p is None else str(p) for p in ports)
 
 

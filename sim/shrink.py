@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .plan import FAULT_FIELDS, MAX_FAULTS, SWARM_FIELDS, Plan
+from .runs import TRACES, run_plan
 
 _FAULTS_AT = len(SWARM_FIELDS)  # index of the first fault slot in encode()
 _FAULT_WIDTH = len(FAULT_FIELDS)
@@ -148,8 +149,6 @@ def shrink_seed(
     max_runs: int,
     out: str | None,
 ) -> int:
-    from .__main__ import TRACES, run_plan
-
     plan = Plan.from_seed(seed, nodes, duration)
     first = run_plan(plan, mutant)
     if first.ok:

@@ -19,11 +19,12 @@ from typing import Any
 import attrs
 import trio
 
+from disque_trio.client import RespClient
 from disque_trio.protocol.replies import ReplyError, Status
 
 from .faults import heal_all, run_faults
 from .plan import Plan
-from .world import RespClient, World
+from .world import World
 
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000

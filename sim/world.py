@@ -183,13 +183,15 @@ class World:
         saved_state = trio_run._r.getstate()
         logger = logging.getLogger("disque_trio")
         saved_level = logger.level
+        # Trio's private hook declares the flag Final: assigning it is the
+        # whole point (a canary test in tests/sim watches that it exists).
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
         trio_run._r.seed(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
         try:
             trio.run(self._main, body, clock=trio.testing.MockClock(autojump_threshold=0))
         finally:
-            trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]
+            trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
             trio_run._r.setstate(saved_state)
             logger.setLevel(saved_level)
 

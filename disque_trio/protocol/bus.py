@@ -50,7 +50,7 @@ What a message carries follows the original (cluster.h, cluster.c, and
 ``serializeJob`` in job.c), with Python types: see each class.
 
 Speed, CPython 3.11.7, msgpack 1.2.4, cattrs 26.2, best of 7 on a shared
-2-core VM (``python -m disque_trio.protocol.bus`` re-measures)::
+2-core VM (``python bench/bench_codecs.py --only bus`` re-measures)::
 
     REPLJOB, 10-byte body, 3 nodes   encode 3.7-6 us   decode 6 us    218 bytes
     GOTJOB                           encode 1.1 us     decode 2.1 us   49 bytes
@@ -769,50 +769,3 @@ class FrameDecoder:
         payload = buf[_HEADER_LEN:end]
         del buf[:end]
         return _decode_payload(payload)
-
-
-# --------------------------------------------------------------------------
-# Benchmark: python -m disque_trio.protocol.bus
-# --------------------------------------------------------------------------
-
-
-def _bench() -> None:  # pragma: no cover - a measuring tool
-    import timeit
-
-    node_ids = tuple(f"{n:040x}" for n in range(1, 4))
-    job = JobData(
-        id="D-dcb833cf-8YL1NT17e9+wsA/09NqxscQI-05a1",
-        queue="queue",
-        body=b"0123456789",
-        repl=3,
-        ctime=1_700_000_000_000 * 1_000_000,
-        ttl=86400,
-        delay=0,
-        retry=300,
-        nacks=0,
-        deliveries=0,
-        nodes_delivered=node_ids,
-    )
-    cases: list[tuple[str, Message]] = [
-        ("REPLJOB, 10-byte body", ReplJob(job)),
-        ("GOTJOB", GotJob(job.id)),
-        ("PING, 3 gossip entries", Ping(node_ids[0], 0, tuple(
-            GossipEntry(n, "10.0.0.1", 7711, 17711, 0, 0, 1_700_000_000_000)
-            for n in node_ids
-        ))),
-    ]  # fmt: skip
-    for label, msg in cases:
-        frame = encode_frame(msg)
-        decoder = FrameDecoder()
-
-        def decode(frame: bytes = frame, decoder: FrameDecoder = decoder) -> None:
-            decoder.feed(frame)
-            decoder.next_message()
-
-        for what, fn in (("encode", lambda msg=msg: encode_frame(msg)), ("decode", decode)):
-            best = min(timeit.repeat(fn, number=20_000, repeat=7)) / 20_000
-            print(f"{label:26} {what}  {best * 1e6:6.2f} us  ({len(frame)} bytes)")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _bench()

@@ -45,7 +45,7 @@ much.
 
 Speed, 10,000 ``ADDJOB q body 0`` multibulk commands (36 bytes each),
 CPython 3.11.7, hiredis 3.5, best of 15 on a shared 2-core VM, so treat them
-as ratios (``python -m disque_trio.protocol.resp`` re-measures)::
+as ratios (``python bench/bench_codecs.py --only resp`` re-measures)::
 
                               RequestParser       HiredisRequestParser
     all in one feed           33-35 ms (3.4 us)   12-13 ms (1.2 us/command)
@@ -88,6 +88,7 @@ from disque_trio.protocol.replies import (
     Verbatim,
     _NullArray,
 )
+from disque_trio.protocol.splitargs import UnbalancedQuotes, sdssplitargs
 
 __all__ = [
     "NOT_READY",
@@ -137,98 +138,17 @@ def _parse_count(digits: bytes | bytearray) -> int | None:
 # Inline commands
 # --------------------------------------------------------------------------
 
-# Characters that need the character-by-character splitter. NUL ends the line
-# (sdssplitargs works on a C string); \v and \f are skipped between arguments
-# but are ordinary characters inside one, unlike bytes.split().
-_SPECIAL_INLINE: Final = frozenset(b"\"'\x00\x0b\x0c")
-_SPACE: Final = frozenset(b" \t\n\r\x0b\x0c")  # C isspace()
-_TOKEN_END: Final = frozenset(b" \n\r\t")
-_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES: Final = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
-
 
 def split_args(line: bytes) -> list[bytes]:
-    """Split an inline command like Redis' sdssplitargs().
+    """Split an inline command like Redis' sdssplitargs() (protocol/splitargs.py).
 
     Raises ProtocolError("unbalanced quotes in request") where sdssplitargs
     returns NULL.
     """
-    if _SPECIAL_INLINE.isdisjoint(line):
-        return line.split()
-    nul = line.find(b"\x00")
-    if nul >= 0:
-        line = line[:nul]
-    args: list[bytes] = []
-    i, end = 0, len(line)
-    while True:
-        while i < end and line[i] in _SPACE:
-            i += 1
-        if i >= end:
-            return args
-        arg, i = _split_one(line, i)
-        args.append(arg)
-
-
-def _split_one(line: bytes, i: int) -> tuple[bytes, int]:
-    """One argument starting at ``line[i]``; returns it and where to go on."""
-    out = bytearray()
-    end = len(line)
-    while i < end:
-        c = line[i]
-        if c in _TOKEN_END:
-            return bytes(out), i
-        if c in (0x22, 0x27):  # " or '
-            reader = _double_quoted if c == 0x22 else _single_quoted
-            closing = reader(line, i + 1, out)
-            # A closing quote ends the argument (and is followed by space).
-            return bytes(out), closing + 1
-        out.append(c)
-        i += 1
-    return bytes(out), i
-
-
-def _close_quote(line: bytes, i: int) -> int:
-    # sdssplitargs: a closing quote must be followed by a space or nothing.
-    if i + 1 < len(line) and line[i + 1] not in _SPACE:
-        raise ProtocolError("unbalanced quotes in request")
-    return i
-
-
-def _double_quoted(line: bytes, i: int, out: bytearray) -> int:
-    """Append a "..." body to ``out``; returns the index of the closing quote."""
-    end = len(line)
-    while i < end:
-        c = line[i]
-        if c == 0x5C and i + 1 < end:  # backslash
-            nxt = line[i + 1]
-            if nxt == 0x78 and i + 3 < end and line[i + 2] in _HEX and line[i + 3] in _HEX:
-                out.append(int(line[i + 2 : i + 4], 16))
-                i += 4
-                continue
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        if c == 0x22:
-            return _close_quote(line, i)
-        out.append(c)
-        i += 1
-    raise ProtocolError("unbalanced quotes in request")
-
-
-def _single_quoted(line: bytes, i: int, out: bytearray) -> int:
-    """Append a '...' body to ``out``; only \\' is an escape there."""
-    end = len(line)
-    while i < end:
-        c = line[i]
-        if c == 0x5C and i + 1 < end and line[i + 1] == 0x27:
-            out.append(0x27)
-            i += 2
-            continue
-        if c == 0x27:
-            return _close_quote(line, i)
-        out.append(c)
-        i += 1
-    raise ProtocolError("unbalanced quotes in request")
+    try:
+        return sdssplitargs(line)
+    except UnbalancedQuotes:
+        raise ProtocolError("unbalanced quotes in request") from None
 
 
 # --------------------------------------------------------------------------
@@ -839,35 +759,3 @@ def _simple(kind: str, rest: bytes) -> object:
     if kind == "#":
         return rest == b"t"
     raise ProtocolError(f"unknown reply type {kind!r}")
-
-
-# --------------------------------------------------------------------------
-# Benchmark: python -m disque_trio.protocol.resp
-# --------------------------------------------------------------------------
-
-
-def _bench() -> None:  # pragma: no cover - a measuring tool
-    import functools
-    import timeit
-
-    one = encode([b"ADDJOB", b"q", b"body", b"0"])
-    batch = one * 10_000
-
-    def run(cls: type[RequestParser], data: bytes, step: int) -> None:
-        parser = cls()
-        for i in range(0, len(data), step):
-            parser.feed(data[i : i + step])
-            while parser.next_command() is not None:
-                pass
-
-    cases = [("one feed", batch, len(batch)), ("4 KB feeds", batch, 4096)]
-    cases.append(("1-byte feeds (1,000 cmds)", one * 1000, 1))
-    for label, data, step in cases:
-        for cls in (RequestParser, HiredisRequestParser):
-            job = functools.partial(run, cls, data, step)
-            best = min(timeit.repeat(job, number=1, repeat=15))
-            print(f"{label:28} {cls.__name__:22} {best * 1e3:8.2f} ms")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    _bench()

@@ -14,13 +14,14 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.__main__ import REGRESSIONS, load_plan
 from sim.checkers import Crashes, check
 from sim.disk import DiskHandle, SimDisk
 from sim.net import SimNet
 from sim.plan import FAULT_KINDS, Fault, Plan
 from sim.runner import Outcome, execute
+from sim.runs import load_plan
 from sim.shrink import shrink_plan
+from sim.sweep import REGRESSIONS
 from sim.trace import Trace
 from sim.workload import Event
 

@@ -78,6 +78,12 @@ def test_nothing_in_the_package_imports_sim() -> None:
     assert _offending(PACKAGE, ("sim",)) == []
 
 
+def test_no_simulator_module_imports_its_command_line() -> None:
+    """sim/__main__.py only parses arguments: what it runs lives in modules
+    that import each other one way (sim/runs.py, sim/sweep.py)."""
+    assert _offending(ROOT / "sim", ("sim.__main__",)) == []
+
+
 def test_importing_core_and_protocol_never_imports_trio() -> None:
     code = (
         "import sys, pkgutil, importlib\n"

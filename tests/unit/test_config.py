@@ -140,6 +140,8 @@ def test_the_originals_example_file_loads(tmp_path: Path) -> None:
         (r'x "\q"', ["x", "q"]),
         (r'x "\x4"', ["x", "x4"]),
         ('x "caf\\xc3\\xa9"', ["x", "café"]),
+        # A NUL ends the line, as in C (this used to loop for ever).
+        ("x a\x00b c", ["x", "a"]),
         ("", []),
     ],
 )
