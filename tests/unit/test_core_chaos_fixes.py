@@ -5,13 +5,22 @@ from __future__ import annotations
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
-from disque_trio.core.job import JobState
-from disque_trio.core.node import Node
+from disque_trio.core.job import Job, JobState
+from disque_trio.core.node import WILLQUEUE_ADVANCE_MS, Node
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
 from disque_trio.protocol.replies import Status
 
-from .core_support import OTHER_ID, check_invariants, make_node, run
+from .core_support import (
+    OTHER_ID,
+    FakeClock,
+    add,
+    check_invariants,
+    elapse,
+    make_node,
+    run,
+    tick_at,
+)
 
 THIRD_ID = "5a5a5a5a" + "c4" * 16
 
@@ -76,3 +85,102 @@ def test_setack_ending_an_external_replication_sends_no_enqueue() -> None:
     assert adder.done and adder.reply == Status(job_id)
     assert not any(isinstance(m, bus.Enqueue) for _, m in node.outbox)
     assert job_id not in node.jobs
+
+
+def test_a_late_willqueue_still_comes_the_whole_advance_before_the_requeue() -> None:
+    """DISQUE_CHAOS_SEED=5 DISQUE_CHAOS_FAULTS=stop, 60 s: most deliveries
+    answered after the ack came from a node SIGCONTed after a stop. Its
+    copy's re-queue time had passed meanwhile, and the first tick sent
+    WILLQUEUE and re-queued at once, serving the GETJOB that had been
+    waiting since before the stop; the SETACK for it (the job was re-queued
+    by another holder, delivered and acked there) was waiting, unread, in
+    the bus socket."""
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = cj.job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    job_id = data.id
+    copy = node.jobs[job_id]
+    assert copy.state == JobState.ACTIVE and copy.qtime
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+    node.outbox.clear()
+
+    tick_at(node, clock, copy.qtime + 3000)  # stopped through the whole advance
+
+    assert [(to, m) for to, m in node.outbox if isinstance(m, bus.WillQueue)] == [
+        (OTHER_ID, bus.WillQueue(job_id))
+    ]
+    assert copy.state == JobState.ACTIVE and not consumer.done
+    assert copy.qtime == clock.ms + WILLQUEUE_ADVANCE_MS
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
+    assert copy.state == JobState.ACKED and not consumer.done
+    check_invariants(node)
+
+
+def test_without_an_answer_the_late_requeue_happens_after_the_advance() -> None:
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = cj.job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = node.jobs[data.id]
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+
+    tick_at(node, clock, copy.qtime + 3000)
+    assert not consumer.done
+    tick_at(node, clock, clock.ms + WILLQUEUE_ADVANCE_MS - 1)
+    assert not consumer.done
+    tick_at(node, clock, clock.ms + 1)
+    assert consumer.done and consumer.reply == [["q", data.id, b"body"]]
+    check_invariants(node)
+
+
+def _job_added_on(node_id: str, peer: Node, seed: int = 0) -> Job:
+    """A job as another node adds it, REPLICATE 2, listing ``peer`` too
+    (``seed`` draws its ID)."""
+    origin, _ = make_node(seed=seed, node_id=node_id)
+    origin.cluster.add(peer.node_id, "127.0.0.1", 7711, 17711)
+    origin.refresh_cluster_view()
+    job_id = add(origin, "q", "body", "RETRY", 2, "REPLICATE", 1)
+    job = origin.jobs[job_id]
+    job.nodes_delivered = (node_id, peer.node_id)
+    return job
+
+
+def test_a_requeue_due_long_ago_is_announced_again() -> None:
+    """The same run with the fix above: the WILLQUEUE had gone out in time,
+    just before the SIGSTOP, and the re-queue came due during it; the first
+    tick after SIGCONT re-queued before reading the SETACK and QUEUED the
+    other holder had sent meanwhile."""
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = cj.job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = node.jobs[data.id]
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+    due = copy.qtime
+    tick_at(node, clock, due - WILLQUEUE_ADVANCE_MS)  # on time
+    assert sum(isinstance(m, bus.WillQueue) for _, m in node.outbox) == 1
+    node.outbox.clear()
+
+    tick_at(node, clock, due + 2000)  # stopped meanwhile
+
+    assert node.outbox == [(OTHER_ID, bus.WillQueue(data.id))]
+    assert copy.state == JobState.ACTIVE and not consumer.done
+    cj.receive(node, OTHER_ID, bus.SetAck(data.id, 2))
+    elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
+    assert copy.state == JobState.ACKED and not consumer.done
+    # A timer only a little late (a busy loop, not a stall) re-queues at once.
+    other = cj.job_data(_job_added_on(OTHER_ID, node, seed=1), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(other, False))
+    late = node.jobs[other.id]
+    tick_at(node, clock, late.qtime - WILLQUEUE_ADVANCE_MS)
+    tick_at(node, clock, late.qtime + WILLQUEUE_ADVANCE_MS // 2)
+    assert consumer.done and consumer.reply == [["q", other.id, b"body"]]
+    check_invariants(node)
