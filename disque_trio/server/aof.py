@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 import trio.lowlevel
 
-from ..core.job import Job, JobState
+from ..core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
 from ..core.node import TIME_ERROR_MS, job_record
 from ..env import Disk
 from ..protocol import aof as records
@@ -252,6 +252,12 @@ class AppendOnlyFile:
             # does not remember the step, see Node.follow_clock).
             longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
             job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
+            # Announced (WILLQUEUE) before it is queued again, like any
+            # re-queue: the record of a job added here was written before
+            # its first queueing set the flag, and the job may have been
+            # acked elsewhere while we were down (a holder that knows
+            # answers SETACK).
+            job.flags |= FLAG_BCAST_WILLQUEUE
         else:
             job.qtime = 0  # RETRY 0: a reload never queues it again
         node.register(job)
