@@ -943,6 +943,8 @@ class Late:
     def when(self) -> str:
         if self.after_heal < 0:
             return "during a fault"
+        if self.after_heal == float("inf"):
+            return "no fault before it"
         return f"{self.after_heal:.1f}s after the last fault ended"
 
 
