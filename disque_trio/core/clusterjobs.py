@@ -22,7 +22,9 @@ Rules, one per message:
   re-queue timer by RETRY; if also queued here, dequeue when the sender wins
   the per-job comparison of node IDs (always for WORKING).
 * SETACK(may-have): acknowledge; GOTACK back when we know no more holders
-  than the sender, else collect the job ourselves.
+  than the sender, else collect the job ourselves. For our own ADDJOB still
+  waiting for its copies, the client gets its ID, and the job is never
+  queued here (a blocked GETJOB would get it before the acknowledgement).
 * GOTACK(known): the sender confirmed the ack; when every holder did, send
   DELJOB to them all and delete. Dummy acks go once a holder answers, or once
   every node said it does not know the job.
@@ -129,7 +131,11 @@ def send_enqueue(node: Node, job: Job) -> None:
         node.effects.send(target, bus.Enqueue(job.id, job.delay))
 
 
-def replication_achieved(node: Node, job: Job) -> None:
+def replication_achieved(node: Node, job: Job, acked: bool = False) -> None:
+    """The job has its copies: answer the ADDJOB client and queue it.
+    ``acked``: a SETACK ended the wait (a holder queued and delivered its
+    copy, and it was acked there): the caller acknowledges it, so it is
+    neither queued here nor sent to a holder to queue."""
     job.state = JobState.ACTIVE
     job.nodes_confirmed = None
     waiter = node.repl_waiters.pop(job.id, None)
@@ -139,10 +145,13 @@ def replication_achieved(node: Node, job: Job) -> None:
     node.replicate(job, 0, noreply=True)
     if node.node_id not in job.nodes_delivered:
         # Externally replicated: one holder queues it, we forget it.
-        send_enqueue(node, job)
+        if not acked:
+            send_enqueue(node, job)
         node.unregister(job)
         return
     node.persist(job)
+    if acked:
+        return
     now = node.now_ms()
     if job.delay == 0:
         job.qtime = now + job.retry * 1000
@@ -364,7 +373,9 @@ def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
     job = node.jobs.get(msg.job_id)
     if job is not None:
         if job.state == JobState.WAIT_REPL:
-            replication_achieved(node, job)
+            # Queued, it would go at once to a blocked GETJOB, before the
+            # acknowledge below (a delivery of a job known to be acked).
+            replication_achieved(node, job, acked=True)
         node.acknowledge(job)
     if job is None or len(job.nodes_delivered) <= msg.may_have:
         node.effects.send(sender, bus.GotAck(msg.job_id, job is not None))

@@ -673,9 +673,28 @@ class Node:
         ):
             if job.state != JobState.QUEUED:
                 self.send_willqueue(job)
+                if self._held_elsewhere(job):
+                    # A late timer (the process was stopped or starved)
+                    # would re-queue in the same breath: the holders that
+                    # know of an ack (and the SETACKs already waiting in our
+                    # sockets) still get the whole advance to stop it.
+                    job.qtime = max(job.qtime, now + WILLQUEUE_ADVANCE_MS)
             job.flags &= ~FLAG_BCAST_WILLQUEUE
         if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:
-            self._requeue(job, now)
+            if (
+                job.retry
+                and job.flags & FLAG_BCAST_QUEUED  # a re-queue, not a delayed first one
+                and now - job.qtime > WILLQUEUE_ADVANCE_MS
+                and self._held_elsewhere(job)
+            ):
+                # Due long ago: the process was stopped or starved since its
+                # WILLQUEUE, and the answers (SETACK, QUEUED) may be waiting
+                # unread in our sockets. Announce again, re-queue after the
+                # advance.
+                self.send_willqueue(job)
+                job.qtime = now + WILLQUEUE_ADVANCE_MS
+            else:
+                self._requeue(job, now)
         if job.state == JobState.QUEUED and job.qtime and job.qtime <= now and job.retry:
             # Still queued when the retry came: keep it, push the next retry,
             # and re-announce it unless every holder heard QUEUED since the
@@ -689,6 +708,9 @@ class Node:
             self.try_gc(job)
         if self.jobs.get(job.id) is job:
             self.update_awake(job)
+
+    def _held_elsewhere(self, job: Job) -> bool:
+        return any(node_id != self.node_id for node_id in job.nodes_delivered)
 
     def _requeue(self, job: Job, now: int) -> None:
         q = self.queues.get(job.queue)

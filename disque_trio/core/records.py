@@ -99,7 +99,8 @@ def job_from_record(node: Node, rec: aof.JobRecord, now: int) -> Job | None:
     """A job reloaded from the AOF, or None if it expired meanwhile.
 
     It comes back ``active``, not queued (it may have been in a consumer's
-    hands when the node went down): the retry timer re-queues it, no sooner
+    hands when the node went down): the retry timer re-queues it, after a
+    WILLQUEUE to the other holders, no sooner
     than RETRY after the load and not before its recorded queue time (a job
     still waiting for its DELAY); a recorded time further away than its
     longest timer means the wall clock went back since, and is capped.
@@ -126,6 +127,11 @@ def job_from_record(node: Node, rec: aof.JobRecord, now: int) -> Job | None:
     elif rec.retry:
         longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
         job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
+        # Announced (WILLQUEUE) before it is queued again, like any
+        # re-queue: the record of a job added here was written before its
+        # first queueing set the flag, and the job may have been acked
+        # elsewhere while we were down (a holder that knows answers SETACK).
+        job.flags |= FLAG_BCAST_WILLQUEUE
     else:
         job.qtime = 0
     return job

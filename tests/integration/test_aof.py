@@ -22,6 +22,7 @@ import redis
 import trio
 import trio.testing
 
+from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, JobState
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol.replies import ReplyError, Status
@@ -387,6 +388,23 @@ async def test_delay_survives_a_reload(
         # Used to come back RETRY seconds after the load too, ignoring DELAY.
         [[_, got, _]] = await c.call("GETJOB", "TIMEOUT", 0, "FROM", "q")
         assert got.decode() == delayed and 59 <= trio.current_time() - t0 <= 61
+
+
+async def test_a_reloaded_job_announces_its_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reloaded job goes back to its queue at its RETRY, and sends
+    WILLQUEUE before, as any re-queue: the holders that saw it acked while
+    this node was down answer SETACK. The record of a job added here is
+    written before its first queueing sets the flag, so it used to be
+    re-queued unannounced (found reading the code behind the chaos test)."""
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        job_id = str(await c.call("ADDJOB", "q", "b", 0, "RETRY", 5))
+        assert node.server.node.jobs[job_id].flags & FLAG_BCAST_WILLQUEUE
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        job = node.server.node.jobs[job_id]
+        assert job.state == JobState.ACTIVE and job.flags & FLAG_BCAST_WILLQUEUE
 
 
 async def test_reload_on_a_clock_that_went_back_keeps_timers_bounded(

@@ -1,0 +1,188 @@
+"""Core fixes found by the real-process chaos test
+(tests/integration/test_chaos.py): deliveries answered after the ack."""
+
+from __future__ import annotations
+
+from disque_trio.core import clusterjobs as cj
+from disque_trio.core.cluster import LEAVING
+from disque_trio.core.job import Job, JobState
+from disque_trio.core.node import WILLQUEUE_ADVANCE_MS, Node
+from disque_trio.core.records import job_data
+from disque_trio.core.waiters import Waiter
+from disque_trio.protocol import bus
+from disque_trio.protocol.replies import Status
+
+from .core_support import (
+    OTHER_ID,
+    FakeClock,
+    add,
+    check_invariants,
+    elapse,
+    make_node,
+    run,
+    sent,
+    tick_at,
+)
+
+THIRD_ID = "5a5a5a5a" + "c4" * 16
+
+
+def _with_two_linked_peers() -> Node:
+    node, _ = make_node()
+    for peer_id, port in ((OTHER_ID, 7712), (THIRD_ID, 7713)):
+        peer = node.cluster.add(peer_id, "127.0.0.1", port, port + 10000)
+        assert peer is not None
+        peer.link_up = True
+    node.refresh_cluster_view()
+    return node
+
+
+def test_setack_for_a_job_waiting_for_replication_is_not_delivered_here() -> None:
+    """DISQUE_CHAOS_SEED=5 DISQUE_CHAOS_FAULTS=stop, 60 s: an ADDJOB with
+    REPLICATE 3 waited for the copy of a stopped node; the replica that had
+    confirmed re-queued its copy at its retry time, delivered it, and the
+    consumer acked it there. Its SETACK reached the origin, which finished
+    the replication (the ADDJOB client gets its ID, rightly), queued the job
+    and handed it to a blocked GETJOB, and only then acknowledged it: a
+    delivery by the very node that knew of the ack."""
+    node = _with_two_linked_peers()
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 2)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))  # THIRD_ID never answers
+    consumer = run(node, "GETJOB", "TIMEOUT", 5000, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+    node.effects.clear()
+
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 3))
+
+    assert adder.done and adder.reply == Status(job_id)
+    assert not consumer.done, consumer.reply
+    job = node.jobs[job_id]
+    assert job.state == JobState.ACKED and run(node, "QLEN", "q") == 0
+    # The holders hear the final list, the sender the confirmation of the
+    # ack; nobody hears that it was queued.
+    kinds = [type(m) for _, m in sent(node)]
+    assert bus.Queued not in kinds and bus.Enqueue not in kinds
+    assert (THIRD_ID, bus.ReplJob(job_data(job, node.now_ms()), True)) in sent(node)
+    assert (OTHER_ID, bus.GotAck(job_id, True)) in sent(node)
+    check_invariants(node)
+
+
+def test_setack_ending_an_external_replication_sends_no_enqueue() -> None:
+    """The same for a job this node keeps no copy of (leaving, or short of
+    memory): once replicated it asks one holder to queue it (ENQUEUE); not
+    when the wait ended with an ack."""
+    node = _with_two_linked_peers()
+    node.cluster.myself.flags |= LEAVING
+    node.refresh_cluster_view()
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 2, "RETRY", 2)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))
+    node.effects.clear()
+
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+
+    assert adder.done and adder.reply == Status(job_id)
+    assert not any(isinstance(m, bus.Enqueue) for _, m in sent(node))
+    assert job_id not in node.jobs
+
+
+def test_a_late_willqueue_still_comes_the_whole_advance_before_the_requeue() -> None:
+    """DISQUE_CHAOS_SEED=5 DISQUE_CHAOS_FAULTS=stop, 60 s: most deliveries
+    answered after the ack came from a node SIGCONTed after a stop. Its
+    copy's re-queue time had passed meanwhile, and the first tick sent
+    WILLQUEUE and re-queued at once, serving the GETJOB that had been
+    waiting since before the stop; the SETACK for it (the job was re-queued
+    by another holder, delivered and acked there) was waiting, unread, in
+    the bus socket."""
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    job_id = data.id
+    copy = node.jobs[job_id]
+    assert copy.state == JobState.ACTIVE and copy.qtime
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+    node.effects.clear()
+
+    tick_at(node, clock, copy.qtime + 3000)  # stopped through the whole advance
+
+    assert [(to, m) for to, m in sent(node) if isinstance(m, bus.WillQueue)] == [
+        (OTHER_ID, bus.WillQueue(job_id))
+    ]
+    assert copy.state == JobState.ACTIVE and not consumer.done
+    assert copy.qtime == clock.ms + WILLQUEUE_ADVANCE_MS
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
+    assert copy.state == JobState.ACKED and not consumer.done
+    check_invariants(node)
+
+
+def test_without_an_answer_the_late_requeue_happens_after_the_advance() -> None:
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = node.jobs[data.id]
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+
+    tick_at(node, clock, copy.qtime + 3000)
+    assert not consumer.done
+    tick_at(node, clock, clock.ms + WILLQUEUE_ADVANCE_MS - 1)
+    assert not consumer.done
+    tick_at(node, clock, clock.ms + 1)
+    assert consumer.done and consumer.reply == [["q", data.id, b"body"]]
+    check_invariants(node)
+
+
+def _job_added_on(node_id: str, peer: Node, seed: int = 0) -> Job:
+    """A job as another node adds it, REPLICATE 2, listing ``peer`` too
+    (``seed`` draws its ID)."""
+    origin, _ = make_node(seed=seed, node_id=node_id)
+    origin.cluster.add(peer.node_id, "127.0.0.1", 7711, 17711)
+    origin.refresh_cluster_view()
+    job_id = add(origin, "q", "body", "RETRY", 2, "REPLICATE", 1)
+    job = origin.jobs[job_id]
+    job.nodes_delivered = (node_id, peer.node_id)
+    return job
+
+
+def test_a_requeue_due_long_ago_is_announced_again() -> None:
+    """The same run with the fix above: the WILLQUEUE had gone out in time,
+    just before the SIGSTOP, and the re-queue came due during it; the first
+    tick after SIGCONT re-queued before reading the SETACK and QUEUED the
+    other holder had sent meanwhile."""
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = node.jobs[data.id]
+    consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
+    assert isinstance(consumer, Waiter)
+    due = copy.qtime
+    tick_at(node, clock, due - WILLQUEUE_ADVANCE_MS)  # on time
+    assert sum(isinstance(m, bus.WillQueue) for _, m in sent(node)) == 1
+    node.effects.clear()
+
+    tick_at(node, clock, due + 2000)  # stopped meanwhile
+
+    assert sent(node) == [(OTHER_ID, bus.WillQueue(data.id))]
+    assert copy.state == JobState.ACTIVE and not consumer.done
+    cj.receive(node, OTHER_ID, bus.SetAck(data.id, 2))
+    elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
+    assert copy.state == JobState.ACKED and not consumer.done
+    # A timer only a little late (a busy loop, not a stall) re-queues at once.
+    other = job_data(_job_added_on(OTHER_ID, node, seed=1), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(other, False))
+    late = node.jobs[other.id]
+    tick_at(node, clock, late.qtime - WILLQUEUE_ADVANCE_MS)
+    tick_at(node, clock, late.qtime + WILLQUEUE_ADVANCE_MS // 2)
+    assert consumer.done and consumer.reply == [["q", other.id, b"body"]]
+    check_invariants(node)
