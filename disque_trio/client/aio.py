@@ -7,6 +7,7 @@ sans-I/O ``Router`` where each command goes, speaks through
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -61,7 +62,7 @@ class _Connection:
 
     @property
     def reusable(self) -> bool:
-        return self.proto.broken is None and self.proto.pending == 0
+        return self.proto.reusable
 
     async def call(self, command: Command[T]) -> T:
         """Send one command and read its reply; a broken connection is
@@ -226,6 +227,19 @@ class AsyncClient:
         finally:
             await pool.release(conn)
 
+    async def _hello_at(self, address: Address) -> HelloInfo:
+        """HELLO at ``address``: the handshake's answer if the connection
+        is new, else asked again."""
+        pool = self._pool(address)
+        conn = await pool.acquire()
+        try:
+            hello, conn.hello = conn.hello, None
+            if hello is None:
+                hello = await conn.call(cmds.hello())
+            return hello
+        finally:
+            await pool.release(conn)
+
     async def _current(self) -> Address:
         """The current node, found (and connected to) if need be."""
         if self._closed:
@@ -240,7 +254,7 @@ class AsyncClient:
             fallback: tuple[Address, HelloInfo] | None = None
             for address in self.router.connect_order(anyio.current_time()):
                 try:
-                    hello = await self._once(address, cmds.hello())
+                    hello = await self._hello_at(address)
                 except (DisqueConnectionError, OSError) as e:
                     self.router.failed(address, anyio.current_time())
                     errors.append(f"{_fmt(address)}: {e}")
@@ -300,6 +314,9 @@ class AsyncClient:
         budget = self.options.call_timeout(command)
         try:
             with anyio.fail_after(None if math.isinf(budget) else budget):
+                if command.routed and not self.router.nodes:
+                    with contextlib.suppress(DisqueConnectionError):
+                        await self._current()  # learn the cluster before routing
                 parts = self.router.route(command)
                 if len(parts) == 1:
                     return await self._part(parts[0][0], command)

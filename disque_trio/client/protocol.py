@@ -74,6 +74,7 @@ class ClientProtocol:
         self._reader = ReplyReader()
         self._due: deque[Command[object]] = deque()
         self._failed: deque[Response[object]] = deque()
+        self._eof = False
         self.broken: DisqueError | None = None
 
     @property
@@ -81,10 +82,15 @@ class ClientProtocol:
         """Commands sent whose reply has not been returned yet."""
         return len(self._due) + len(self._failed)
 
+    @property
+    def reusable(self) -> bool:
+        """Open, and no reply due: ready for the next caller."""
+        return self.broken is None and not self._eof and self.pending == 0
+
     def send(self, *commands: Command[object]) -> bytes:
         """The bytes for these commands (pipelined, in order)."""
-        if self.broken is not None:
-            raise ConnectionLostError(f"connection unusable: {self.broken}")
+        if self.broken is not None or self._eof:
+            raise ConnectionLostError(f"connection unusable: {self.broken or 'closed'}")
         out = bytearray()
         for command in commands:
             out += encode(list(command.args))
@@ -95,8 +101,10 @@ class ClientProtocol:
         """Bytes read from the socket; ``b""`` means the node closed it."""
         if data:
             self._reader.feed(data)
-        elif self.broken is None:
-            self._break(ConnectionLostError("connection closed by the node"))
+        else:
+            # Replies already received are still returned; what stays due
+            # after them fails in next_event.
+            self._eof = True
 
     def next_event(self) -> Response[object] | _NeedData:
         if self._failed:
@@ -109,6 +117,9 @@ class ClientProtocol:
             self._break(ProtocolViolationError(f"bad reply: {e}"))
             return self._failed.popleft()
         if reply is NOT_READY:
+            if self._eof:
+                self._break(ConnectionLostError("connection closed by the node"))
+                return self._failed.popleft()
             return NEED_DATA
         command = self._due.popleft()
         if isinstance(reply, ReplyError):

@@ -7,6 +7,7 @@ one connection per node it talks to and is meant for one thread at a time
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import socket
@@ -77,10 +78,11 @@ class _Connection:
         self.sock = sock
         self.address = address
         self.proto = ClientProtocol()
+        self.hello: HelloInfo | None = None  # the handshake's, until used
 
     @property
     def usable(self) -> bool:
-        return self.proto.broken is None and self.proto.pending == 0
+        return self.proto.reusable
 
     def call(self, command: Command[T], deadline: _Deadline) -> T:
         data = self.proto.send(command)
@@ -167,7 +169,7 @@ class Client:
                 conn.call(cmds.auth(opts.password), setup)
             if opts.client_name:
                 conn.call(cmds.raw("CLIENT", "SETNAME", opts.client_name), setup)
-            hello = conn.call(cmds.hello(), setup)
+            hello = conn.hello = conn.call(cmds.hello(), setup)
         except TimeoutError:
             conn.close()
             raise DisqueConnectionError(f"{_fmt(address)} did not answer HELLO in time") from None
@@ -181,6 +183,11 @@ class Client:
     def _once(self, address: Address, command: Command[T], deadline: _Deadline) -> T:
         return self._connection(address, deadline).call(command, deadline)
 
+    def _hello_at(self, address: Address, deadline: _Deadline) -> HelloInfo:
+        conn = self._connection(address, deadline)
+        hello, conn.hello = conn.hello, None
+        return hello or conn.call(cmds.hello(), deadline)
+
     def _current(self, deadline: _Deadline) -> Address:
         current = self.router.current
         if current is not None:
@@ -189,7 +196,7 @@ class Client:
         fallback: tuple[Address, HelloInfo] | None = None
         for address in self.router.connect_order(time.monotonic()):
             try:
-                hello = self._once(address, cmds.hello(), deadline)
+                hello = self._hello_at(address, deadline)
             except DisqueConnectionError as e:
                 self.router.failed(address, time.monotonic())
                 errors.append(f"{_fmt(address)}: {e}")
@@ -249,6 +256,9 @@ class Client:
         budget = self.options.call_timeout(command)
         deadline = _Deadline(budget)
         try:
+            if command.routed and not self.router.nodes:
+                with contextlib.suppress(DisqueConnectionError):
+                    self._current(deadline)  # learn the cluster before routing
             parts = self.router.route(command)
             if len(parts) == 1:
                 return self._part(parts[0][0], command, deadline)
