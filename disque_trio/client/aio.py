@@ -59,6 +59,7 @@ class _Connection:
         self.address = address
         self.proto = ClientProtocol()
         self.hello: HelloInfo | None = None
+        self.calls = 0  # calls answered: a reused connection may be stale
 
     @property
     def reusable(self) -> bool:
@@ -217,15 +218,27 @@ class AsyncClient:
             await conn.aclose()
             raise
         self.router.learn(address, conn.hello)
+        self.router.heard(anyio.current_time())
         return conn
 
     async def _once(self, address: Address, command: Command[T]) -> T:
+        """The command on one node. A pooled connection found dead (the
+        node restarted, or closed it while idle) is replaced once for an
+        idempotent command."""
         pool = self._pool(address)
-        conn = await pool.acquire()
-        try:
-            return await conn.call(command)
-        finally:
-            await pool.release(conn)
+        for attempt in range(2):
+            conn = await pool.acquire()
+            reused = conn.calls > 0
+            try:
+                result = await conn.call(command)
+                conn.calls += 1
+                return result
+            except ConnectionLostError:
+                if attempt or not (reused and command.idempotent):
+                    raise
+            finally:
+                await pool.release(conn)
+        raise AssertionError("unreachable")
 
     async def _hello_at(self, address: Address) -> HelloInfo:
         """HELLO at ``address``: the handshake's answer if the connection
@@ -389,6 +402,8 @@ class AsyncClient:
             jobs = await self._fetch(
                 cmds.getjob(queues, count=count, timeout_ms=max(1, round(wait * 1000)))
             )
+            if not jobs:
+                jobs = await self._sweep(queues, count)
             if jobs or (deadline is not None and anyio.current_time() >= deadline):
                 return jobs
 
@@ -396,8 +411,38 @@ class AsyncClient:
         jobs = await self.get_jobs(*queues, timeout=timeout)
         return jobs[0] if jobs else None
 
+    async def _sweep(self, queues: Sequence[str], count: int) -> list[Job]:
+        """After a wait that brought nothing: refresh HELLO when due, then
+        take jobs from leaving nodes with GETJOB NOHANG (a leaving node
+        refuses only GETJOBs that would block, and no node may ask it for
+        its queued jobs), so that they are not left there."""
+        now = anyio.current_time()
+        if self.router.hello_due(now) and self.router.current is not None:
+            address = self.router.current
+            try:
+                with anyio.fail_after(self.options.timeout):
+                    self.router.learn(address, await self._once(address, cmds.hello()))
+                self.router.heard(now)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("HELLO refresh at %s failed: %s", _fmt(address), e)
+        for address in self.router.sweep_targets(now):
+            try:
+                with anyio.fail_after(self.options.connect_timeout + self.options.timeout):
+                    jobs = await self._once(address, cmds.getjob(queues, count=count, nohang=True))
+            except (DisqueError, TimeoutError) as e:
+                log.debug("GETJOB NOHANG at %s failed: %s", _fmt(address), e)
+                self.router.sweep_failed(address, anyio.current_time())
+                continue
+            if jobs:
+                log.info("took %d job(s) from %s (leaving or failing)", len(jobs), _fmt(address))
+                self.router.delivered(address, [j.id for j in jobs])
+                return jobs
+        return []
+
     async def _fetch(self, command: Command[list[Job]]) -> list[Job]:
         jobs = await self.execute(command)
+        if jobs and self.router.current is not None:
+            self.router.delivered(self.router.current, [j.id for j in jobs])
         if jobs:
             target = self.router.jobs_received([j.id for j in jobs], anyio.current_time())
             if target is not None:
@@ -411,10 +456,18 @@ class AsyncClient:
         return jobs
 
     async def ack_job(self, *job_ids: str) -> int:
-        return await self.execute(cmds.ackjob(*job_ids)) if job_ids else 0
+        if not job_ids:
+            return 0
+        done = await self.execute(cmds.ackjob(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
 
     async def fast_ack(self, *job_ids: str) -> int:
-        return await self.execute(cmds.fastack(*job_ids)) if job_ids else 0
+        if not job_ids:
+            return 0
+        done = await self.execute(cmds.fastack(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
 
     async def nack(self, *job_ids: str) -> int:
         return await self.execute(cmds.nack(*job_ids)) if job_ids else 0

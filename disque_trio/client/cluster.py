@@ -21,7 +21,7 @@ to go (``connect_order``, ``route``) and whether to try again
 from __future__ import annotations
 
 import random
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -50,6 +50,8 @@ DEFAULT_PORT = 7711
 PRIORITY_UNUSABLE = 100
 # What a seed that HELLO has not described yet counts as.
 PRIORITY_SEED = 2
+# Jobs whose delivering node is remembered, for routing their ACK/NACK.
+DELIVERED_BY_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,7 @@ class Router:
         tracker: ProducerTracker | None = None,
         backoff: Backoff | None = None,
         route_by_job_id: bool = True,
+        hello_interval: float = 5.0,
     ) -> None:
         if not seeds:
             raise ValueError("no node address given")
@@ -208,6 +211,12 @@ class Router:
         self._trouble: dict[Address, _Trouble] = {}
         self._leaving: set[Address] = set()  # said -LEAVING; cleared by a HELLO saying otherwise
         self.moves = 0  # follow-the-producer moves made
+        # Which node delivered each recent job (bounded): where its ACK goes
+        # when the node that created it cannot be used.
+        self._delivered_by: OrderedDict[str, Address] = OrderedDict()
+        self.hello_interval = hello_interval
+        self._hello_at = -float("inf")
+        self._sweep_rest: dict[Address, float] = {}
 
     # ------------------------------------------------------------ topology
 
@@ -253,6 +262,40 @@ class Router:
             if node.priority < PRIORITY_UNUSABLE:
                 self._leaving.discard(node.address)
         self.nodes = nodes
+
+    def hello_due(self, now: float) -> bool:
+        """Time to ask HELLO again (priorities change: nodes fail, leave)."""
+        return now - self._hello_at >= self.hello_interval
+
+    def heard(self, now: float) -> None:
+        """A HELLO was just learned from."""
+        self._hello_at = now
+
+    def delivered(self, address: Address, job_ids: Iterable[str]) -> None:
+        """These jobs were delivered by the node at ``address``."""
+        for job_id in job_ids:
+            self._delivered_by[job_id] = address
+            self._delivered_by.move_to_end(job_id)
+        while len(self._delivered_by) > DELIVERED_BY_MAX:
+            self._delivered_by.popitem(last=False)
+
+    def forget_jobs(self, job_ids: Iterable[str]) -> None:
+        for job_id in job_ids:
+            self._delivered_by.pop(job_id, None)
+
+    def sweep_targets(self, now: float) -> list[Address]:
+        """Nodes a consumer should also take jobs from with GETJOB NOHANG:
+        leaving ones (or failing by HELLO: maybe leaving), which no other
+        node may ask for their queued jobs. Not one that could not be
+        reached lately."""
+        targets = set(self._leaving)
+        targets.update(n.address for n in self.nodes.values() if n.priority >= PRIORITY_UNUSABLE)
+        if self.current is not None:
+            targets.discard(self.current)
+        return sorted(a for a in targets if self._sweep_rest.get(a, -1.0) <= now)
+
+    def sweep_failed(self, address: Address, now: float, rest: float = 30.0) -> None:
+        self._sweep_rest[address] = now + rest
 
     def node_id_at(self, address: Address) -> str | None:
         for node in self.nodes.values():
@@ -316,13 +359,17 @@ class Router:
     def route(self, command: Command[object]) -> list[tuple[Address | None, Command[object]]]:
         """The parts to send: ``(address, command)``, ``None`` meaning the
         current node. A routed command whose job IDs name several nodes is
-        split, one part per node."""
+        split, one part per node. A job goes to the node that created it
+        when that node is known and usable, else to the node that
+        delivered it (when this client fetched it), else to the current node."""
         if not (command.routed and self.route_by_job_id and command.job_ids):
             return [(None, command)]
         groups: dict[Address | None, list[str]] = {}
         for job_id in command.job_ids:
             node = self.node_for_job(job_id)
-            target = None if node is None or node.address == self.current else node.address
+            target = node.address if node is not None else self._delivered_by.get(job_id)
+            if target == self.current:
+                target = None
             groups.setdefault(target, []).append(job_id)
         if len(groups) == 1:
             return [(next(iter(groups)), command)]

@@ -79,6 +79,7 @@ class _Connection:
         self.address = address
         self.proto = ClientProtocol()
         self.hello: HelloInfo | None = None  # the handshake's, until used
+        self.calls = 0  # calls answered: a reused connection may be stale
 
     @property
     def usable(self) -> bool:
@@ -177,11 +178,25 @@ class Client:
             conn.close()
             raise
         self.router.learn(address, hello)
+        self.router.heard(time.monotonic())
         self._conns[address] = conn
         return conn
 
     def _once(self, address: Address, command: Command[T], deadline: _Deadline) -> T:
-        return self._connection(address, deadline).call(command, deadline)
+        """See AsyncClient._once: a stale connection is replaced once for
+        an idempotent command."""
+        for attempt in range(2):
+            conn = self._connection(address, deadline)
+            reused = conn.calls > 0
+            try:
+                result = conn.call(command, deadline)
+            except ConnectionLostError:
+                if attempt or not (reused and command.idempotent):
+                    raise
+                continue
+            conn.calls += 1
+            return result
+        raise AssertionError("unreachable")
 
     def _hello_at(self, address: Address, deadline: _Deadline) -> HelloInfo:
         conn = self._connection(address, deadline)
@@ -321,6 +336,8 @@ class Client:
             jobs = self._fetch(
                 cmds.getjob(queues, count=count, timeout_ms=max(1, round(wait * 1000)))
             )
+            if not jobs:
+                jobs = self._sweep(queues, count)
             if jobs or (deadline is not None and time.monotonic() >= deadline):
                 return jobs
 
@@ -328,8 +345,36 @@ class Client:
         jobs = self.get_jobs(*queues, timeout=timeout)
         return jobs[0] if jobs else None
 
+    def _sweep(self, queues: Sequence[str], count: int) -> list[Job]:
+        """See AsyncClient._sweep: HELLO when due, then GETJOB NOHANG at
+        leaving nodes."""
+        now = time.monotonic()
+        if self.router.hello_due(now) and self.router.current is not None:
+            address = self.router.current
+            try:
+                self.router.learn(
+                    address, self._once(address, cmds.hello(), _Deadline(self.options.timeout))
+                )
+                self.router.heard(now)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("HELLO refresh at %s failed: %s", _fmt(address), e)
+        for address in self.router.sweep_targets(now):
+            budget = _Deadline(self.options.connect_timeout + self.options.timeout)
+            try:
+                jobs = self._once(address, cmds.getjob(queues, count=count, nohang=True), budget)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("GETJOB NOHANG at %s failed: %s", _fmt(address), e)
+                self.router.sweep_failed(address, time.monotonic())
+                continue
+            if jobs:
+                self.router.delivered(address, [j.id for j in jobs])
+                return jobs
+        return []
+
     def _fetch(self, command: Command[list[Job]]) -> list[Job]:
         jobs = self.execute(command)
+        if jobs and self.router.current is not None:
+            self.router.delivered(self.router.current, [j.id for j in jobs])
         if jobs:
             target = self.router.jobs_received([j.id for j in jobs], time.monotonic())
             if target is not None:
@@ -338,10 +383,18 @@ class Client:
         return jobs
 
     def ack_job(self, *job_ids: str) -> int:
-        return self.execute(cmds.ackjob(*job_ids)) if job_ids else 0
+        if not job_ids:
+            return 0
+        done = self.execute(cmds.ackjob(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
 
     def fast_ack(self, *job_ids: str) -> int:
-        return self.execute(cmds.fastack(*job_ids)) if job_ids else 0
+        if not job_ids:
+            return 0
+        done = self.execute(cmds.fastack(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
 
     def nack(self, *job_ids: str) -> int:
         return self.execute(cmds.nack(*job_ids)) if job_ids else 0

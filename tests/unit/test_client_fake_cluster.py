@@ -193,7 +193,7 @@ async def test_lost_connection_retries_only_what_is_idempotent(
     cluster.add(b, "q")
     client = make([a], follow_producers=False)
     await client.qlen("q")
-    a.drop_next = 1  # the next command reaches A, which then dies
+    a.drop_next, a.refuse = 1, True  # the next command reaches A, which then dies
     jobs = await client.get_jobs("q", timeout=1)  # GETJOB: sent again, elsewhere
     assert len(jobs) == 1 and client.current_node != a.address
     current = cluster.node_at(client.current_node)
@@ -205,11 +205,22 @@ async def test_lost_connection_retries_only_what_is_idempotent(
     with pytest.raises(ConnectionLostError):
         await client.nack(jobs[0].id)
     await client.aclose()
+    a.refuse = False
     client = make([a], follow_producers=False)
     await client.qlen("q")
     cluster.node_at(client.current_node).drop_next = 1
     job_id = await client.add_job("q", b"again", resend=True)
     assert job_id in cluster.jobs
+    await client.aclose()
+
+
+async def test_a_stale_pooled_connection_is_replaced(cluster: FakeCluster, make: Make) -> None:
+    a = cluster.nodes[0]
+    client = make([a])
+    assert await client.qlen("q") == 0
+    a.drop_next = 1  # the idle connection died; the node is still there
+    assert await client.qlen("q") == 0
+    assert client.current_node == a.address and cluster.connects.count(a.address) == 2
     await client.aclose()
 
 

@@ -417,3 +417,34 @@ def test_scan_follows_cursor_and_dedupes() -> None:
         "x",
         "x",
     ]
+
+
+def test_jobs_from_a_node_whose_creator_is_unusable_go_back_where_they_came_from() -> None:
+    router = three_nodes()
+    # C (priority 100) created the job; B delivered it: its ACK goes to B.
+    router.delivered(("127.0.0.1", 2), [job_id(C, 7)])
+    assert router.route(commands.ackjob(job_id(C, 7)))[0][0] == ("127.0.0.1", 2)
+    router.forget_jobs([job_id(C, 7)])
+    assert router.route(commands.ackjob(job_id(C, 7)))[0][0] is None
+    # The creator, when usable, comes first.
+    router.delivered(("127.0.0.1", 3), [job_id(B, 1)])
+    assert router.route(commands.nack(job_id(B, 1)))[0][0] == ("127.0.0.1", 2)
+
+
+def test_sweep_targets_are_leaving_or_failing_nodes_not_resting() -> None:
+    router = three_nodes()
+    assert router.sweep_targets(0.0) == [("127.0.0.1", 3)]  # priority 100
+    router.leaving(("127.0.0.1", 2))
+    assert router.sweep_targets(0.0) == [("127.0.0.1", 2), ("127.0.0.1", 3)]
+    router.sweep_failed(("127.0.0.1", 3), now=1.0, rest=30.0)
+    assert router.sweep_targets(10.0) == [("127.0.0.1", 2)]
+    assert router.sweep_targets(40.0) == [("127.0.0.1", 2), ("127.0.0.1", 3)]
+    router.move_to(("127.0.0.1", 3), C)
+    assert ("127.0.0.1", 3) not in router.sweep_targets(40.0)  # the current node is never swept
+
+
+def test_hello_refresh_is_due_by_interval() -> None:
+    router = Router([("h", 1)], hello_interval=5.0)
+    assert router.hello_due(0.0)
+    router.heard(10.0)
+    assert not router.hello_due(14.0) and router.hello_due(15.0)
