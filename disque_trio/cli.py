@@ -36,6 +36,7 @@ USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
        disque-trio check-aof [--fix [--yes]] FILE
        disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]
+       disque-trio worker MODULE:ATTRIBUTE [--nodes URL] [options]   (--help for them)
        disque-trio --version
        disque-trio --help
 
@@ -45,6 +46,7 @@ Examples:
        disque-trio --port 7777 --bind 127.0.0.1 --dir ./data --loglevel notice
        disque-trio /etc/disque.conf --loglevel verbose
        disque-trio ws ws://127.0.0.1:8711/ws QSTAT myqueue
+       disque-trio worker myapp.tasks:worker --nodes disque://127.0.0.1:7711
 """
 WS_USAGE = "Usage: disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]"
 WS_CONNECT_TIMEOUT_S = 10.0
@@ -59,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_aof(args[1:])
     if args and args[0] == "ws":
         return ws_command(args[1:])
+    if args and args[0] == "worker":
+        from .worker import main as worker_main  # the node does not need it
+
+        return worker_main(args[1:])
     if args and args[0] in ("-v", "--version"):
         print(f"disque-trio v={PACKAGE_VERSION} (Disque {VERSION} compatible)")
         return 0

@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 import trio
 
-from disque_trio.client import RespClient
 from disque_trio.protocol.replies import ReplyError, Status
+from disque_trio.testing import RespClient
 
 from .faults import heal_all, run_faults
 from .plan import Plan

@@ -42,13 +42,13 @@ import trio
 import trio._core._run as trio_run
 import trio.testing
 
-from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.queue import PAUSED_IN
 from disque_trio.env import Env
 from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
+from disque_trio.testing import RespClient
 
 from .disk import DiskHandle, SimDisk
 from .net import SimNet

@@ -11,11 +11,11 @@ from typing import Any
 import trio
 import trio.testing
 
-from disque_trio.client import RespClient
 from disque_trio.config import Config
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
 from disque_trio.server.connections import serve_client
 from disque_trio.server.node import NodeServer
+from disque_trio.testing import RespClient
 
 
 def make_config(**overrides: Any) -> Config:

@@ -25,9 +25,9 @@ import trio
 import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
-from disque_trio.client import RespClient
 from disque_trio.server import websocket
 from disque_trio.server.node import NodeServer
+from disque_trio.testing import RespClient
 
 from ..helpers import MemoryNet, free_port, make_config, virtual_env
 from .conftest import NodeProcess

@@ -74,6 +74,59 @@ def test_protocol_imports_nothing_of_the_node() -> None:
     assert _offending(PACKAGE / "protocol", forbidden) == []
 
 
+def test_client_uses_only_the_protocol_layer() -> None:
+    """client -> protocol: never the node (core, server, env, config, cli),
+    nor the worker built on top of it."""
+    forbidden = (
+        "disque_trio.core",
+        "disque_trio.server",
+        "disque_trio.env",
+        "disque_trio.config",
+        "disque_trio.cli",
+        "disque_trio.worker",
+        "disque_trio.testing",
+        "trio",
+        "sim",
+    )
+    assert _offending(PACKAGE / "client", forbidden) == []
+
+
+# The client's sans-I/O modules: no sockets, no clocks, no event loop.
+SANS_IO = ("commands.py", "protocol.py", "cluster.py", "scan.py", "types.py", "errors.py")
+
+
+def test_client_core_is_sans_io() -> None:
+    forbidden = ("socket", "ssl", "time", "asyncio", "anyio", "trio", "selectors", "threading")
+    bad = []
+    for name in SANS_IO:
+        path = PACKAGE / "client" / name
+        for imported in sorted(_imports(path)):
+            if any(imported == f or imported.startswith(f + ".") for f in forbidden):
+                bad.append(f"client/{name} imports {imported}")
+    assert bad == []
+
+
+def test_worker_reaches_nodes_only_through_the_client() -> None:
+    forbidden = ("disque_trio.core", "disque_trio.server", "disque_trio.env", "trio", "sim")
+    assert [
+        line for line in _offending(PACKAGE, forbidden) if line.startswith("disque_trio/worker.py")
+    ] == []
+
+
+def test_importing_the_client_never_imports_the_node() -> None:
+    code = (
+        "import sys\n"
+        "import disque_trio.client, disque_trio.worker\n"
+        "bad = sorted(n for n in sys.modules if n.startswith(('disque_trio.core',\n"
+        "             'disque_trio.server', 'disque_trio.env', 'disque_trio.config')))\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_nothing_in_the_package_imports_sim() -> None:
     assert _offending(PACKAGE, ("sim",)) == []
 

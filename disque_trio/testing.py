@@ -1,8 +1,10 @@
-"""A small async RESP client over any ``trio.abc.Stream``.
+"""A small async RESP client over any ``trio.abc.Stream``, for tests and tools.
 
 Used by the tests, the simulator (over its virtual network) and tools that
 talk to a node from Trio code: send commands, read decoded replies
-(``Status``, ``ReplyError`` values, ints, bytes, lists...).
+(``Status``, ``ReplyError`` values, ints, bytes, lists...), raw and
+untyped. Applications use ``disque_trio.client`` instead (typed results,
+cluster routing, retries, AnyIO and blocking shells).
 """
 
 from __future__ import annotations

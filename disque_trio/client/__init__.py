@@ -1,0 +1,85 @@
+"""A Disque client: one sans-I/O core, an AnyIO shell and a blocking one.
+
+    from disque_trio.client import AsyncClient, Client
+
+    async with AsyncClient("disque://127.0.0.1:7711,127.0.0.1:7712") as c:
+        job_id = await c.add_job("emails", b"hello")
+        job = await c.get_job("emails", timeout=1)
+        await c.ack_job(job.id)
+
+    with Client(["127.0.0.1:7711"]) as c:
+        c.add_job("emails", "hello")
+
+The layers (docs/client.md): ``commands`` (commands as data and typed
+replies), ``protocol`` (``ClientProtocol``: bytes in and out, no I/O),
+``cluster`` (``Router``: which node, when to move or retry, no I/O),
+``scan`` (QSCAN/JSCAN cursors), and the shells ``aio`` (``AsyncClient``,
+on AnyIO: Trio or asyncio) and ``sync`` (``Client``, on sockets). Only
+``disque_trio.protocol`` is used from the rest of the package.
+"""
+
+from __future__ import annotations
+
+from . import commands
+from .aio import AsyncClient
+from .cluster import Backoff, ProducerTracker, Router, Seeds, parse_nodes
+from .errors import (
+    AuthenticationError,
+    BadIdError,
+    ConnectionLostError,
+    DisqueConnectionError,
+    DisqueError,
+    DisqueTimeoutError,
+    LeavingError,
+    MaxLenError,
+    NoJobError,
+    NoNodeAvailableError,
+    NoReplError,
+    OutOfMemoryError,
+    PausedError,
+    ProtocolViolationError,
+    ResponseError,
+    TooLateError,
+)
+from .protocol import NEED_DATA, ClientProtocol, Response
+from .scan import Scan
+from .sync import Client
+from .types import Address, HelloInfo, Job, JobInfo, NodeInfo, QueueStats, ScanPage
+
+__all__ = [
+    "NEED_DATA",
+    "Address",
+    "AsyncClient",
+    "AuthenticationError",
+    "Backoff",
+    "BadIdError",
+    "Client",
+    "ClientProtocol",
+    "ConnectionLostError",
+    "DisqueConnectionError",
+    "DisqueError",
+    "DisqueTimeoutError",
+    "HelloInfo",
+    "Job",
+    "JobInfo",
+    "LeavingError",
+    "MaxLenError",
+    "NoJobError",
+    "NoNodeAvailableError",
+    "NoReplError",
+    "NodeInfo",
+    "OutOfMemoryError",
+    "PausedError",
+    "ProducerTracker",
+    "ProtocolViolationError",
+    "QueueStats",
+    "Response",
+    "ResponseError",
+    "Router",
+    "Scan",
+    "ScanPage",
+    "Seeds",
+    "TooLateError",
+    "commands",
+    "parse_nodes",
+]

@@ -1,0 +1,87 @@
+"""What the AnyIO and blocking shells share: options and the router."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+from .cluster import Backoff, ProducerTracker, Router, parse_nodes
+from .commands import Command, block_seconds
+from .types import Address
+
+T = TypeVar("T")
+
+NodesSpec = str | Address | Sequence[str | Address]
+
+# A GETJOB asked to wait for ever is sent as GETJOB TIMEOUT of this many
+# seconds, again and again: the connection is checked that often, and a
+# consumer can follow producers or leave a node between two waits.
+DEFAULT_POLL = 5.0
+
+
+class ClientOptions:
+    """The settings both shells take (see docs/client.md)."""
+
+    def __init__(
+        self,
+        nodes: NodesSpec = "disque://127.0.0.1:7711",
+        *,
+        password: str | None = None,
+        protocol: int = 2,
+        connect_timeout: float = 5.0,
+        timeout: float = 10.0,
+        max_attempts: int = 4,
+        follow_producers: bool = True,
+        route_by_job_id: bool = True,
+        client_name: str | None = None,
+        poll: float = DEFAULT_POLL,
+        rng: random.Random | None = None,
+        tracker: ProducerTracker | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        seeds = parse_nodes(nodes)
+        if protocol not in (2, 3):
+            raise ValueError("protocol must be 2 or 3")
+        if connect_timeout <= 0 or timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.password = password if password is not None else seeds.password
+        self.protocol = protocol
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.client_name = client_name
+        self.poll = poll
+        self.router = Router(
+            seeds.addresses,
+            rng=rng,
+            follow_producers=follow_producers,
+            tracker=tracker,
+            backoff=backoff,
+            route_by_job_id=route_by_job_id,
+        )
+
+    def call_timeout(self, command: Command[T]) -> float:
+        """The whole budget of a call: the node's own wait plus ``timeout``."""
+        return self.timeout + block_seconds(command)
+
+    def addjob_timeout_ms(self, timeout_ms: int | None) -> int:
+        """ADDJOB's ms-timeout: by default the call timeout, so that the
+        node gives up (and says so with -NOREPL) when the client would."""
+        if timeout_ms is not None:
+            return timeout_ms
+        return max(1, math.floor(self.timeout * 1000))
+
+
+def combine(results: list[object]) -> object:
+    """Results of a routed command split by node: counts add up."""
+    if len(results) == 1:
+        return results[0]
+    return sum(r for r in results if isinstance(r, int))
+
+
+def encode_text(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8")

@@ -1,0 +1,562 @@
+"""The async client, on AnyIO: the same code under Trio and asyncio.
+
+``AsyncClient`` keeps a bounded pool of connections per node, asks the
+sans-I/O ``Router`` where each command goes, speaks through
+``ClientProtocol``, and retries what may be retried (docs/client.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import anyio
+import anyio.abc
+
+from . import commands as cmds
+from ._base import ClientOptions, NodesSpec, combine, encode_text
+from .cluster import Router
+from .commands import Command
+from .errors import (
+    ConnectionLostError,
+    DisqueConnectionError,
+    DisqueError,
+    DisqueTimeoutError,
+    LeavingError,
+    NoNodeAvailableError,
+)
+from .protocol import NEED_DATA, ClientProtocol
+from .scan import Scan
+from .types import Address, HelloInfo, Job, JobInfo, QueueStats
+
+__all__ = ["AsyncClient", "Connector"]
+
+T = TypeVar("T")
+log = logging.getLogger("disque_trio.client")
+
+Connector = Callable[[str, int], Awaitable[anyio.abc.ByteStream]]
+"""Opens a byte stream to (host, port); ``anyio.connect_tcp`` by default."""
+
+_NETWORK_ERRORS = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+)
+
+
+async def _tcp(host: str, port: int) -> anyio.abc.ByteStream:
+    return await anyio.connect_tcp(host, port)
+
+
+class _Connection:
+    def __init__(self, stream: anyio.abc.ByteStream, address: Address) -> None:
+        self.stream = stream
+        self.address = address
+        self.proto = ClientProtocol()
+        self.hello: HelloInfo | None = None
+        self.calls = 0  # calls answered: a reused connection may be stale
+
+    @property
+    def reusable(self) -> bool:
+        return self.proto.reusable
+
+    async def call(self, command: Command[T]) -> T:
+        """Send one command and read its reply; a broken connection is
+        ConnectionLostError (the command may have run)."""
+        data = self.proto.send(command)
+        try:
+            await self.stream.send(data)
+            while (event := self.proto.next_event()) is NEED_DATA:
+                self.proto.receive_data(await self.stream.receive(65536))
+        except anyio.EndOfStream:
+            self.proto.receive_data(b"")
+            event = self.proto.next_event()
+            assert event is not NEED_DATA
+        except _NETWORK_ERRORS as e:
+            self.proto.receive_data(b"")
+            raise ConnectionLostError(f"connection to {_fmt(self.address)} lost: {e}") from e
+        return cast(T, event.result())
+
+    async def aclose(self) -> None:
+        await anyio.aclose_forcefully(self.stream)
+
+
+class _Pool:
+    """At most ``size`` connections to one node; callers beyond wait."""
+
+    def __init__(
+        self, address: Address, size: int, opener: Callable[[Address], Awaitable[_Connection]]
+    ) -> None:
+        self.address = address
+        self.opener = opener
+        self.slots = anyio.Semaphore(size)
+        self.idle: list[_Connection] = []
+        self.open = 0
+
+    async def acquire(self) -> _Connection:
+        await self.slots.acquire()
+        try:
+            while self.idle:
+                conn = self.idle.pop()
+                if conn.reusable:
+                    return conn
+                await conn.aclose()
+                self.open -= 1
+            conn = await self.opener(self.address)
+            self.open += 1
+            return conn
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def release(self, conn: _Connection) -> None:
+        try:
+            if conn.reusable:
+                self.idle.append(conn)
+            else:
+                self.open -= 1
+                with anyio.CancelScope(shield=True):
+                    await conn.aclose()
+        finally:
+            self.slots.release()
+
+    async def aclose(self) -> None:
+        idle, self.idle = self.idle, []
+        for conn in idle:
+            self.open -= 1
+            await conn.aclose()
+
+
+class AsyncClient:
+    """A Disque client for AnyIO code (Trio or asyncio).
+
+    ``nodes``: ``"disque://[:password@]host:port[,host:port...]"``, a list
+    of such URLs or ``host:port`` strings, or ``(host, port)`` tuples.
+    ``timeout`` bounds every call (plus what the command itself may wait,
+    GETJOB's timeout); ``connect_timeout`` every connection attempt;
+    ``pool_size`` the connections to each node. Use as ``async with``, or
+    call ``aclose()``.
+    """
+
+    def __init__(
+        self,
+        nodes: NodesSpec = "disque://127.0.0.1:7711",
+        *,
+        pool_size: int = 16,
+        connector: Connector | None = None,
+        **options: Any,
+    ) -> None:
+        if pool_size < 1:
+            raise ValueError("pool_size must be at least 1")
+        self.options = ClientOptions(nodes, **options)
+        self.router: Router = self.options.router
+        self.pool_size = pool_size
+        self._connector = connector or _tcp
+        self._pools: dict[Address, _Pool] = {}
+        self._discovery = anyio.Lock()
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every idle connection; connections in use close when
+        their call ends."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            for pool in self._pools.values():
+                await pool.aclose()
+
+    # ------------------------------------------------------------ plumbing
+
+    def _pool(self, address: Address) -> _Pool:
+        pool = self._pools.get(address)
+        if pool is None:
+            pool = self._pools[address] = _Pool(address, self.pool_size, self._open)
+        return pool
+
+    async def _open(self, address: Address) -> _Connection:
+        """A new connection, authenticated, switched to the protocol asked
+        for, and HELLO answered; DisqueConnectionError if it cannot be."""
+        opts = self.options
+        try:
+            with anyio.fail_after(opts.connect_timeout):
+                stream = await self._connector(*address)
+        except TimeoutError:
+            raise DisqueConnectionError(
+                f"could not connect to {_fmt(address)}: timed out"
+            ) from None
+        except OSError as e:
+            raise DisqueConnectionError(f"could not connect to {_fmt(address)}: {e}") from e
+        conn = _Connection(stream, address)
+        try:
+            with anyio.fail_after(opts.connect_timeout):
+                if opts.protocol == 3:
+                    await conn.call(cmds.hello_resp(3, opts.password))
+                elif opts.password is not None:
+                    await conn.call(cmds.auth(opts.password))
+                if opts.client_name:
+                    await conn.call(cmds.raw("CLIENT", "SETNAME", opts.client_name))
+                conn.hello = await conn.call(cmds.hello())
+        except TimeoutError:
+            await conn.aclose()
+            raise DisqueConnectionError(f"{_fmt(address)} did not answer HELLO in time") from None
+        except BaseException:
+            await conn.aclose()
+            raise
+        self.router.learn(address, conn.hello)
+        self.router.heard(anyio.current_time())
+        return conn
+
+    async def _once(self, address: Address, command: Command[T]) -> T:
+        """The command on one node. A pooled connection found dead (the
+        node restarted, or closed it while idle) is replaced once for an
+        idempotent command."""
+        pool = self._pool(address)
+        for attempt in range(2):
+            conn = await pool.acquire()
+            reused = conn.calls > 0
+            try:
+                result = await conn.call(command)
+                conn.calls += 1
+                return result
+            except ConnectionLostError:
+                if attempt or not (reused and command.idempotent):
+                    raise
+            finally:
+                await pool.release(conn)
+        raise AssertionError("unreachable")
+
+    async def _hello_at(self, address: Address) -> HelloInfo:
+        """HELLO at ``address``: the handshake's answer if the connection
+        is new, else asked again."""
+        pool = self._pool(address)
+        conn = await pool.acquire()
+        try:
+            hello, conn.hello = conn.hello, None
+            if hello is None:
+                hello = await conn.call(cmds.hello())
+            return hello
+        finally:
+            await pool.release(conn)
+
+    async def _current(self) -> Address:
+        """The current node, found (and connected to) if need be."""
+        if self._closed:
+            raise DisqueError("the client is closed")
+        current = self.router.current
+        if current is not None:
+            return current
+        async with self._discovery:
+            if self.router.current is not None:
+                return self.router.current
+            errors = []
+            fallback: tuple[Address, HelloInfo] | None = None
+            for address in self.router.connect_order(anyio.current_time()):
+                try:
+                    hello = await self._hello_at(address)
+                except (DisqueConnectionError, OSError) as e:
+                    self.router.failed(address, anyio.current_time())
+                    errors.append(f"{_fmt(address)}: {e}")
+                    continue
+                me = next((n for n in hello.nodes if n.id == hello.node_id), None)
+                if me is not None and me.priority >= 100 and fallback is None:
+                    fallback = (address, hello)  # leaving or failing: only if nothing else
+                    continue
+                self.router.connected(address, hello)
+                log.debug("connected to %s (%s)", _fmt(address), hello.node_id[:8])
+                return address
+            if fallback is not None:
+                self.router.connected(*fallback)
+                return fallback[0]
+            raise NoNodeAvailableError("no node reachable: " + "; ".join(errors))
+
+    async def _on_current(self, command: Command[T]) -> T:
+        attempt = 0
+        while True:
+            address: Address | None = None
+            try:
+                address = await self._current()
+                return await self._once(address, command)
+            except LeavingError as e:
+                error: DisqueError = e
+                if address is not None:
+                    self.router.leaving(address)
+                    log.info("%s is leaving the cluster: moving", _fmt(address))
+            except DisqueConnectionError as e:
+                error = e
+                if address is not None:
+                    self.router.failed(address, anyio.current_time())
+                    log.info("%s: %s", _fmt(address), e)
+            attempt += 1
+            if attempt >= self.options.max_attempts or not Router.retryable(command, error):
+                raise error
+            await anyio.sleep(self.router.backoff.delay(attempt - 1, self.router.rng))
+
+    async def _part(self, address: Address | None, command: Command[T]) -> T:
+        if address is not None:
+            try:
+                result: T = await self._once(address, command)
+                outcome: object = result
+            except DisqueError as e:
+                outcome = e
+                if isinstance(e, DisqueConnectionError):
+                    self.router.failed(address, anyio.current_time())
+            if not Router.fall_back(command, outcome):
+                if isinstance(outcome, DisqueError):
+                    raise outcome
+                return cast(T, outcome)
+        return await self._on_current(command)
+
+    async def execute(self, command: Command[T]) -> T:
+        """Run a command (from ``disque_trio.client.commands``): routed,
+        retried when safe, within the call timeout."""
+        budget = self.options.call_timeout(command)
+        try:
+            with anyio.fail_after(None if math.isinf(budget) else budget):
+                if command.routed and not self.router.nodes:
+                    with contextlib.suppress(DisqueConnectionError):
+                        await self._current()  # learn the cluster before routing
+                parts = self.router.route(command)
+                if len(parts) == 1:
+                    return await self._part(parts[0][0], command)
+                results = [await self._part(a, c) for a, c in parts]
+                return cast(T, combine(results))
+        except TimeoutError:
+            raise DisqueTimeoutError(
+                f"{command.name} did not complete in {budget:.3g} s"
+            ) from None
+
+    async def call(self, *args: cmds.Arg) -> object:
+        """Any command, its reply as decoded; not retried after a lost
+        connection (it may have run)."""
+        return await self.execute(cmds.raw(*args))
+
+    # ------------------------------------------------------------ jobs
+
+    async def add_job(
+        self,
+        queue: str,
+        body: bytes | str,
+        *,
+        timeout_ms: int | None = None,
+        replicate: int | None = None,
+        delay: int | None = None,
+        retry: int | None = None,
+        ttl: int | None = None,
+        maxlen: int | None = None,
+        asynchronous: bool = False,
+        resend: bool = False,
+    ) -> str:
+        """ADDJOB; returns the job ID. ``timeout_ms`` (replication) defaults
+        to the client's call timeout. After a lost connection the job may
+        or may not exist: it is sent again only with ``resend=True``
+        (a duplicate is possible then)."""
+        return await self.execute(
+            cmds.addjob(
+                queue,
+                encode_text(body),
+                self.options.addjob_timeout_ms(timeout_ms),
+                replicate=replicate,
+                delay=delay,
+                retry=retry,
+                ttl=ttl,
+                maxlen=maxlen,
+                asynchronous=asynchronous,
+                resend=resend,
+            )
+        )
+
+    async def get_jobs(
+        self,
+        *queues: str,
+        count: int = 1,
+        timeout: float | None = None,
+        nohang: bool = False,
+    ) -> list[Job]:
+        """GETJOB WITHCOUNTERS: up to ``count`` jobs. Waits up to
+        ``timeout`` seconds for one ([] then), for ever when None, not at
+        all with ``nohang``."""
+        if nohang:
+            return await self._fetch(cmds.getjob(queues, count=count, nohang=True))
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        while True:
+            wait = self.options.poll
+            if deadline is not None:
+                wait = min(wait, deadline - anyio.current_time())
+                if wait <= 0:
+                    return []
+            jobs = await self._fetch(
+                cmds.getjob(queues, count=count, timeout_ms=max(1, round(wait * 1000)))
+            )
+            if not jobs:
+                jobs = await self._sweep(queues, count)
+            if jobs or (deadline is not None and anyio.current_time() >= deadline):
+                return jobs
+
+    async def get_job(self, *queues: str, timeout: float | None = None) -> Job | None:
+        jobs = await self.get_jobs(*queues, timeout=timeout)
+        return jobs[0] if jobs else None
+
+    async def _sweep(self, queues: Sequence[str], count: int) -> list[Job]:
+        """After a wait that brought nothing: refresh HELLO when due, then
+        take jobs from leaving nodes with GETJOB NOHANG (a leaving node
+        refuses only GETJOBs that would block, and no node may ask it for
+        its queued jobs), so that they are not left there."""
+        now = anyio.current_time()
+        if self.router.hello_due(now) and self.router.current is not None:
+            address = self.router.current
+            try:
+                with anyio.fail_after(self.options.timeout):
+                    self.router.learn(address, await self._once(address, cmds.hello()))
+                self.router.heard(now)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("HELLO refresh at %s failed: %s", _fmt(address), e)
+        for address in self.router.sweep_targets(now):
+            try:
+                with anyio.fail_after(self.options.connect_timeout + self.options.timeout):
+                    jobs = await self._once(address, cmds.getjob(queues, count=count, nohang=True))
+            except (DisqueError, TimeoutError) as e:
+                log.debug("GETJOB NOHANG at %s failed: %s", _fmt(address), e)
+                self.router.sweep_failed(address, anyio.current_time())
+                continue
+            if jobs:
+                log.info("took %d job(s) from %s (leaving or failing)", len(jobs), _fmt(address))
+                self.router.delivered(address, [j.id for j in jobs])
+                return jobs
+        return []
+
+    async def _fetch(self, command: Command[list[Job]]) -> list[Job]:
+        jobs = await self.execute(command)
+        if jobs and self.router.current is not None:
+            self.router.delivered(self.router.current, [j.id for j in jobs])
+        if jobs:
+            target = self.router.jobs_received([j.id for j in jobs], anyio.current_time())
+            if target is not None:
+                node_id = self.router.node_id_at(target)
+                log.info(
+                    "following producers: most jobs come from %s, moving there from %s",
+                    _fmt(target),
+                    _fmt(self.router.current) if self.router.current else "-",
+                )
+                self.router.move_to(target, node_id)
+        return jobs
+
+    async def ack_job(self, *job_ids: str) -> int:
+        if not job_ids:
+            return 0
+        done = await self.execute(cmds.ackjob(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
+
+    async def fast_ack(self, *job_ids: str) -> int:
+        if not job_ids:
+            return 0
+        done = await self.execute(cmds.fastack(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
+
+    async def nack(self, *job_ids: str) -> int:
+        return await self.execute(cmds.nack(*job_ids)) if job_ids else 0
+
+    async def working(self, job_id: str) -> int:
+        """WORKING: postpones the next re-queue; returns the RETRY in s."""
+        return await self.execute(cmds.working(job_id))
+
+    async def show(self, job_id: str) -> JobInfo | None:
+        return await self.execute(cmds.show(job_id))
+
+    async def enqueue(self, *job_ids: str) -> int:
+        return await self.execute(cmds.enqueue(*job_ids))
+
+    async def dequeue(self, *job_ids: str) -> int:
+        return await self.execute(cmds.dequeue(*job_ids))
+
+    async def del_job(self, *job_ids: str) -> int:
+        return await self.execute(cmds.deljob(*job_ids))
+
+    # ------------------------------------------------------------ queues
+
+    async def qlen(self, queue: str) -> int:
+        return await self.execute(cmds.qlen(queue))
+
+    async def qstat(self, queue: str) -> QueueStats | None:
+        return await self.execute(cmds.qstat(queue))
+
+    async def qpeek(self, queue: str, count: int) -> list[Job]:
+        return await self.execute(cmds.qpeek(queue, count))
+
+    async def pause(self, queue: str, *options: str) -> str:
+        return await self.execute(cmds.pause(queue, *options))
+
+    async def qscan(self, *, count: int | None = None, **filters: Any) -> AsyncIterator[str]:
+        """Every queue name of the current node (QSCAN, deduplicated)."""
+        scan = Scan(lambda cursor: cmds.qscan(cursor, count=count, **filters))
+        async for name in self._scan(scan):
+            yield name
+
+    async def jscan(
+        self, *, count: int | None = None, queue: str | None = None, states: Sequence[str] = ()
+    ) -> AsyncIterator[str]:
+        """Every job ID of the current node (JSCAN, deduplicated)."""
+        scan = Scan(lambda cursor: cmds.jscan(cursor, count=count, queue=queue, states=states))
+        async for job_id in self._scan(scan):
+            yield job_id
+
+    async def jscan_jobs(
+        self, *, count: int | None = None, queue: str | None = None, states: Sequence[str] = ()
+    ) -> AsyncIterator[JobInfo]:
+        """Every job of the current node with what SHOW tells (JSCAN REPLY all)."""
+        scan: Scan[JobInfo] = Scan(
+            lambda cursor: cmds.jscan_all(cursor, count=count, queue=queue, states=states),
+            key=lambda info: info.id,
+        )
+        async for info in self._scan(scan):
+            yield info
+
+    async def _scan(self, scan: Scan[T]) -> AsyncIterator[T]:
+        address = await self._current()  # a cursor is only valid on its node
+        while (command := scan.next_command()) is not None:
+            with anyio.fail_after(self.options.timeout):
+                page = await self._once(address, command)
+            for item in scan.feed(page):
+                yield item
+
+    # ------------------------------------------------------------ cluster
+
+    async def hello(self) -> HelloInfo:
+        """HELLO on the current node (and learn the cluster from it)."""
+        address = await self._current()
+        hello = await self.execute(cmds.hello())
+        self.router.learn(address, hello)
+        return hello
+
+    async def ping(self) -> str:
+        return await self.execute(cmds.ping())
+
+    async def info(self, section: str | None = None) -> str:
+        return await self.execute(cmds.info(section))
+
+    @property
+    def current_node(self) -> Address | None:
+        """The node the client works with now (None before the first call
+        or after it failed)."""
+        return self.router.current
+
+
+def _fmt(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

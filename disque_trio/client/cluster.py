@@ -1,0 +1,399 @@
+"""Cluster behaviour, sans I/O: which node to talk to, and when to move.
+
+This follows the client guidelines of the original Disque's README:
+
+1. the client is given several node addresses and connects to a random
+   one that answers;
+2. it sends ``HELLO`` there to learn every node and its priority (1 best,
+   100 failing or leaving);
+3. a consumer whose jobs mostly come from one other node (the 8 hex digits
+   after ``D-`` in a job ID are the start of the creating node's ID) may
+   move there, so jobs need not travel between nodes;
+4. ``-LEAVING`` means: go to another node, by priority.
+
+``Router`` keeps that state. It never opens a connection or reads a clock:
+the shells tell it what happened (``connected``, ``failed``, ``leaving``,
+``jobs_received``, with the current time as an argument) and ask it where
+to go (``connect_order``, ``route``) and whether to try again
+(``retryable``). Randomness comes from the ``random.Random`` it is given.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from .commands import Command
+from .errors import (
+    ConnectionLostError,
+    DisqueConnectionError,
+    DisqueError,
+    LeavingError,
+    NoJobError,
+)
+from .types import Address, HelloInfo, NodeInfo, node_prefix
+
+__all__ = [
+    "DEFAULT_PORT",
+    "Backoff",
+    "ProducerTracker",
+    "Router",
+    "Seeds",
+    "parse_nodes",
+]
+
+DEFAULT_PORT = 7711
+# HELLO priorities: 1 reachable, 5 no link yet, 10 fail?, 100 failing or leaving.
+PRIORITY_UNUSABLE = 100
+# What a seed that HELLO has not described yet counts as.
+PRIORITY_SEED = 2
+# Jobs whose delivering node is remembered, for routing their ACK/NACK.
+DELIVERED_BY_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Seeds:
+    """Node addresses and the password, from URLs and host:port strings."""
+
+    addresses: tuple[Address, ...]
+    password: str | None = None
+
+
+def parse_nodes(nodes: str | Address | Sequence[str | Address]) -> Seeds:
+    """Seed addresses from ``disque://[:password@]host:port[,host:port...]``
+    URLs, ``host:port`` strings, ``(host, port)`` tuples, or a list of any
+    of them. A missing port is 7711; IPv6 hosts go in brackets."""
+    items: list[str | Address]
+    if isinstance(nodes, str):
+        items = [nodes]
+    elif isinstance(nodes, tuple) and len(nodes) == 2 and isinstance(nodes[1], int):
+        items = [(str(nodes[0]), nodes[1])]
+    else:
+        items = list(nodes)
+    addresses: list[Address] = []
+    password: str | None = None
+    for item in items:
+        if isinstance(item, tuple):
+            addresses.append((item[0], int(item[1])))
+            continue
+        text = item.strip()
+        if "://" in text:
+            scheme, _, text = text.partition("://")
+            if scheme.lower() != "disque":
+                raise ValueError(f"unsupported URL scheme {scheme!r} (use disque://)")
+            text = text.split("/", 1)[0].split("?", 1)[0]
+            if "@" in text:
+                userinfo, _, text = text.rpartition("@")
+                secret = userinfo.partition(":")[2] if ":" in userinfo else userinfo
+                if secret:
+                    password = unquote(secret)
+        for part in text.split(","):
+            if part.strip():
+                addresses.append(_host_port(part.strip()))
+    if not addresses:
+        raise ValueError("no node address given")
+    return Seeds(tuple(dict.fromkeys(addresses)), password)
+
+
+def _host_port(text: str) -> Address:
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    if not host:
+        raise ValueError(f"no host in {text!r}")
+    try:
+        number = int(port) if port else DEFAULT_PORT
+    except ValueError:
+        raise ValueError(f"bad port in {text!r}") from None
+    if not 0 < number < 65536:
+        raise ValueError(f"bad port in {text!r}")
+    return (host, number)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Capped exponential back-off with jitter: attempt 0 waits about
+    ``base``, each further one twice as long, never more than ``cap``."""
+
+    base: float = 0.05
+    cap: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        ceiling = min(self.cap, self.base * (1 << min(attempt, 30)))
+        return ceiling * (0.5 + rng.random() / 2)
+
+
+class ProducerTracker:
+    """Decides when a consumer should move to the node its jobs come from.
+
+    Looks at the creating node of the last ``window`` jobs received. When
+    at least ``min_jobs`` were seen and one other node created ``share`` of
+    them or more, it answers that node's ID prefix, then forgets the window
+    and stays quiet for ``cooldown`` seconds: a move needs a clear majority
+    and a fresh one, so a consumer does not flap between nodes whose
+    producers are about equally busy (hysteresis).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int = 200,
+        min_jobs: int = 50,
+        share: float = 0.75,
+        cooldown: float = 30.0,
+    ) -> None:
+        if not 0.5 < share <= 1.0:
+            raise ValueError("share must be above 0.5 and at most 1")
+        self.min_jobs = min(min_jobs, window)
+        self.share = share
+        self.cooldown = cooldown
+        self._recent: deque[str] = deque(maxlen=window)
+        self._quiet_until = -float("inf")
+
+    def observe(
+        self, job_ids: Iterable[str], current_prefix: str | None, now: float
+    ) -> str | None:
+        """Record received jobs; a node ID prefix to move to, or None."""
+        self._recent.extend(node_prefix(job_id) for job_id in job_ids)
+        if len(self._recent) < self.min_jobs or now < self._quiet_until:
+            return None
+        prefix, count = Counter(self._recent).most_common(1)[0]
+        if prefix == current_prefix or count < self.share * len(self._recent):
+            return None
+        return prefix
+
+    def moved(self, now: float) -> None:
+        """The consumer moved (or decided not to): start afresh."""
+        self._recent.clear()
+        self._quiet_until = now + self.cooldown
+
+
+@dataclass(slots=True)
+class _Trouble:
+    failures: int
+    until: float
+
+
+class Router:
+    """Where commands go. ``current`` is the node the client works with;
+    routed commands (ACKJOB, FASTACK, NACK, WORKING, SHOW) go to the node
+    that created their job when HELLO told us its address."""
+
+    def __init__(
+        self,
+        seeds: Sequence[Address],
+        *,
+        rng: random.Random | None = None,
+        follow_producers: bool = True,
+        tracker: ProducerTracker | None = None,
+        backoff: Backoff | None = None,
+        route_by_job_id: bool = True,
+        hello_interval: float = 5.0,
+    ) -> None:
+        if not seeds:
+            raise ValueError("no node address given")
+        self.seeds = list(seeds)
+        self.rng = rng or random.Random()
+        self.follow_producers = follow_producers
+        self.tracker = tracker or ProducerTracker()
+        self.backoff = backoff or Backoff()
+        self.route_by_job_id = route_by_job_id
+        self.nodes: dict[str, NodeInfo] = {}  # by node ID, from the last HELLO
+        self.current: Address | None = None
+        self.current_id: str | None = None
+        self._trouble: dict[Address, _Trouble] = {}
+        self._leaving: set[Address] = set()  # said -LEAVING; cleared by a HELLO saying otherwise
+        self.moves = 0  # follow-the-producer moves made
+        # Which node delivered each recent job (bounded): where its ACK goes
+        # when the node that created it cannot be used.
+        self._delivered_by: OrderedDict[str, Address] = OrderedDict()
+        self.hello_interval = hello_interval
+        self._hello_at = -float("inf")
+        self._sweep_rest: dict[Address, float] = {}
+
+    # ------------------------------------------------------------ topology
+
+    def connect_order(self, now: float, exclude: Iterable[Address] = ()) -> list[Address]:
+        """Where to try to connect, best first: known nodes by priority
+        (random among equals), then seeds HELLO did not describe; nodes
+        that failed lately or are leaving go last."""
+        skip = set(exclude)
+        ranked: dict[Address, int] = {}
+        for node in self.nodes.values():
+            ranked[node.address] = node.priority
+        for seed in self.seeds:
+            ranked.setdefault(seed, PRIORITY_SEED)
+        order = []
+        for address, priority in ranked.items():
+            if address in skip:
+                continue
+            trouble = self._trouble.get(address)
+            resting = trouble is not None and trouble.until > now
+            if address in self._leaving:
+                priority = max(priority, PRIORITY_UNUSABLE)
+            order.append(((resting, priority, self.rng.random()), address))
+        order.sort()
+        return [address for _, address in order]
+
+    def connected(self, address: Address, hello: HelloInfo) -> None:
+        """A connection to ``address`` answered HELLO: learn the cluster
+        from it and make it the current node."""
+        self.learn(address, hello)
+        self.current = address
+        self.current_id = hello.node_id
+
+    def learn(self, address: Address, hello: HelloInfo) -> None:
+        """Take the node table from a HELLO answered at ``address``."""
+        self._trouble.pop(address, None)
+        nodes = {}
+        for node in hello.nodes:
+            if node.id == hello.node_id:
+                node = NodeInfo(node.id, address[0], address[1], node.priority)
+            elif not node.host:
+                node = NodeInfo(node.id, address[0], node.port, node.priority)
+            nodes[node.id] = node
+            if node.priority < PRIORITY_UNUSABLE:
+                self._leaving.discard(node.address)
+        self.nodes = nodes
+
+    def hello_due(self, now: float) -> bool:
+        """Time to ask HELLO again (priorities change: nodes fail, leave)."""
+        return now - self._hello_at >= self.hello_interval
+
+    def heard(self, now: float) -> None:
+        """A HELLO was just learned from."""
+        self._hello_at = now
+
+    def delivered(self, address: Address, job_ids: Iterable[str]) -> None:
+        """These jobs were delivered by the node at ``address``."""
+        for job_id in job_ids:
+            self._delivered_by[job_id] = address
+            self._delivered_by.move_to_end(job_id)
+        while len(self._delivered_by) > DELIVERED_BY_MAX:
+            self._delivered_by.popitem(last=False)
+
+    def forget_jobs(self, job_ids: Iterable[str]) -> None:
+        for job_id in job_ids:
+            self._delivered_by.pop(job_id, None)
+
+    def sweep_targets(self, now: float) -> list[Address]:
+        """Nodes a consumer should also take jobs from with GETJOB NOHANG:
+        leaving ones (or failing by HELLO: maybe leaving), which no other
+        node may ask for their queued jobs. Not one that could not be
+        reached lately."""
+        targets = set(self._leaving)
+        targets.update(n.address for n in self.nodes.values() if n.priority >= PRIORITY_UNUSABLE)
+        if self.current is not None:
+            targets.discard(self.current)
+        return sorted(a for a in targets if self._sweep_rest.get(a, -1.0) <= now)
+
+    def sweep_failed(self, address: Address, now: float, rest: float = 30.0) -> None:
+        self._sweep_rest[address] = now + rest
+
+    def node_id_at(self, address: Address) -> str | None:
+        for node in self.nodes.values():
+            if node.address == address:
+                return node.id
+        return None
+
+    def node_for_job(self, job_id: str) -> NodeInfo | None:
+        """The usable node whose ID starts with the job ID's prefix."""
+        prefix = node_prefix(job_id)
+        for node in self.nodes.values():
+            if node.id.startswith(prefix):
+                if node.priority >= PRIORITY_UNUSABLE or node.address in self._leaving:
+                    return None
+                return node
+        return None
+
+    # ------------------------------------------------------------ events
+
+    def failed(self, address: Address, now: float) -> None:
+        """A connection to ``address`` could not be opened or broke."""
+        trouble = self._trouble.get(address)
+        failures = trouble.failures + 1 if trouble else 1
+        self._trouble[address] = _Trouble(
+            failures, now + self.backoff.delay(failures - 1, self.rng)
+        )
+        if address == self.current:
+            self.current = self.current_id = None
+
+    def leaving(self, address: Address) -> None:
+        """``address`` answered -LEAVING: stop using it."""
+        self._leaving.add(address)
+        if address == self.current:
+            self.current = self.current_id = None
+
+    def jobs_received(self, job_ids: Iterable[str], now: float) -> Address | None:
+        """A consumer got these jobs. When following producers is on and
+        one other usable node created most of the recent ones, returns its
+        address: the shell should make it current (``move_to``)."""
+        if not self.follow_producers:
+            return None
+        current_prefix = self.current_id[:8] if self.current_id else None
+        prefix = self.tracker.observe(job_ids, current_prefix, now)
+        if prefix is None:
+            return None
+        self.tracker.moved(now)
+        for node in self.nodes.values():
+            if node.id.startswith(prefix) and node.priority < PRIORITY_UNUSABLE:
+                trouble = self._trouble.get(node.address)
+                if node.address not in self._leaving and not (trouble and trouble.until > now):
+                    return node.address
+        return None
+
+    def move_to(self, address: Address, node_id: str | None) -> None:
+        self.current = address
+        self.current_id = node_id
+        self.moves += 1
+
+    # ------------------------------------------------------------ commands
+
+    def route(self, command: Command[object]) -> list[tuple[Address | None, Command[object]]]:
+        """The parts to send: ``(address, command)``, ``None`` meaning the
+        current node. A routed command whose job IDs name several nodes is
+        split, one part per node. A job goes to the node that created it
+        when that node is known and usable, else to the node that
+        delivered it (when this client fetched it), else to the current node."""
+        if not (command.routed and self.route_by_job_id and command.job_ids):
+            return [(None, command)]
+        groups: dict[Address | None, list[str]] = {}
+        for job_id in command.job_ids:
+            node = self.node_for_job(job_id)
+            target = node.address if node is not None else self._delivered_by.get(job_id)
+            if target == self.current:
+                target = None
+            groups.setdefault(target, []).append(job_id)
+        if len(groups) == 1:
+            return [(next(iter(groups)), command)]
+        return [(target, command.for_ids(ids)) for target, ids in groups.items()]
+
+    @staticmethod
+    def retryable(command: Command[object], error: DisqueError) -> bool:
+        """May the command be sent again (elsewhere) after this error?"""
+        if isinstance(error, LeavingError):
+            return True  # refused before doing anything
+        if isinstance(error, ConnectionLostError):
+            return command.idempotent  # it may have run
+        # Not sent at all (the connection could not be opened).
+        return isinstance(error, DisqueConnectionError)
+
+    @staticmethod
+    def fall_back(command: Command[object], outcome: object) -> bool:
+        """Should a routed part that went to the job's node be sent to the
+        current node as well? When that node did nothing with it (it may
+        not hold the job: a copy made elsewhere, a leaving creator): 0
+        jobs, no SHOW, -NOJOB; or when it could not be reached at all. A
+        NACK is only sent again when none of its jobs was queued."""
+        if isinstance(outcome, NoJobError):
+            return True
+        if isinstance(outcome, DisqueError):
+            return Router.retryable(command, outcome) and not isinstance(outcome, LeavingError)
+        return outcome is None or outcome == 0

@@ -1,0 +1,480 @@
+"""The blocking client, on plain sockets.
+
+``Client`` has the methods of ``AsyncClient`` without ``await``. It keeps
+one connection per node it talks to and is meant for one thread at a time
+(give each thread its own ``Client``); there is no pool to bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, cast
+
+from . import commands as cmds
+from ._base import ClientOptions, NodesSpec, combine, encode_text
+from .cluster import Router
+from .commands import Command
+from .errors import (
+    ConnectionLostError,
+    DisqueConnectionError,
+    DisqueError,
+    DisqueTimeoutError,
+    LeavingError,
+    NoNodeAvailableError,
+)
+from .protocol import NEED_DATA, ClientProtocol
+from .scan import Scan
+from .types import Address, HelloInfo, Job, JobInfo, QueueStats
+
+__all__ = ["Client", "SocketLike"]
+
+T = TypeVar("T")
+log = logging.getLogger("disque_trio.client")
+
+
+class SocketLike(Protocol):
+    """What the blocking client needs of a socket (tests pass fakes)."""
+
+    def settimeout(self, value: float | None) -> None: ...
+    def sendall(self, data: bytes) -> None: ...
+    def recv(self, size: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+SocketConnector = Callable[[Address, float], SocketLike]
+"""Opens a socket to (host, port) within a timeout."""
+
+
+def _tcp(address: Address, timeout: float) -> SocketLike:
+    sock = socket.create_connection(address, timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+class _Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left (inf for no limit); TimeoutError when none."""
+        remaining = self.at - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        return remaining
+
+    def socket_timeout(self) -> float | None:
+        left = self.left()
+        return None if math.isinf(left) else left
+
+
+class _Connection:
+    def __init__(self, sock: SocketLike, address: Address) -> None:
+        self.sock = sock
+        self.address = address
+        self.proto = ClientProtocol()
+        self.hello: HelloInfo | None = None  # the handshake's, until used
+        self.calls = 0  # calls answered: a reused connection may be stale
+
+    @property
+    def usable(self) -> bool:
+        return self.proto.reusable
+
+    def call(self, command: Command[T], deadline: _Deadline) -> T:
+        data = self.proto.send(command)
+        try:
+            self.sock.settimeout(deadline.socket_timeout())
+            self.sock.sendall(data)
+            while (event := self.proto.next_event()) is NEED_DATA:
+                self.sock.settimeout(deadline.socket_timeout())
+                self.proto.receive_data(self.sock.recv(65536))
+        except TimeoutError:
+            self.close()
+            raise TimeoutError from None
+        except OSError as e:
+            self.close()
+            raise ConnectionLostError(f"connection to {_fmt(self.address)} lost: {e}") from e
+        return cast(T, event.result())
+
+    def close(self) -> None:
+        self.proto.receive_data(b"")
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Client:
+    """A Disque client for blocking code; the same options as AsyncClient
+    (but no ``pool_size``). Use as ``with Client(...) as c:`` or call
+    ``close()``."""
+
+    def __init__(
+        self,
+        nodes: NodesSpec = "disque://127.0.0.1:7711",
+        *,
+        connector: SocketConnector | None = None,
+        **options: Any,
+    ) -> None:
+        self.options = ClientOptions(nodes, **options)
+        self.router: Router = self.options.router
+        self._connector = connector or _tcp
+        self._conns: dict[Address, _Connection] = {}
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    # ------------------------------------------------------------ plumbing
+
+    def _connection(self, address: Address, deadline: _Deadline) -> _Connection:
+        conn = self._conns.get(address)
+        if conn is not None and conn.usable:
+            return conn
+        if conn is not None:
+            conn.close()
+            del self._conns[address]
+        opts = self.options
+        budget = min(opts.connect_timeout, deadline.left())
+        try:
+            sock = self._connector(address, budget)
+        except TimeoutError:
+            raise DisqueConnectionError(
+                f"could not connect to {_fmt(address)}: timed out"
+            ) from None
+        except OSError as e:
+            raise DisqueConnectionError(f"could not connect to {_fmt(address)}: {e}") from e
+        conn = _Connection(sock, address)
+        setup = _Deadline(budget)
+        try:
+            if opts.protocol == 3:
+                conn.call(cmds.hello_resp(3, opts.password), setup)
+            elif opts.password is not None:
+                conn.call(cmds.auth(opts.password), setup)
+            if opts.client_name:
+                conn.call(cmds.raw("CLIENT", "SETNAME", opts.client_name), setup)
+            hello = conn.hello = conn.call(cmds.hello(), setup)
+        except TimeoutError:
+            conn.close()
+            raise DisqueConnectionError(f"{_fmt(address)} did not answer HELLO in time") from None
+        except BaseException:
+            conn.close()
+            raise
+        self.router.learn(address, hello)
+        self.router.heard(time.monotonic())
+        self._conns[address] = conn
+        return conn
+
+    def _once(self, address: Address, command: Command[T], deadline: _Deadline) -> T:
+        """See AsyncClient._once: a stale connection is replaced once for
+        an idempotent command."""
+        for attempt in range(2):
+            conn = self._connection(address, deadline)
+            reused = conn.calls > 0
+            try:
+                result = conn.call(command, deadline)
+            except ConnectionLostError:
+                if attempt or not (reused and command.idempotent):
+                    raise
+                continue
+            conn.calls += 1
+            return result
+        raise AssertionError("unreachable")
+
+    def _hello_at(self, address: Address, deadline: _Deadline) -> HelloInfo:
+        conn = self._connection(address, deadline)
+        hello, conn.hello = conn.hello, None
+        return hello or conn.call(cmds.hello(), deadline)
+
+    def _current(self, deadline: _Deadline) -> Address:
+        current = self.router.current
+        if current is not None:
+            return current
+        errors = []
+        fallback: tuple[Address, HelloInfo] | None = None
+        for address in self.router.connect_order(time.monotonic()):
+            try:
+                hello = self._hello_at(address, deadline)
+            except DisqueConnectionError as e:
+                self.router.failed(address, time.monotonic())
+                errors.append(f"{_fmt(address)}: {e}")
+                continue
+            me = next((n for n in hello.nodes if n.id == hello.node_id), None)
+            if me is not None and me.priority >= 100 and fallback is None:
+                fallback = (address, hello)
+                continue
+            self.router.connected(address, hello)
+            return address
+        if fallback is not None:
+            self.router.connected(*fallback)
+            return fallback[0]
+        raise NoNodeAvailableError("no node reachable: " + "; ".join(errors))
+
+    def _on_current(self, command: Command[T], deadline: _Deadline) -> T:
+        attempt = 0
+        while True:
+            address: Address | None = None
+            try:
+                address = self._current(deadline)
+                return self._once(address, command, deadline)
+            except LeavingError as e:
+                error: DisqueError = e
+                if address is not None:
+                    self.router.leaving(address)
+                    log.info("%s is leaving the cluster: moving", _fmt(address))
+            except DisqueConnectionError as e:
+                error = e
+                if address is not None:
+                    self.router.failed(address, time.monotonic())
+                    log.info("%s: %s", _fmt(address), e)
+            attempt += 1
+            if attempt >= self.options.max_attempts or not Router.retryable(command, error):
+                raise error
+            pause = self.router.backoff.delay(attempt - 1, self.router.rng)
+            time.sleep(min(pause, deadline.left()))
+
+    def _part(self, address: Address | None, command: Command[T], deadline: _Deadline) -> T:
+        if address is not None:
+            try:
+                result: T = self._once(address, command, deadline)
+                outcome: object = result
+            except DisqueError as e:
+                outcome = e
+                if isinstance(e, DisqueConnectionError):
+                    self.router.failed(address, time.monotonic())
+            if not Router.fall_back(command, outcome):
+                if isinstance(outcome, DisqueError):
+                    raise outcome
+                return cast(T, outcome)
+        return self._on_current(command, deadline)
+
+    def execute(self, command: Command[T]) -> T:
+        """Run a command (from ``disque_trio.client.commands``): routed,
+        retried when safe, within the call timeout."""
+        budget = self.options.call_timeout(command)
+        deadline = _Deadline(budget)
+        try:
+            if command.routed and not self.router.nodes:
+                with contextlib.suppress(DisqueConnectionError):
+                    self._current(deadline)  # learn the cluster before routing
+            parts = self.router.route(command)
+            if len(parts) == 1:
+                return self._part(parts[0][0], command, deadline)
+            return cast(T, combine([self._part(a, c, deadline) for a, c in parts]))
+        except TimeoutError:
+            raise DisqueTimeoutError(
+                f"{command.name} did not complete in {budget:.3g} s"
+            ) from None
+
+    def call(self, *args: cmds.Arg) -> object:
+        """Any command, its reply as decoded; not retried after a lost
+        connection (it may have run)."""
+        return self.execute(cmds.raw(*args))
+
+    # ------------------------------------------------------------ jobs
+
+    def add_job(
+        self,
+        queue: str,
+        body: bytes | str,
+        *,
+        timeout_ms: int | None = None,
+        replicate: int | None = None,
+        delay: int | None = None,
+        retry: int | None = None,
+        ttl: int | None = None,
+        maxlen: int | None = None,
+        asynchronous: bool = False,
+        resend: bool = False,
+    ) -> str:
+        """ADDJOB; see AsyncClient.add_job."""
+        return self.execute(
+            cmds.addjob(
+                queue,
+                encode_text(body),
+                self.options.addjob_timeout_ms(timeout_ms),
+                replicate=replicate,
+                delay=delay,
+                retry=retry,
+                ttl=ttl,
+                maxlen=maxlen,
+                asynchronous=asynchronous,
+                resend=resend,
+            )
+        )
+
+    def get_jobs(
+        self, *queues: str, count: int = 1, timeout: float | None = None, nohang: bool = False
+    ) -> list[Job]:
+        """GETJOB WITHCOUNTERS; see AsyncClient.get_jobs."""
+        if nohang:
+            return self._fetch(cmds.getjob(queues, count=count, nohang=True))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self.options.poll
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return []
+            jobs = self._fetch(
+                cmds.getjob(queues, count=count, timeout_ms=max(1, round(wait * 1000)))
+            )
+            if not jobs:
+                jobs = self._sweep(queues, count)
+            if jobs or (deadline is not None and time.monotonic() >= deadline):
+                return jobs
+
+    def get_job(self, *queues: str, timeout: float | None = None) -> Job | None:
+        jobs = self.get_jobs(*queues, timeout=timeout)
+        return jobs[0] if jobs else None
+
+    def _sweep(self, queues: Sequence[str], count: int) -> list[Job]:
+        """See AsyncClient._sweep: HELLO when due, then GETJOB NOHANG at
+        leaving nodes."""
+        now = time.monotonic()
+        if self.router.hello_due(now) and self.router.current is not None:
+            address = self.router.current
+            try:
+                self.router.learn(
+                    address, self._once(address, cmds.hello(), _Deadline(self.options.timeout))
+                )
+                self.router.heard(now)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("HELLO refresh at %s failed: %s", _fmt(address), e)
+        for address in self.router.sweep_targets(now):
+            budget = _Deadline(self.options.connect_timeout + self.options.timeout)
+            try:
+                jobs = self._once(address, cmds.getjob(queues, count=count, nohang=True), budget)
+            except (DisqueError, TimeoutError) as e:
+                log.debug("GETJOB NOHANG at %s failed: %s", _fmt(address), e)
+                self.router.sweep_failed(address, time.monotonic())
+                continue
+            if jobs:
+                self.router.delivered(address, [j.id for j in jobs])
+                return jobs
+        return []
+
+    def _fetch(self, command: Command[list[Job]]) -> list[Job]:
+        jobs = self.execute(command)
+        if jobs and self.router.current is not None:
+            self.router.delivered(self.router.current, [j.id for j in jobs])
+        if jobs:
+            target = self.router.jobs_received([j.id for j in jobs], time.monotonic())
+            if target is not None:
+                log.info("following producers: moving to %s", _fmt(target))
+                self.router.move_to(target, self.router.node_id_at(target))
+        return jobs
+
+    def ack_job(self, *job_ids: str) -> int:
+        if not job_ids:
+            return 0
+        done = self.execute(cmds.ackjob(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
+
+    def fast_ack(self, *job_ids: str) -> int:
+        if not job_ids:
+            return 0
+        done = self.execute(cmds.fastack(*job_ids))
+        self.router.forget_jobs(job_ids)
+        return done
+
+    def nack(self, *job_ids: str) -> int:
+        return self.execute(cmds.nack(*job_ids)) if job_ids else 0
+
+    def working(self, job_id: str) -> int:
+        return self.execute(cmds.working(job_id))
+
+    def show(self, job_id: str) -> JobInfo | None:
+        return self.execute(cmds.show(job_id))
+
+    def enqueue(self, *job_ids: str) -> int:
+        return self.execute(cmds.enqueue(*job_ids))
+
+    def dequeue(self, *job_ids: str) -> int:
+        return self.execute(cmds.dequeue(*job_ids))
+
+    def del_job(self, *job_ids: str) -> int:
+        return self.execute(cmds.deljob(*job_ids))
+
+    # ------------------------------------------------------------ queues
+
+    def qlen(self, queue: str) -> int:
+        return self.execute(cmds.qlen(queue))
+
+    def qstat(self, queue: str) -> QueueStats | None:
+        return self.execute(cmds.qstat(queue))
+
+    def qpeek(self, queue: str, count: int) -> list[Job]:
+        return self.execute(cmds.qpeek(queue, count))
+
+    def pause(self, queue: str, *options: str) -> str:
+        return self.execute(cmds.pause(queue, *options))
+
+    def qscan(self, *, count: int | None = None, **filters: Any) -> Iterator[str]:
+        return self._scan(Scan(lambda cursor: cmds.qscan(cursor, count=count, **filters)))
+
+    def jscan(
+        self, *, count: int | None = None, queue: str | None = None, states: Sequence[str] = ()
+    ) -> Iterator[str]:
+        return self._scan(
+            Scan(lambda cursor: cmds.jscan(cursor, count=count, queue=queue, states=states))
+        )
+
+    def jscan_jobs(
+        self, *, count: int | None = None, queue: str | None = None, states: Sequence[str] = ()
+    ) -> Iterator[JobInfo]:
+        scan: Scan[JobInfo] = Scan(
+            lambda cursor: cmds.jscan_all(cursor, count=count, queue=queue, states=states),
+            key=lambda info: info.id,
+        )
+        return self._scan(scan)
+
+    def _scan(self, scan: Scan[T]) -> Iterator[T]:
+        address = self._current(_Deadline(self.options.timeout))
+        while (command := scan.next_command()) is not None:
+            try:
+                page = self._once(address, command, _Deadline(self.options.timeout))
+            except TimeoutError:
+                raise DisqueTimeoutError(f"{command.name} did not complete in time") from None
+            yield from scan.feed(page)
+
+    # ------------------------------------------------------------ cluster
+
+    def hello(self) -> HelloInfo:
+        hello = self.execute(cmds.hello())
+        if self.router.current is not None:
+            self.router.learn(self.router.current, hello)
+        return hello
+
+    def ping(self) -> str:
+        return self.execute(cmds.ping())
+
+    def info(self, section: str | None = None) -> str:
+        return self.execute(cmds.info(section))
+
+    @property
+    def current_node(self) -> Address | None:
+        return self.router.current
+
+
+def _fmt(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

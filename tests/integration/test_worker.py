@@ -1,0 +1,369 @@
+"""The worker against a real node: acknowledgements, NACKs, the dead-letter
+queue, WORKING keep-alive and -TOOLATE, time limits, thread-pool handlers,
+metrics, graceful stop; and ``disque-trio worker`` as a process receiving
+SIGTERM. AnyIO tests run under asyncio and Trio."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from disque_trio.client import Client, Job
+from disque_trio.worker import DeadLetter, JobContext, Next, Worker
+
+from .conftest import NodeProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def url(node: NodeProcess) -> str:
+    return f"disque://127.0.0.1:{node.port}"
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+class Recorder:
+    """Extra middleware (innermost): what KeepAlive noted per job."""
+
+    def __init__(self) -> None:
+        self.notes: dict[str, dict[str, object]] = {}
+
+    async def __call__(self, ctx: JobContext, call_next: Next) -> None:
+        try:
+            await call_next()
+        finally:
+            self.notes[ctx.job.id] = dict(ctx.notes)
+
+
+async def _http_get(port: int, path: str) -> str:
+    async with await anyio.connect_tcp("127.0.0.1", port) as s:
+        await s.send(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    data += await s.receive()
+                except anyio.EndOfStream:
+                    break
+    return data.decode()
+
+
+@pytest.mark.anyio
+async def test_acks_nacks_dead_letters_and_metrics(node: NodeProcess) -> None:
+    with Client(url(node)) as c:
+        ok_ids = {c.add_job("ok", f"job {i}") for i in range(20)}
+        bad_id = c.add_job("bad", b"\xff\x00binary")
+    worker = Worker(url(node), max_deliveries=3, metrics_port=0)
+    handled: list[Job] = []
+    attempts: list[Job] = []
+
+    @worker.handler("ok", concurrency=5)
+    async def ok(job: Job) -> None:
+        handled.append(job)
+
+    @worker.handler("bad")
+    async def bad(job: Job) -> None:
+        attempts.append(job)
+        raise ValueError(f"cannot handle {job.id}")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        with Client(url(node)) as c:
+            await wait_until(lambda: c.qlen("bad:dead") == 1, what="the dead letter")
+        await wait_until(lambda: len(handled) == 20)
+        assert worker.metrics_bound_port is not None
+        text = await _http_get(worker.metrics_bound_port, "/metrics")
+        assert "404" in (await _http_get(worker.metrics_bound_port, "/nope")).split("\r\n")[0]
+        worker.stop()
+    assert {j.id for j in handled} == ok_ids and all(j.body.startswith(b"job ") for j in handled)
+    # Delivered 3 times: NACKed twice, then moved with its error.
+    assert [(j.nacks, j.deliveries) for j in attempts] == [(0, 1), (1, 2), (2, 3)]
+    with Client(url(node)) as c:
+        assert c.qlen("ok") == 0 and c.qlen("bad") == 0
+        assert all(c.show(i) is None for i in ok_ids | {bad_id})  # acknowledged, collected
+        letter = DeadLetter.from_body(c.get_job("bad:dead", timeout=2).body)  # type: ignore[union-attr]
+    assert letter.id == bad_id and letter.queue == "bad" and letter.body == b"\xff\x00binary"
+    assert letter.error == f"ValueError: cannot handle {bad_id}" and letter.deliveries == 3
+    assert (
+        "raise ValueError" in letter.traceback and "disque_trio/worker.py" not in letter.traceback
+    )
+    body = text.split("\r\n\r\n", 1)[1]
+    values = {
+        (s.name, s.labels.get("queue")): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert values[("disque_worker_jobs_done_total", "ok")] == 20
+    assert values[("disque_worker_jobs_failed_total", "bad")] == 3
+    assert values[("disque_worker_jobs_dead_lettered_total", "bad")] == 1
+    assert values[("disque_worker_handler_duration_seconds_count", "ok")] == 20
+
+
+@pytest.mark.anyio
+async def test_keep_alive_and_time_limit(node: NodeProcess) -> None:
+    with Client(url(node)) as c:
+        long_id = c.add_job("long", "x", retry=1)
+        stuck_id = c.add_job("stuck", "y", retry=30)
+    recorder = Recorder()
+    worker = Worker(url(node), max_deliveries=1, middleware=[recorder])
+    runs: list[str] = []
+
+    @worker.handler("long")
+    async def long(job: Job) -> None:
+        runs.append(job.id)
+        await anyio.sleep(2.6)  # RETRY 1: WORKING about every 0.5 s keeps it ours
+
+    @worker.handler("stuck", timeout=0.3)
+    async def stuck(job: Job) -> None:
+        await anyio.sleep(30)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: long_id in recorder.notes and stuck_id in recorder.notes)
+        worker.stop()
+    assert runs == [long_id]  # never queued again meanwhile
+    assert int(recorder.notes[long_id]["working"]) >= 3  # type: ignore[call-overload]
+    with Client(url(node)) as c:
+        letter = DeadLetter.from_body(c.get_job("stuck:dead", timeout=2).body)  # type: ignore[union-attr]
+    assert (
+        letter.id == stuck_id
+        and letter.error == "HandlerTimeout: handler ran past its 0.3 s timeout"
+    )
+
+
+@pytest.mark.anyio
+async def test_toolate_stops_the_keep_alive_and_is_logged(
+    node: NodeProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Client(url(node)) as c:
+        job_id = c.add_job("short", "x", ttl=3, retry=1)
+    recorder = Recorder()
+    worker = Worker(url(node), middleware=[recorder], working_fraction=0.3)
+
+    @worker.handler("short")
+    async def short(job: Job) -> None:
+        await anyio.sleep(2.2)
+
+    with caplog.at_level(logging.WARNING, logger="disque_trio.worker"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await wait_until(lambda: job_id in recorder.notes)
+            worker.stop()
+    toolate = [r for r in caplog.records if getattr(r, "event", "") == "toolate"]
+    assert len(toolate) == 1 and toolate[0].job_id == job_id  # type: ignore[attr-defined]
+    assert "TOOLATE" in toolate[0].getMessage()
+
+
+@pytest.mark.anyio
+async def test_plain_functions_run_in_a_bounded_thread_pool(node: NodeProcess) -> None:
+    with Client(url(node)) as c:
+        ids = {c.add_job("cpu", str(i)) for i in range(6)}
+    worker = Worker(url(node), threads=2)
+    lock = threading.Lock()
+    active, peak, done = [0], [0], set()
+
+    @worker.handler("cpu", concurrency=6)
+    def crunch(job: Job) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+            done.add(job.id)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: len(done) == 6)
+        worker.stop()
+    assert done == ids and peak[0] == 2
+
+
+@pytest.mark.anyio
+async def test_stop_lets_handlers_finish_then_nacks_the_rest(node: NodeProcess) -> None:
+    with Client(url(node)) as c:
+        quick_id = c.add_job("quick", "x")
+        hung_id = c.add_job("hung", "y")
+    worker = Worker(url(node), shutdown_timeout=0.8)
+    started: set[str] = set()
+    finished: set[str] = set()
+
+    @worker.handler("quick")
+    async def quick(job: Job) -> None:
+        started.add(job.id)
+        await anyio.sleep(0.4)
+        finished.add(job.id)
+
+    @worker.handler("hung")
+    async def hung(job: Job) -> None:
+        started.add(job.id)
+        await anyio.sleep(60)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: started == {quick_id, hung_id})
+        t0 = anyio.current_time()
+        worker.stop()
+    assert anyio.current_time() - t0 < 5  # fetches in flight (1 s) + grace (0.8 s)
+    assert finished == {quick_id}
+    with Client(url(node)) as c:
+        assert c.show(quick_id) is None
+        info = c.show(hung_id)
+        assert info is not None and info.state == "queued" and info.nacks == 1
+
+
+# ------------------------------------------------------------ the process
+
+
+WORKER_MODULE = """
+import time
+import anyio
+from disque_trio.worker import Worker
+
+worker = Worker("{url}", shutdown_timeout={grace})
+
+@worker.handler("tasks", concurrency=4)
+async def handle(job):
+    print("start", job.id, flush=True)
+    await anyio.sleep(float(job.body))
+    print("end", job.id, flush=True)
+"""
+
+
+def _start_worker(
+    tmp_path: Path, node: NodeProcess, grace: float, *extra: str
+) -> subprocess.Popen[str]:
+    (tmp_path / "myapp_tasks.py").write_text(
+        textwrap.dedent(WORKER_MODULE).format(url=url(node), grace=grace)
+    )
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "disque_trio",
+            "worker",
+            "myapp_tasks:worker",
+            "--log-format",
+            "json",
+            *extra,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 20) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(prefix):
+            return line
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(
+        f"no line {prefix!r}; stderr: {proc.stderr.read() if proc.stderr else ''}"
+    )
+
+
+def _json_logs(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_sigterm_lets_the_running_job_finish(tmp_path: Path, node: NodeProcess) -> None:
+    proc = _start_worker(tmp_path, node, grace=10)
+    try:
+        with Client(url(node)) as c:
+            job_id = c.add_job("tasks", "1.5")
+            _wait_for_line(proc, "start")
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=20)
+            assert proc.returncode == 0, err
+            assert f"end {job_id}" in out
+            assert c.show(job_id) is None  # acknowledged
+        logs = _json_logs(err)
+        done = [r for r in logs if r.get("event") == "job"]
+        assert done and done[0]["outcome"] == "done" and done[0]["job_id"] == job_id
+        assert done[0]["queue"] == "tasks" and done[0]["duration_ms"] >= 1400
+        assert any("SIGTERM" in r["message"] for r in logs)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_sigterm_grace_then_nack_and_second_signal_stops_at_once(
+    tmp_path: Path, node: NodeProcess
+) -> None:
+    proc = _start_worker(tmp_path, node, grace=1)
+    try:
+        with Client(url(node)) as c:
+            job_id = c.add_job("tasks", "60")
+            _wait_for_line(proc, "start")
+            proc.send_signal(signal.SIGTERM)
+            _out, err = proc.communicate(timeout=20)
+            assert proc.returncode == 0, err
+            info = c.show(job_id)
+            assert info is not None and info.state == "queued" and info.nacks == 1
+            interrupted = [r for r in _json_logs(err) if r.get("event") == "job"]
+            assert interrupted[0]["outcome"] == "interrupted"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    proc = _start_worker(tmp_path, node, grace=60)
+    try:
+        with Client(url(node)) as c:
+            _wait_for_line(proc, "start")  # the same job, delivered again
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=20)
+            assert proc.returncode == 0, err
+            assert time.monotonic() - t0 < 5
+            info = c.show(job_id)
+            # NACKed again (twice if a fetch in flight got it back meanwhile).
+            assert info is not None and info.state == "queued" and info.nacks in (2, 3)
+            assert "stopping at once" in err
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_worker_command_errors(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "disque_trio", "worker", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert run("nope_module:worker").returncode == 1
+    (tmp_path / "notaworker.py").write_text("worker = 42\n")
+    result = run("notaworker:worker")
+    assert result.returncode != 0 and "not a disque_trio.worker.Worker" in result.stderr
+    assert "MODULE:ATTRIBUTE" in run("--help").stdout
