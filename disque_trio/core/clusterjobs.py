@@ -1,4 +1,5 @@
-"""The node-to-node job protocol (docs/design.md): functions of the Node.
+"""The node-to-node job protocol (docs/design.md): functions of a node
+(any :class:`~disque_trio.core.host.JobHost`; ``Node`` is one).
 
 Rules, one per message:
 
@@ -39,10 +40,11 @@ Rules, one per message:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocol import bus
 from ..protocol.replies import ReplyError, Status
+from .host import JobHost
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
@@ -54,9 +56,6 @@ from .job import (
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
 from .records import job_data, job_from_data, merge_holders
 from .waiters import Waiter
-
-if TYPE_CHECKING:
-    from .node import Node
 
 REPL_ADD_NODE_MS = 50  # while short of replicas, one more node this often
 NEEDJOBS_MIN_REQUEST = 5
@@ -88,7 +87,7 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
 # ----------------------------------------------------------- replication
 
 
-def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
+def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
     """Add up to ``count`` random reachable nodes to the job's holders
     and (re)send REPLJOB to every holder. Returns how many were added."""
     added = 0
@@ -110,7 +109,7 @@ def replicate(node: Node, job: Job, count: int, noreply: bool) -> int:
     return added
 
 
-def start_sync_replication(node: Node, job: Job, timeout_ms: int) -> Waiter:
+def start_sync_replication(node: JobHost, job: Job, timeout_ms: int) -> Waiter:
     """ADDJOB without ASYNC and REPLICATE > 1: wait for GOTJOBs."""
     job.state = JobState.WAIT_REPL
     local = node.node_id in job.nodes_delivered
@@ -119,11 +118,11 @@ def start_sync_replication(node: Node, job: Job, timeout_ms: int) -> Waiter:
     node.register(job)
     waiter = Waiter(job_id=job.id, timeout_ms=timeout_ms)
     node.repl_waiters[job.id] = waiter
-    node.replicate(job, job.repl - (1 if local else 0), noreply=False)
+    replicate(node, job, job.repl - (1 if local else 0), noreply=False)
     return waiter
 
 
-def send_enqueue(node: Node, job: Job) -> None:
+def send_enqueue(node: JobHost, job: Job) -> None:
     """Ask one random holder to queue the job (we keep no copy of it)."""
     holders = [n for n in (job.nodes_confirmed or job.nodes_delivered) if n != node.node_id]
     if holders:
@@ -131,7 +130,7 @@ def send_enqueue(node: Node, job: Job) -> None:
         node.effects.send(target, bus.Enqueue(job.id, job.delay))
 
 
-def replication_achieved(node: Node, job: Job, acked: bool = False) -> None:
+def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     """The job has its copies: answer the ADDJOB client and queue it.
     ``acked``: a SETACK ended the wait (a holder queued and delivered its
     copy, and it was acked there): the caller acknowledges it, so it is
@@ -142,7 +141,7 @@ def replication_achieved(node: Node, job: Job, acked: bool = False) -> None:
     if waiter is not None and not waiter.done:
         node.finish_wait(waiter, Status(job.id))
     # Everybody learns the final list of holders.
-    node.replicate(job, 0, noreply=True)
+    replicate(node, job, 0, noreply=True)
     if node.node_id not in job.nodes_delivered:
         # Externally replicated: one holder queues it, we forget it.
         if not acked:
@@ -161,13 +160,13 @@ def replication_achieved(node: Node, job: Job, acked: bool = False) -> None:
         node.update_awake(job)
 
 
-def repl_tick(node: Node, job: Job, now: int) -> None:
+def repl_tick(node: JobHost, job: Job, now: int) -> None:
     """A job still waiting for replication: try one more node."""
-    node.replicate(job, 1, noreply=False)
+    replicate(node, job, 1, noreply=False)
     job.qtime = now + REPL_ADD_NODE_MS
 
 
-def replication_aborted(node: Node, job: Job) -> None:
+def replication_aborted(node: JobHost, job: Job) -> None:
     """The job expired (or was deleted) while the client waited."""
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
@@ -177,7 +176,7 @@ def replication_aborted(node: Node, job: Job) -> None:
     _deljob_to_holders(node, job)
 
 
-def replication_timed_out(node: Node, waiter: Waiter) -> ReplyError:
+def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
     """ADDJOB's timeout passed: delete the copies (best effort)."""
     assert waiter.job_id is not None
     node.stats.replication_failures += 1
@@ -190,7 +189,7 @@ def replication_timed_out(node: Node, waiter: Waiter) -> ReplyError:
     return NOREPL_TIMEOUT
 
 
-def _deljob_to_holders(node: Node, job: Job) -> None:
+def _deljob_to_holders(node: JobHost, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, bus.DelJob(job.id))
@@ -199,14 +198,14 @@ def _deljob_to_holders(node: Node, job: Job) -> None:
 # ------------------------------------------------------ hooks from node
 
 
-def broadcast_queued(node: Node, job: Job, nack: bool) -> None:
+def broadcast_queued(node: JobHost, job: Job, nack: bool) -> None:
     flags = bus.FLAG_INCR_NACKS if nack else bus.FLAG_INCR_DELIV
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, bus.Queued(job.id, flags))
 
 
-def announce_queued(node: Node, job: Job) -> None:
+def announce_queued(node: JobHost, job: Job) -> None:
     """Tell every other holder that the job is queued here (counting
     nothing): they push their timers; a queued one keeps a single copy."""
     job.flags |= FLAG_TOLD_QUEUED
@@ -215,13 +214,13 @@ def announce_queued(node: Node, job: Job) -> None:
             node.effects.send(node_id, bus.Queued(job.id, 0))
 
 
-def send_willqueue(node: Node, job: Job) -> None:
+def send_willqueue(node: JobHost, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, bus.WillQueue(job.id))
 
 
-def send_setack(node: Node, job: Job) -> None:
+def send_setack(node: JobHost, job: Job) -> None:
     """Ask the holders that have not confirmed the ack (everyone, for a
     dummy ack: we do not know who holds it)."""
     confirmed = job.nodes_confirmed or ()
@@ -235,7 +234,7 @@ def send_setack(node: Node, job: Job) -> None:
             node.effects.send(node_id, bus.SetAck(job.id, may_have))
 
 
-def broadcast_deljob(node: Node, job_id: str, job: Job | None) -> None:
+def broadcast_deljob(node: JobHost, job_id: str, job: Job | None) -> None:
     if job is not None:
         targets = [n for n in job.nodes_delivered if n != node.node_id]
     else:
@@ -244,13 +243,13 @@ def broadcast_deljob(node: Node, job_id: str, job: Job | None) -> None:
         node.effects.send(node_id, bus.DelJob(job_id))
 
 
-def broadcast_working(node: Node, job: Job) -> None:
+def broadcast_working(node: JobHost, job: Job) -> None:
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, bus.Working(job.id))
 
 
-def broadcast_pause(node: Node, name: str, pause: Pause) -> None:
+def broadcast_pause(node: JobHost, name: str, pause: Pause) -> None:
     for peer in node.cluster.reachable():
         node.effects.send(peer.node_id, bus.Pause(name, int(pause)))
 
@@ -258,14 +257,14 @@ def broadcast_pause(node: Node, name: str, pause: Pause) -> None:
 # ------------------------------------------------------------ receiving
 
 
-def receive(node: Node, sender: str, msg: object) -> None:
+def receive(node: JobHost, sender: str, msg: object) -> None:
     """A job-level message from a known node."""
     handler = _HANDLERS.get(type(msg))
     if handler is not None:
         handler(node, sender, msg)
 
 
-def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
+def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     data = msg.job
     job = node.jobs.get(data.id)
     if job is None:
@@ -287,7 +286,7 @@ def _on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
         node.effects.send(sender, bus.GotJob(data.id))
 
 
-def _on_gotjob(node: Node, sender: str, msg: bus.GotJob) -> None:
+def _on_gotjob(node: JobHost, sender: str, msg: bus.GotJob) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None or job.state != JobState.WAIT_REPL:
         return
@@ -300,7 +299,7 @@ def _on_gotjob(node: Node, sender: str, msg: bus.GotJob) -> None:
         replication_achieved(node, job)
 
 
-def _on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
+def _on_enqueue(node: JobHost, sender: str, msg: bus.Enqueue) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None or job.state not in (JobState.ACTIVE, JobState.WAIT_REPL):
         return
@@ -314,7 +313,7 @@ def _on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
         node.set_requeue_time(job, node.now_ms() + msg.delay * 1000)
 
 
-def _answer_deleted(node: Node, sender: str, job_id: str) -> None:
+def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     """A holder announces a job acked and deleted here lately: it missed the
     ack (its DELJOB after FASTACK or collection was lost, or we did not list
     it). SETACK without a holder count: it acks and collects it itself."""
@@ -322,7 +321,7 @@ def _answer_deleted(node: Node, sender: str, job_id: str) -> None:
         node.effects.send(sender, bus.SetAck(job_id, 0))
 
 
-def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
+def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
@@ -353,7 +352,7 @@ def _on_queued(node: Node, sender: str, msg: bus.Queued | bus.Working) -> None:
             job.deliveries += 1
 
 
-def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
+def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
@@ -369,7 +368,7 @@ def _on_willqueue(node: Node, sender: str, msg: bus.WillQueue) -> None:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
 
 
-def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
+def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
     job = node.jobs.get(msg.job_id)
     if job is not None:
         if job.state == JobState.WAIT_REPL:
@@ -385,7 +384,7 @@ def _on_setack(node: Node, sender: str, msg: bus.SetAck) -> None:
     node.try_gc(job)
 
 
-def _on_gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
+def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None or job.state != JobState.ACKED:
         return
@@ -412,7 +411,7 @@ def _on_gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
         node.unregister(job)
 
 
-def _on_deljob(node: Node, sender: str, msg: bus.DelJob) -> None:
+def _on_deljob(node: JobHost, sender: str, msg: bus.DelJob) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
         # Not here (yet): its REPLJOB may still be on its way.
@@ -425,14 +424,14 @@ def _on_deljob(node: Node, sender: str, msg: bus.DelJob) -> None:
         node.unregister(job)
 
 
-def _on_pause(node: Node, sender: str, msg: bus.Pause) -> None:
+def _on_pause(node: JobHost, sender: str, msg: bus.Pause) -> None:
     node.set_pause(msg.queue, Pause(msg.flags & 3))
 
 
 # ------------------------------------------------------------ federation
 
 
-def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
+def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
     """Ask other nodes for jobs of a queue our clients wait on."""
     if node.leaving or node.cluster_size <= 1:
         return
@@ -460,7 +459,7 @@ def need_jobs(node: Node, name: str, reached_zero: bool = False) -> None:
             node.effects.send(node_id, bus.NeedJobs(name, to_fetch))
 
 
-def needjobs_due(node: Node, name: str) -> int | None:
+def needjobs_due(node: JobHost, name: str) -> int | None:
     """When :func:`need_jobs` next has something to send for this queue
     (node-time ms), or None: nobody waits, jobs are here, or there is no
     one to ask. The queue's delivery task sleeps until then."""
@@ -475,7 +474,7 @@ def needjobs_due(node: Node, name: str) -> int | None:
     return due
 
 
-def _valid_responders(node: Node, q: Queue, now: int) -> list[str]:
+def _valid_responders(node: JobHost, q: Queue, now: int) -> list[str]:
     now_s = now // 1000
     for node_id, seen in list(q.needjobs_responders.items()):
         if now_s - seen > RESPONDER_VALIDITY_S:
@@ -483,11 +482,11 @@ def _valid_responders(node: Node, q: Queue, now: int) -> list[str]:
     return sorted(q.needjobs_responders)
 
 
-def queue_drained(node: Node, q: Queue) -> None:
+def queue_drained(node: JobHost, q: Queue) -> None:
     need_jobs(node, q.name, reached_zero=True)
 
 
-def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
+def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
     q = node.queues.get(msg.queue)
     if q is None or not q.jobs or q.pause & PAUSED_OUT:
         return
@@ -500,18 +499,14 @@ def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
     count = max(1, min(count, NEEDJOBS_MAX_REQUEST))
     jobs = []
     for _ in range(count):
-        job_id = q.pop_oldest()
-        if job_id is None:
+        job = node.take_oldest(q)
+        if job is None:
             break
-        job = node.jobs[job_id]
-        job.state = JobState.ACTIVE
-        job.flags |= FLAG_DELIVERED
         if job.retry and sender not in job.nodes_delivered:
             # Unlike the original, remember where the copy went: an ack
             # made anywhere must reach it, or it comes back after the job
             # was collected everywhere else.
             job.nodes_delivered = (*job.nodes_delivered, sender)
-        q.jobs_out += 1
         jobs.append(job)
     node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs)))
     for job in jobs:
@@ -523,7 +518,7 @@ def _on_needjobs(node: Node, sender: str, msg: bus.NeedJobs) -> None:
         node.schedule_queue_gc(q)
 
 
-def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
+def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
     now = node.now_ms()
     for data in msg.jobs:
         job = node.jobs.get(data.id)
@@ -562,7 +557,7 @@ def _on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
         q.needjobs_adhoc_attempt = 0
 
 
-_HANDLERS: dict[type, Callable[[Node, str, Any], None]] = {
+_HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {
     bus.ReplJob: _on_repljob,
     bus.GotJob: _on_gotjob,
     bus.Enqueue: _on_enqueue,

@@ -9,16 +9,17 @@ errors are raised as :class:`ReplyError` and become the reply.
 from __future__ import annotations
 
 import bisect
-import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from ..protocol.limits import MAX_INT64, MAX_JOB_SECONDS
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
+from . import clusterjobs as cj
 from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
 from .ids import is_at_most_once_id, ttl_minutes_from_id
 from .job import FLAG_BCAST_WILLQUEUE, STATE_BY_LABEL, Job, JobState
 from .node import Node
 from .queue import PAUSED_IN
+from .scan import ScanSnapshot
 from .waiters import Waiter
 
 DEFAULT_TTL = 24 * 3600
@@ -153,14 +154,14 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     if external:
         job.nodes_delivered = ()
     if (additional > 0 or external) and not args.async_:
-        return node.start_sync_replication(job, args.timeout)
+        return cj.start_sync_replication(node, job, args.timeout)
     if external:
         # ASYNC and no local copy: replicate, have one holder queue it, forget.
-        node.replicate(job, additional, noreply=True)
-        node.send_enqueue(job)
+        cj.replicate(node, job, additional, noreply=True)
+        cj.send_enqueue(node, job)
         return Status(job.id)
     if additional > 0:
-        node.replicate(job, additional, noreply=True)
+        cj.replicate(node, job, additional, noreply=True)
     if job.delay == 0:
         node.register(job, schedule=False)
         node.enqueue(job, now=now)
@@ -237,7 +238,7 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
     known = 0
     for job_id in job_ids(argv[1:]):
         job = node.lookup(job_id)
-        node.broadcast_deljob(job_id, job)
+        cj.broadcast_deljob(node, job_id, job)
         if job is not None:
             node.unregister(job)
             known += 1
@@ -311,7 +312,7 @@ def working(node: Node, argv: list[bytes]) -> Reply:
     # shorter than the delay left would otherwise queue it early.
     node.set_requeue_time(job, max(job.qtime, now + job.retry * 1000 + node.time_error()))
     node.update_awake(job)
-    node.broadcast_working(job)
+    cj.broadcast_working(node, job)
     return job.retry
 
 
@@ -462,17 +463,6 @@ class ScanArgs:
                 budget -= 1
         cursor = hashes[i] + 1 if i < len(names) else 0
         return cursor, found
-
-
-class ScanSnapshot:
-    """Keys sorted by CRC32, with the hashes alongside for bisecting."""
-
-    __slots__ = ("hashes", "keys")
-
-    def __init__(self, keys: Iterable[str]) -> None:
-        pairs = sorted((zlib.crc32(k.encode("utf-8", "surrogateescape")), k) for k in keys)
-        self.hashes = [h for h, _ in pairs]
-        self.keys = [k for _, k in pairs]
 
 
 def _snapshot(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..protocol import aof
 from ..protocol.replies import NULL_ARRAY, Reply
@@ -52,11 +52,9 @@ from .job import (
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
 from .records import job_record
+from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
-
-if TYPE_CHECKING:
-    from .jobcmds import ScanSnapshot
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
@@ -268,7 +266,7 @@ class Node:
         if job.state == JobState.QUEUED:
             self.dequeue(job)
         if job.state == JobState.WAIT_REPL:
-            self.replication_aborted(job)
+            cj.replication_aborted(self, job)
         elif self.persisting and job.body is not None:
             self.effects.append(Persist(aof.deljob(job.id)))
         self.awake.unschedule(job)
@@ -359,7 +357,7 @@ class Node:
         if job.flags & FLAG_BCAST_QUEUED or nack:
             # A re-queue (not the first queueing): tell the other holders so
             # that they push their own timers, and count the delivery.
-            self.broadcast_queued(job, nack)
+            cj.broadcast_queued(self, job, nack)
             job.flags |= FLAG_TOLD_QUEUED
             if nack:
                 job.nacks += 1
@@ -391,20 +389,28 @@ class Node:
         job.state = JobState.ACTIVE
         return True
 
-    def fetch(self, q: Queue) -> Job | None:
-        """Deliver the oldest job of a queue: it becomes ``ACTIVE``."""
+    def take_oldest(self, q: Queue) -> Job | None:
+        """Take the oldest job out of a queue, handed to a client or moved
+        to another node (YOURJOBS): it becomes ``ACTIVE``, delivered."""
         job_id = q.pop_oldest()
         if job_id is None:
             return None
         job = self.jobs[job_id]
         job.state = JobState.ACTIVE
         job.flags |= FLAG_DELIVERED
-        q.atime = self.now_ms() // 1000
         q.jobs_out += 1
+        return job
+
+    def fetch(self, q: Queue) -> Job | None:
+        """Deliver the oldest job of a queue to a client."""
+        job = self.take_oldest(q)
+        if job is None:
+            return None
+        q.atime = self.now_ms() // 1000
         self._notify("delivered", job)
         if not q.jobs:
             self.schedule_queue_gc(q)
-            self.queue_drained(q)
+            cj.queue_drained(self, q)
         return job
 
     def set_pause(self, name: str, pause: Pause) -> Pause:
@@ -525,10 +531,10 @@ class Node:
                 # the missing holder), silence would leave a holder that does
                 # not know the forgotten ID (a wiped node's new incarnation)
                 # waiting for it for ever.
-                self.broadcast_deljob(job.id, job)
+                cj.broadcast_deljob(self, job.id, job)
             self.unregister(job)
             return
-        self.send_setack(job)
+        cj.send_setack(self, job)
 
     def forget_node(self, node_id: str) -> int:
         """CLUSTER FORGET: the node is gone for good, so no job waits for it.
@@ -569,46 +575,6 @@ class Node:
             # A pass looks at every job: once a second is enough.
             self._next_eviction_ms = now + 1000
             self.evict_for_memory(now)
-
-    def receive(self, sender: str, msg: object) -> None:
-        """A job-level bus message from another node."""
-        cj.receive(self, sender, msg)
-
-    def replicate(self, job: Job, count: int, noreply: bool) -> int:
-        return cj.replicate(self, job, count, noreply)
-
-    def start_sync_replication(self, job: Job, timeout_ms: int) -> Waiter:
-        return cj.start_sync_replication(self, job, timeout_ms)
-
-    def replication_aborted(self, job: Job) -> None:
-        cj.replication_aborted(self, job)
-
-    def need_jobs(self, name: str, reached_zero: bool = False) -> None:
-        cj.need_jobs(self, name, reached_zero)
-
-    def queue_drained(self, q: Queue) -> None:
-        cj.queue_drained(self, q)
-
-    def send_enqueue(self, job: Job) -> None:
-        cj.send_enqueue(self, job)
-
-    def broadcast_queued(self, job: Job, nack: bool) -> None:
-        cj.broadcast_queued(self, job, nack)
-
-    def send_willqueue(self, job: Job) -> None:
-        cj.send_willqueue(self, job)
-
-    def send_setack(self, job: Job) -> None:
-        cj.send_setack(self, job)
-
-    def broadcast_deljob(self, job_id: str, job: Job | None) -> None:
-        cj.broadcast_deljob(self, job_id, job)
-
-    def broadcast_working(self, job: Job) -> None:
-        cj.broadcast_working(self, job)
-
-    def broadcast_pause(self, name: str, pause: Pause) -> None:
-        cj.broadcast_pause(self, name, pause)
 
     # -------------------------------------------------------------- timers
 
@@ -672,7 +638,7 @@ class Node:
             and job.qtime - WILLQUEUE_ADVANCE_MS <= now
         ):
             if job.state != JobState.QUEUED:
-                self.send_willqueue(job)
+                cj.send_willqueue(self, job)
                 if self._held_elsewhere(job):
                     # A late timer (the process was stopped or starved)
                     # would re-queue in the same breath: the holders that
@@ -691,7 +657,7 @@ class Node:
                 # WILLQUEUE, and the answers (SETACK, QUEUED) may be waiting
                 # unread in our sockets. Announce again, re-queue after the
                 # advance.
-                self.send_willqueue(job)
+                cj.send_willqueue(self, job)
                 job.qtime = now + WILLQUEUE_ADVANCE_MS
             else:
                 self._requeue(job, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..protocol.replies import NULL_ARRAY, SYNTAX_ERROR, Reply, ReplyError, Status
+from . import clusterjobs as cj
 from .args import option, parse_getjob, parse_int, text
 from .jobcmds import ScanArgs, flat
 from .node import Node, job_reply
@@ -44,7 +45,7 @@ def take_jobs(node: Node, queues: list[str], count: int, withcounters: bool) -> 
             q = node.queues.get(name)
             job = node.fetch(q) if q is not None and not q.pause & PAUSED_OUT else None
             if job is None:
-                node.need_jobs(name)
+                cj.need_jobs(node, name)
                 continue
             node.stats.delivered_jobs += 1
             out.append(job_reply(job, withcounters))
@@ -132,5 +133,5 @@ def pause(node: Node, argv: list[bytes]) -> Reply:
         node.set_pause(name, new) if update else (Pause(q.pause) if q is not None else Pause.NONE)
     )
     if bcast:
-        node.broadcast_pause(name, state)
+        cj.broadcast_pause(node, name, state)
     return Status(state.label)

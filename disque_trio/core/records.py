@@ -11,13 +11,10 @@ shell only reads and writes bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from ..protocol import aof, bus
+from .host import JobHost
 from .job import FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, TIME_ERROR_MS, Job, JobState
-
-if TYPE_CHECKING:
-    from .node import Node
 
 
 def job_record(job: Job) -> aof.JobRecord:
@@ -59,7 +56,7 @@ def job_data(job: Job, now: int) -> bus.JobData:
 
 
 def merge_holders(
-    node: Node, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
+    node: JobHost, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
 ) -> tuple[str, ...]:
     """Our holder list plus a peer's, without nodes we were told to forget
     (a peer that has not run CLUSTER FORGET yet still lists them; an ack
@@ -68,7 +65,7 @@ def merge_holders(
     return tuple(dict.fromkeys((*ours, *(n for n in theirs if n not in forgotten))))
 
 
-def job_from_data(node: Node, data: bus.JobData) -> Job:
+def job_from_data(node: JobHost, data: bus.JobData) -> Job:
     """This node's copy of a job another node sent (REPLJOB, YOURJOBS):
     active, expiring after the TTL left, re-queued after DELAY + RETRY."""
     now = node.now_ms()
@@ -95,7 +92,7 @@ def job_from_data(node: Node, data: bus.JobData) -> Job:
     return job
 
 
-def job_from_record(node: Node, rec: aof.JobRecord, now: int) -> Job | None:
+def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
     """A job reloaded from the AOF, or None if it expired meanwhile.
 
     It comes back ``active``, not queued (it may have been in a consumer's
@@ -138,7 +135,7 @@ def job_from_record(node: Node, rec: aof.JobRecord, now: int) -> Job | None:
 
 
 def replay(
-    node: Node, entries: Iterable[tuple[bytes, aof.JobRecord | str]], enqueue_once: bool
+    node: JobHost, entries: Iterable[tuple[bytes, aof.JobRecord | str]], enqueue_once: bool
 ) -> int:
     """Rebuild the jobs from AOF records in order; returns the jobs held.
 
@@ -166,7 +163,7 @@ def replay(
     return len(node.jobs)
 
 
-def _restore(node: Node, rec: aof.JobRecord, enqueue_once: bool, now: int) -> None:
+def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) -> None:
     old = node.jobs.get(rec.id)
     if old is not None:
         node.unregister(old)

@@ -591,7 +591,7 @@ class NodeServer:
         return clusterjobs.needjobs_due(self.node, name)
 
     def ask_for_jobs(self, name: str) -> None:
-        self.node.need_jobs(name)
+        clusterjobs.need_jobs(self.node, name)
         self.commit()
 
     def now_ms(self) -> int:
@@ -682,7 +682,7 @@ class NodeServer:
             peer = table.nodes.get(sender)
             if peer is not None:
                 table.heard_from(peer, now)
-            self.node.receive(sender, msg)
+            clusterjobs.receive(self.node, sender, msg)
 
     def after_bus_event(self) -> None:
         """Refresh the cluster view, save nodes.conf if membership moved,

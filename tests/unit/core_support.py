@@ -8,6 +8,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from disque_trio.core import clusterjobs as cj
 from disque_trio.core.commands import CORE_COMMANDS
 from disque_trio.core.effects import Send, Wake, WakeQueue
 from disque_trio.core.job import Job, JobState
@@ -128,10 +131,17 @@ def fields(reply: Any) -> Any:
     return dict(zip(keys, reply[1::2], strict=True))
 
 
-def hook(node: Node, name: str, fn: Callable[..., Any]) -> None:
-    """Replace one of the node's cluster hooks (no-ops alone) to observe it."""
-    assert callable(getattr(node, name))
-    setattr(node, name, fn)
+def hook(monkeypatch: pytest.MonkeyPatch, node: Node, name: str, fn: Callable[..., Any]) -> None:
+    """Observe one of the job protocol's calls (``clusterjobs.<name>``) the
+    node makes: ``fn`` gets its arguments but the node, instead of it
+    running (for the test's duration)."""
+    original = getattr(cj, name)
+    assert callable(original)
+
+    def spy(host: object, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs) if host is node else original(host, *args, **kwargs)
+
+    monkeypatch.setattr(cj, name, spy)
 
 
 def ids_of(reply: Any) -> list[str]:

@@ -309,11 +309,11 @@ def test_ackjob_unknown_ids_on_single_node_do_nothing() -> None:
     assert run(node, "ACKJOB") == 0  # no IDs at all is fine too
 
 
-def test_ackjob_unknown_id_creates_dummy_ack_in_a_cluster() -> None:
+def test_ackjob_unknown_id_creates_dummy_ack_in_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = make_node()
     node.cluster_size = 2
     sent: list[str] = []
-    hook(node, "send_setack", lambda j: sent.append(j.id))
+    hook(monkeypatch, node, "send_setack", lambda j: sent.append(j.id))
     at_least_once = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"
     at_most_once = "D-" + OTHER_ID[:8] + "-" + "B" * 24 + "-0002"
     assert run(node, "ACKJOB", at_least_once, at_most_once) == 0  # not known: not counted
@@ -353,10 +353,10 @@ def test_ackjob_replicated_job_waits_for_confirmations() -> None:
 # ----------------------------------------------------------------- FASTACK
 
 
-def test_fastack() -> None:
+def test_fastack(monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = make_node()
     sent: list[tuple[str, bool]] = []
-    hook(node, "broadcast_deljob", lambda i, j: sent.append((i, j is not None)))
+    hook(monkeypatch, node, "broadcast_deljob", lambda i, j: sent.append((i, j is not None)))
     a, b = add(node), add(node)
     get(node, "q")  # a delivered, b queued
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"

@@ -283,13 +283,19 @@ def test_unblock_all() -> None:
     check_invariants(node)
 
 
-def test_need_jobs_hook_called_for_empty_queues() -> None:
+def test_need_jobs_hook_called_for_empty_queues(monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = make_node()
-    asked: list[str] = []
-    hook(node, "need_jobs", asked.append)
+    asked: list[tuple[str, bool]] = []
+    hook(
+        monkeypatch,
+        node,
+        "need_jobs",
+        lambda name, reached_zero=False: asked.append((name, reached_zero)),
+    )
     add(node, "b")
     run(node, "GETJOB", "NOHANG", "FROM", "a", "b")
-    assert asked == ["a"]
+    # "a" was empty; "b" was drained by this fetch: ask at once.
+    assert asked == [("a", False), ("b", True)]
 
 
 # ---------------------------------------------------------- QLEN and QPEEK
@@ -483,10 +489,10 @@ def test_pause_unknown_queue_not_created_unless_paused() -> None:
     assert "q" in node.queues
 
 
-def test_pause_errors_and_bcast() -> None:
+def test_pause_errors_and_bcast(monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = make_node()
     sent: list[tuple[str, Pause]] = []
-    hook(node, "broadcast_pause", lambda n, p: sent.append((n, p)))
+    hook(monkeypatch, node, "broadcast_pause", lambda n, p: sent.append((n, p)))
     assert error_line(run(node, "PAUSE", "q", "sideways")) == "ERR syntax error"
     assert error_line(run(node, "PAUSE", "q")).startswith("ERR wrong number of arguments")
     assert sent == []

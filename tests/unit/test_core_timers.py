@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from disque_trio.core.awake import AwakeIndex
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import WILLQUEUE_ADVANCE_MS
@@ -88,12 +90,12 @@ def test_late_tick_still_queues_delayed_job() -> None:
 # ------------------------------------------------------------------- RETRY
 
 
-def test_retry_requeues_unacked_delivered_job() -> None:
+def test_retry_requeues_unacked_delivered_job(monkeypatch: pytest.MonkeyPatch) -> None:
     node, clock = make_node()
     willqueue: list[int] = []
     queued: list[tuple[str, bool]] = []
-    hook(node, "send_willqueue", lambda j: willqueue.append(clock.ms))
-    hook(node, "broadcast_queued", lambda j, nack: queued.append((j.id, nack)))
+    hook(monkeypatch, node, "send_willqueue", lambda j: willqueue.append(clock.ms))
+    hook(monkeypatch, node, "broadcast_queued", lambda j, nack: queued.append((j.id, nack)))
     a = add(node, "q", "b", "RETRY", 10)
     get(node, "q")
     qtime = job(node, a).qtime
@@ -230,12 +232,14 @@ def test_ttl_expiry_of_blocked_queue_leaves_waiters_alone() -> None:
 STEP_BACK_MS = 47_500  # the simulator's seed 5043: n0's clock went back 47.5 s
 
 
-def test_backward_clock_step_keeps_the_time_left_on_local_timers() -> None:
+def test_backward_clock_step_keeps_the_time_left_on_local_timers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A 3 s DELAY job was still waiting 50 s later, after the drain phase
     (sim seed 5043): its queue time stayed in the old frame, 47.5 s ahead."""
     node, clock = make_node()
     setacks: list[int] = []
-    hook(node, "send_setack", lambda j: setacks.append(clock.ms))
+    hook(monkeypatch, node, "send_setack", lambda j: setacks.append(clock.ms))
     delayed = add(node, "q", "b", "DELAY", 3, "TTL", 100)
     retried = add(node, "r", "b", "RETRY", 10)
     assert get(node, "r") == [["r", retried, b"b"]]
@@ -291,11 +295,11 @@ def test_timer_set_before_the_clock_is_followed_is_moved_too() -> None:
 # ------------------------------------------------------------- ack collection
 
 
-def test_acked_job_collection_backs_off_until_confirmed() -> None:
+def test_acked_job_collection_backs_off_until_confirmed(monkeypatch: pytest.MonkeyPatch) -> None:
     node, clock = make_node()
     node.cluster_size = 2
     setacks: list[int] = []
-    hook(node, "send_setack", lambda j: setacks.append(clock.ms))
+    hook(monkeypatch, node, "send_setack", lambda j: setacks.append(clock.ms))
     a = add(node, "q", "b", "REPLICATE", 1, "TTL", 3600)
     job(node, a).nodes_delivered = (NODE_ID, OTHER_ID)
     run(node, "ACKJOB", a)
@@ -311,10 +315,10 @@ def test_acked_job_collection_backs_off_until_confirmed() -> None:
     check_invariants(node)
 
 
-def test_dummy_ack_expires_with_the_ttl_in_its_id() -> None:
+def test_dummy_ack_expires_with_the_ttl_in_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
     node, clock = make_node()
     node.cluster_size = 2
-    hook(node, "send_setack", lambda j: None)
+    hook(monkeypatch, node, "send_setack", lambda j: None)
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"  # 3 minutes
     run(node, "ACKJOB", unknown)
     elapse(node, clock, 170_000)
@@ -323,10 +327,10 @@ def test_dummy_ack_expires_with_the_ttl_in_its_id() -> None:
     assert unknown not in node.jobs
 
 
-def test_dummy_ack_dropped_when_cluster_shrinks_to_one() -> None:
+def test_dummy_ack_dropped_when_cluster_shrinks_to_one(monkeypatch: pytest.MonkeyPatch) -> None:
     node, clock = make_node()
     node.cluster_size = 2
-    hook(node, "send_setack", lambda j: None)
+    hook(monkeypatch, node, "send_setack", lambda j: None)
     unknown = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0101"
     run(node, "ACKJOB", unknown)
     node.cluster_size = 1

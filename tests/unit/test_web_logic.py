@@ -156,7 +156,10 @@ async def test_choosing_among_many_queues_yields_to_other_tasks() -> None:
         await trio.lowlevel.checkpoint()
         before = ticks
         chosen, _ = await metrics.choose_queues(queues, 10)
-        assert ticks - before >= 10
+        # Ten chunks, a yield after each: the other task ran in each of
+        # those scheduler passes, but Trio picks the order within a pass at
+        # random, so one of its runs may fall just before `before` was read.
+        assert ticks - before >= 10 - 1
         nursery.cancel_scope.cancel()
     assert [len(q) for q in chosen] == [6] * 10
 
