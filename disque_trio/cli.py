@@ -29,8 +29,9 @@ from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import real_env
 from .server.aof import AofLoadError
 from .server.logs import LineFormatter, set_log_level
-from .server.node import PACKAGE_VERSION, VERSION, ListenError, NodeServer
+from .server.node import ListenError, NodeServer
 from .server.tls import TlsContexts
+from .server.version import PACKAGE_VERSION, VERSION
 
 USAGE = """\
 Usage: disque-trio [/path/to/disque.conf] [--directive value ...]

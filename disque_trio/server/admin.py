@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import Any
 
 from ..config import ConfigError
 from ..core.args import option, parse_int, text
@@ -19,16 +17,8 @@ from ..core.commands import Command
 from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, Verbatim, err
 from . import clustercmds, info
 from .client import Client
-
-if TYPE_CHECKING:
-    from .node import NodeServer
-
-
-@attrs.frozen
-class Context:
-    server: NodeServer
-    client: Client
-
+from .host import Context, ServerHost
+from .version import VERSION
 
 ShellHandler = Callable[[Context, list[bytes]], Reply]
 
@@ -113,12 +103,11 @@ def hello(ctx: Context, argv: list[bytes]) -> Reply:
     }
 
 
-def disque_hello(server: NodeServer) -> Reply:
+def disque_hello(server: ServerHost) -> Reply:
     return clustercmds.hello(server)
 
 
 def _version() -> str:
-    from .node import VERSION
 
     return VERSION
 

@@ -22,19 +22,27 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 import trio.lowlevel
 
+from ..config import Config
 from ..core.job import JobState
+from ..core.node import Node
 from ..core.records import job_record, replay
-from ..env import Disk
+from ..env import Disk, Env
 from ..protocol import aof as records
 from ..protocol.replies import ReplyError
 
-if TYPE_CHECKING:
-    from .node import NodeServer
+
+class AofHost(Protocol):
+    """What the AOF needs of the node: its settings, seams and core."""
+
+    config: Config
+    env: Env
+    node: Node
+
 
 log = logging.getLogger("disque_trio.aof")
 
@@ -52,7 +60,7 @@ class AofLoadError(Exception):
 
 
 class AppendOnlyFile:
-    def __init__(self, server: NodeServer) -> None:
+    def __init__(self, server: AofHost) -> None:
         self.server = server
         self.state = "off"  # off | on | wait-rewrite (turning on)
         self.current_size = 0

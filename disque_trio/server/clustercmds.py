@@ -11,8 +11,7 @@ from ..core.queuecmds import LEAVING_ERROR
 from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, err
 
 if TYPE_CHECKING:
-    from .admin import Context
-    from .node import NodeServer
+    from .host import Context, ServerHost
 
 log = logging.getLogger("disque_trio.cluster")
 
@@ -44,7 +43,7 @@ def _meet(ctx: Context, argv: list[bytes]) -> Reply:
     return OK
 
 
-async def _meet_task(server: NodeServer, ip: str, cport: int) -> None:
+async def _meet_task(server: ServerHost, ip: str, cport: int) -> None:
     try:
         node_id = await server.bus.meet(ip, cport)
     except Exception as e:  # log and move on: MEET already answered OK
@@ -144,7 +143,7 @@ _SUBCOMMANDS = {
 }
 
 
-def hello(server: NodeServer) -> Reply:
+def hello(server: ServerHost) -> Reply:
     """Disque's HELLO: [1, my-id, [id, ip, port, priority]...], port and
     priority as strings, myself first."""
     table = server.node.cluster

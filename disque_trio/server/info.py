@@ -8,14 +8,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .version import PACKAGE_VERSION, VERSION
+
 if TYPE_CHECKING:
-    from .node import NodeServer
+    from .host import ServerHost
 
-Section = Callable[["NodeServer"], list[tuple[str, object]]]
+Section = Callable[["ServerHost"], list[tuple[str, object]]]
 
 
-def _server(s: NodeServer) -> list[tuple[str, object]]:
-    from .node import PACKAGE_VERSION, VERSION
+def _server(s: ServerHost) -> list[tuple[str, object]]:
 
     uptime = s.uptime_s()
     proc = s.process_info()
@@ -40,7 +41,7 @@ def _server(s: NodeServer) -> list[tuple[str, object]]:
     ]
 
 
-def _clients(s: NodeServer) -> list[tuple[str, object]]:
+def _clients(s: ServerHost) -> list[tuple[str, object]]:
     biggest = max((c.qbuf for c in s.clients.values()), default=0)
     return [
         ("connected_clients", len(s.clients)),
@@ -50,7 +51,7 @@ def _clients(s: NodeServer) -> list[tuple[str, object]]:
     ]
 
 
-def _memory(s: NodeServer) -> list[tuple[str, object]]:
+def _memory(s: ServerHost) -> list[tuple[str, object]]:
     used = s.used_memory()
     s.peak_memory = max(s.peak_memory, used)
     rss = s.env.rss() or used
@@ -73,19 +74,19 @@ def _memory(s: NodeServer) -> list[tuple[str, object]]:
     ]
 
 
-def _jobs(s: NodeServer) -> list[tuple[str, object]]:
+def _jobs(s: ServerHost) -> list[tuple[str, object]]:
     return [("registered_jobs", len(s.node.jobs))]
 
 
-def _queues(s: NodeServer) -> list[tuple[str, object]]:
+def _queues(s: ServerHost) -> list[tuple[str, object]]:
     return [("registered_queues", len(s.node.queues))]
 
 
-def _persistence(s: NodeServer) -> list[tuple[str, object]]:
+def _persistence(s: ServerHost) -> list[tuple[str, object]]:
     return s.persistence_info()
 
 
-def _stats(s: NodeServer) -> list[tuple[str, object]]:
+def _stats(s: ServerHost) -> list[tuple[str, object]]:
     st = s.node.stats
     return [
         ("total_connections_received", s.stat_connections),
@@ -103,7 +104,7 @@ def _stats(s: NodeServer) -> list[tuple[str, object]]:
     ]
 
 
-def _cpu(s: NodeServer) -> list[tuple[str, object]]:
+def _cpu(s: ServerHost) -> list[tuple[str, object]]:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return [
@@ -126,7 +127,7 @@ SECTIONS: dict[str, tuple[str, Section]] = {
 }
 
 
-def render(server: NodeServer, section: str) -> str:
+def render(server: ServerHost, section: str) -> str:
     """The INFO text for one section, 'default' or 'all'; '' when unknown."""
     names = list(SECTIONS) if section in ("default", "all", "everything") else [section]
     names += server.extra_info_sections(section)

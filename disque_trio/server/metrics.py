@@ -26,7 +26,7 @@ from .observe import NodeView
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
-    from .node import NodeServer
+    from .host import ServerHost
 
 # Queues looked at (choosing) and rows built between two checkpoints.
 CHOOSE_CHUNK = 2000
@@ -64,7 +64,7 @@ class Exposition:
         return "\n".join(self._lines) + "\n"
 
 
-async def render(server: NodeServer, view: NodeView) -> str:
+async def render(server: ServerHost, view: NodeView) -> str:
     out = Exposition()
     _jobs(out, server, view)
     await _queues(out, server, view)
@@ -74,7 +74,7 @@ async def render(server: NodeServer, view: NodeView) -> str:
     return out.text()
 
 
-def _jobs(out: Exposition, server: NodeServer, view: NodeView) -> None:
+def _jobs(out: Exposition, server: ServerHost, view: NodeView) -> None:
     counts = view.job_counts()
     out.add(
         "disque_jobs",
@@ -126,7 +126,7 @@ async def choose_queues(queues: list[Queue], limit: int) -> tuple[list[Queue], i
     return chosen, waiting - sum(len(q) for q in chosen)
 
 
-async def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
+async def _queues(out: Exposition, server: ServerHost, view: NodeView) -> None:
     now = server.env.clock.wall_ms()
     queues = list(server.node.queues.values())
     chosen, omitted_jobs = await choose_queues(queues, server.config.metrics_max_queues)
@@ -167,7 +167,7 @@ async def _queues(out: Exposition, server: NodeServer, view: NodeView) -> None:
             await trio.lowlevel.checkpoint()
 
 
-def _clients(out: Exposition, server: NodeServer) -> None:
+def _clients(out: Exposition, server: ServerHost) -> None:
     out.one(
         "disque_clients_connected",
         "gauge",
@@ -200,7 +200,7 @@ def _clients(out: Exposition, server: NodeServer) -> None:
     out.one("disque_uptime_seconds", "gauge", "Seconds since the node started.", server.uptime_s())
 
 
-def _cluster(out: Exposition, server: NodeServer, view: NodeView) -> None:
+def _cluster(out: Exposition, server: ServerHost, view: NodeView) -> None:
     bus = server.bus
     for name, counts, help_text in (
         ("disque_bus_messages_sent_total", bus.sent_by_type, "Bus messages queued to peers."),
@@ -233,7 +233,7 @@ def _cluster(out: Exposition, server: NodeServer, view: NodeView) -> None:
     )
 
 
-def _persistence(out: Exposition, server: NodeServer) -> None:
+def _persistence(out: Exposition, server: ServerHost) -> None:
     aof = server.aof
     out.one(
         "disque_aof_enabled", "gauge", "1 when the append-only file is on.", aof.state != "off"

@@ -59,6 +59,7 @@ from .aof import AppendOnlyFile
 from .client import Client
 from .connections import DRAIN_S, MONITOR_BUFFER, Connections
 from .delivery import Delivery
+from .host import Context
 from .latency import LatencyMonitor
 from .logs import VERBOSE, set_log_level
 from .peers import Bus
@@ -69,8 +70,6 @@ from .web import WebServer
 
 log = logging.getLogger("disque_trio")
 
-VERSION = "1.0-rc1"  # the Disque version whose wire behaviour we follow
-PACKAGE_VERSION = "0.1.0"
 
 # A full garbage collection after at least this many jobs went away, when at
 # most so many are left (its cost grows with the objects still alive).
@@ -507,7 +506,7 @@ class NodeServer:
             if cmd.core:
                 reply = cmd.handler(self.node, argv)
             else:
-                reply = cmd.handler(admin.Context(self, client), argv)
+                reply = cmd.handler(Context(self, client), argv)
         except ReplyError as e:
             # A reply, not an error to trace. Its traceback (and that of the
             # exception it was raised from) holds the frames down from here,
@@ -517,7 +516,9 @@ class NodeServer:
             e.__traceback__ = e.__context__ = e.__cause__ = None
             reply = e
         micros = int((self.env.perf() - started) * 1_000_000)
-        if micros > self._slow_us >= 0 or (self._latency_ms and micros >= self._latency_ms * 1000):
+        if micros >= self._slow_us >= 0 or (
+            self._latency_ms and micros >= self._latency_ms * 1000
+        ):
             self._record_slow(client, argv, micros)
         return reply
 
@@ -531,7 +532,7 @@ class NodeServer:
 
     def _record_slow(self, client: Client, argv: list[bytes], micros: int) -> None:
         unix_s = self.env.clock.wall_ms() // 1000
-        if micros > self._slow_us >= 0:
+        if micros >= self._slow_us >= 0:
             self.slowlog.add(argv, unix_s, micros, client.addr, client.name, self._slow_max)
         if self._latency_ms and micros >= self._latency_ms * 1000:
             self.latency.add("command", unix_s, micros // 1000)

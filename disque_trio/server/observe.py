@@ -18,7 +18,7 @@ from ..protocol.wsjson import text_json
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
-    from .node import NodeServer
+    from .host import ServerHost
 
 # A census is reused for 1 s plus 1 s per 250,000 jobs.
 CENSUS_MIN_AGE_MS = 1000
@@ -41,7 +41,7 @@ _FLAG_JSON = {"fail?": "pfail"}
 class NodeView:
     """Snapshots of one node for the dashboard and the metrics endpoint."""
 
-    def __init__(self, server: NodeServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         self.server = server
         self._census: dict[str, int] = dict.fromkeys(STATE_NAMES, 0)
         self._census_ms: int | None = None

@@ -42,18 +42,34 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
+from ..config import Config
 from ..core.cluster import ClusterTable
 from ..core.job import JobState
+from ..core.node import Node
+from ..env import Env
 from ..protocol import bus
 from . import tls
 from .listen import Throttle, accept_loop
 
-if TYPE_CHECKING:
-    from .node import NodeServer
+
+class BusHost(Protocol):
+    """What the bus needs of the node: settings, seams, TLS, the jobs it
+    holds (a queued REPLJOB for a job gone meanwhile is not sent), and a
+    commit after each batch of messages it dispatched."""
+
+    config: Config
+    env: Env
+    node: Node
+    tls: tls.TlsContexts
+
+    def announce_ip(self) -> str: ...
+
+    def after_bus_event(self) -> None: ...
+
 
 log = logging.getLogger("disque_trio.bus")
 
@@ -106,7 +122,7 @@ class PeerLink:
 class Bus:
     """Owns every bus connection of one node."""
 
-    def __init__(self, server: NodeServer, table: ClusterTable, dispatch: Dispatch) -> None:
+    def __init__(self, server: BusHost, table: ClusterTable, dispatch: Dispatch) -> None:
         self.server = server
         self.table = table
         self.dispatch = dispatch

@@ -64,7 +64,7 @@ from .observe import NodeView
 from .websocket import Hub, Session
 
 if TYPE_CHECKING:
-    from .node import NodeServer
+    from .host import ServerHost
 
 log = logging.getLogger("disque_trio.web")
 
@@ -122,7 +122,7 @@ _FULL = (
 class WebServer:
     """Everything on the web port of one node."""
 
-    def __init__(self, server: NodeServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         self.server = server
         self.view = NodeView(server)
         self.hub = Hub(server, self.view)
@@ -365,7 +365,7 @@ class WebServer:
 class _Slot:
     """The place of one web connection under ``maxclients``."""
 
-    def __init__(self, server: NodeServer) -> None:
+    def __init__(self, server: ServerHost) -> None:
         self.server = server
         self.held = False
 

@@ -7,9 +7,9 @@ A session has three kinds of tasks, all in the session's nursery:
 - the reader (the session's own task) takes frames off the socket, parses
   them (``protocol/wsjson.py``), answers subscriptions and bad frames itself,
   and starts a task per command;
-- a task per command runs it through ``NodeServer.execute`` exactly as a RESP
+- a task per command runs it through ``ServerHost.execute`` exactly as a RESP
   connection does (same AUTH rule, arity checks, MONITOR feed, slow log),
-  awaits the core if the command blocks, commits (``NodeServer.commit``),
+  awaits the core if the command blocks, commits (``ServerHost.commit``),
   waits for its AOF records to be written and only then queues the reply.
   A GETJOB that blocks
   holds up nothing but itself;
@@ -51,7 +51,7 @@ from .observe import NodeView
 
 if TYPE_CHECKING:
     from ..core.job import Job
-    from .node import NodeServer
+    from .host import ServerHost
 
 log = logging.getLogger("disque_trio.web")
 
@@ -91,7 +91,7 @@ class Session:
     """One /ws connection: the reader, the command tasks, the writer."""
 
     def __init__(
-        self, server: NodeServer, hub: Hub, ws: trio_websocket.WebSocketConnection, client: Client
+        self, server: ServerHost, hub: Hub, ws: trio_websocket.WebSocketConnection, client: Client
     ) -> None:
         self.server = server
         self.hub = hub
@@ -263,7 +263,7 @@ class Hub:
     """Topic subscriptions of every session of one node, and the task that
     sends the periodic events."""
 
-    def __init__(self, server: NodeServer, view: NodeView) -> None:
+    def __init__(self, server: ServerHost, view: NodeView) -> None:
         self.server = server
         self.view = view
         # Sessions by topic, in subscription order (a dict as an ordered set).
