@@ -163,3 +163,37 @@ async def test_sync_replication_times_out(autojump_clock: trio.testing.MockClock
         reply = await c.call("ADDJOB", "q", "body", 2000, "REPLICATE", 3)
         assert isinstance(reply, ReplyError) and reply.code == "NOREPL"
         assert nodes[0].server.node.jobs == {}
+
+
+async def test_a_client_gone_during_a_blocked_command_is_noticed_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The connection's reader sees the disconnect while the executor waits
+    (no watcher task per wait): a blocked GETJOB is withdrawn at once and the
+    next job goes to a live consumer; a synchronous ADDJOB still waiting for
+    its copies is abandoned at once, its copies deleted, nothing left behind
+    (its client was never told of the job)."""
+    async with memory_cluster(2) as (a, b):
+        gone = await a.client()
+        await gone.send("GETJOB", "TIMEOUT", 60_000, "FROM", "q")
+        await trio.sleep(1)
+        assert a.server.node.stats.blocked_clients == 1
+        await gone.aclose()
+        await trio.sleep(0.001)
+        assert a.server.node.stats.blocked_clients == 0
+        producer, consumer = await a.client(), await a.client()
+        job_id = await producer.call("ADDJOB", "q", "x", 0, "REPLICATE", 1)
+        assert (await consumer.call("GETJOB", "NOHANG", "FROM", "q"))[0][1] == job_id.encode()
+
+        # B refuses copies of jobs for a queue paused in input: ADDJOB waits.
+        assert await (await b.client()).call("PAUSE", "held", "in") == Status("in")
+        held_before = len(a.server.node.jobs)
+        waiting = await a.client()
+        await waiting.send("ADDJOB", "held", "x", 60_000, "REPLICATE", 2)
+        await trio.sleep(1)
+        assert len(a.server.node.repl_waiters) == 1
+        await waiting.aclose()
+        await trio.sleep(0.001)
+        assert a.server.node.repl_waiters == {}
+        assert len(a.server.node.jobs) == held_before
+        assert a.server.node.stats.replication_failures == 1

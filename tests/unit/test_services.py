@@ -1,0 +1,362 @@
+"""Each service of the shell through its narrow interface, with fakes (h11's
+ConnectionPair style: the service on one side, a scripted peer on the
+other). The whole node is tested elsewhere; here each piece alone."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from disque_trio.config import Config
+from disque_trio.core.node import Node
+from disque_trio.core.waiters import Waiter
+from disque_trio.env import Env, TrioClock
+from disque_trio.protocol.replies import NULL_ARRAY, Reply, Status
+from disque_trio.protocol.resp import NOT_READY, ReplyReader
+from disque_trio.server.aof import AppendOnlyFile
+from disque_trio.server.client import Client
+from disque_trio.server.connections import serve_client
+from disque_trio.server.delivery import Delivery
+from disque_trio.server.timer import CRON_PERIOD_S, MAX_SLEEP_S, Cron, Timer
+from sim.disk import DiskHandle, SimDisk
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+# --------------------------------------------------------------- Timer
+
+
+async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
+    clock: trio.testing.MockClock,
+) -> None:
+    due: list[int | None] = [5_000]
+    ticks: list[float] = []
+
+    def now_ms() -> int:
+        return int(trio.current_time() * 1000)
+
+    def tick() -> None:
+        ticks.append(trio.current_time())
+        due[0] = None
+
+    timer = Timer(lambda: due[0], now_ms, tick)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer.run)
+        await trio.sleep(0.5)
+        due[0] = 2_000
+        timer.reschedule(2_000)  # a commit moved it earlier
+        await trio.sleep(1.6)
+        assert ticks == [pytest.approx(2.0)]
+        # With nothing due it still wakes every MAX_SLEEP_S (clock jumps).
+        await trio.sleep(2 * MAX_SLEEP_S + 0.01)
+        assert ticks[1:] == [
+            pytest.approx(2.0 + MAX_SLEEP_S),
+            pytest.approx(2.0 + 2 * MAX_SLEEP_S),
+        ]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_later_deadline_does_not_delay_an_earlier_one(
+    clock: trio.testing.MockClock,
+) -> None:
+    due: list[int | None] = [300]
+    ticks: list[float] = []
+
+    def tick() -> None:
+        ticks.append(trio.current_time())
+        due[0] = None
+
+    timer = Timer(lambda: due[0], lambda: int(trio.current_time() * 1000), tick)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer.run)
+        await trio.sleep(0.1)
+        timer.reschedule(900)  # later than the one it sleeps for: ignored
+        await trio.sleep(0.25)
+        assert ticks == [pytest.approx(0.3)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_cron_runs_ten_times_a_second_and_once_a_second(
+    clock: trio.testing.MockClock,
+) -> None:
+    counts = {"tick": 0, "second": 0}
+    cron = Cron(
+        lambda: counts.__setitem__("tick", counts["tick"] + 1),
+        lambda: counts.__setitem__("second", counts["second"] + 1),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cron.run)
+        await trio.sleep(3 + CRON_PERIOD_S / 2)
+        nursery.cancel_scope.cancel()
+    assert counts == {"tick": 30, "second": 3}
+
+
+# ------------------------------------------------------------ Delivery
+
+
+class FakeDeliveryHost:
+    """Queues with waiting consumers, and a federation deadline each."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, int] = {}  # queue -> consumers still waiting
+        self.jobs: dict[str, int] = {}
+        self.due: dict[str, int | None] = {}
+        self.served: list[str] = []
+        self.asked: list[tuple[str, float]] = []
+
+    def serve_queue(self, name: str) -> bool:
+        self.served.append(name)
+        handed = min(self.waiting.get(name, 0), self.jobs.get(name, 0))
+        self.waiting[name] = self.waiting.get(name, 0) - handed
+        self.jobs[name] = self.jobs.get(name, 0) - handed
+        return self.waiting[name] > 0
+
+    def federation_due(self, name: str) -> int | None:
+        return self.due.get(name)
+
+    def ask_for_jobs(self, name: str) -> None:
+        self.asked.append((name, trio.current_time()))
+        self.due[name] = None
+
+    def now_ms(self) -> int:
+        return int(trio.current_time() * 1000)
+
+
+async def test_delivery_runs_a_task_per_queue_only_while_consumers_wait(
+    clock: trio.testing.MockClock,
+) -> None:
+    host = FakeDeliveryHost()
+    delivery = Delivery(host)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(delivery.run)
+        host.waiting["q"] = 2
+        delivery.wake("q")  # a consumer blocked
+        await trio.sleep(0.01)
+        assert delivery.tasks == 1 and host.served == ["q"]
+        host.jobs["q"] = 1
+        delivery.wake("q")  # a job arrived: one consumer served
+        await trio.sleep(0.01)
+        assert host.served == ["q", "q"] and delivery.tasks == 1
+        host.jobs["q"] = 1
+        delivery.wake("q")  # the last consumer served: the task ends
+        await trio.sleep(0.01)
+        assert delivery.tasks == 0
+        host.waiting["empty"] = 0
+        delivery.wake("empty")  # nobody waits: a round, then nothing
+        await trio.sleep(0.01)
+        assert delivery.tasks == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_delivery_asks_other_nodes_at_the_federation_deadline(
+    clock: trio.testing.MockClock,
+) -> None:
+    host = FakeDeliveryHost()
+    delivery = Delivery(host)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(delivery.run)
+        host.waiting["q"] = 1
+        host.due["q"] = 2_500  # node-time ms
+        delivery.wake("q")
+        await trio.sleep(3)
+        assert host.asked == [("q", pytest.approx(2.5))]
+        nursery.cancel_scope.cancel()
+
+
+# --------------------------------------------------------- AOF writer
+
+
+@attrs.define
+class FakeAofHost:
+    config: Config
+    env: Env
+    node: Node
+
+
+class CountingDisk(DiskHandle):
+    def __init__(self, disk: SimDisk, fail: bool = False) -> None:
+        super().__init__(disk)
+        self.writes = 0
+        self.fail = fail
+
+    def append(self, path: str, data: bytes) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        self.writes += 1
+        super().append(path, data)
+
+
+def aof_for(policy: str, fail: bool = False) -> tuple[AppendOnlyFile, CountingDisk, SimDisk]:
+    sim_disk = SimDisk()
+    disk = CountingDisk(sim_disk, fail)
+    env = Env(clock=TrioClock(), rng=random.Random(1), net=None, disk=disk)  # type: ignore[arg-type]
+    config = Config.load(None, [("appendfsync", [policy])])
+    aof = AppendOnlyFile(FakeAofHost(config, env, Node("a" * 40, env.clock, env.rng)))
+    aof.state = "on"
+    return aof, disk, sim_disk
+
+
+async def test_aof_group_commit_one_write_and_one_fsync_per_round() -> None:
+    aof, disk, sim_disk = aof_for("always")
+    released: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        # Three clients commit in the same scheduler pass.
+        seqs = [aof.append([f"record {n}\n".encode()]) for n in range(3)]
+        aof.after_written(seqs[-1], lambda: released.append("GOTJOB"))
+        assert aof.pending == seqs[-1] and released == []
+        assert await aof.written(seqs[0]) and await aof.written(seqs[-1])
+        assert (disk.writes, sim_disk.fsyncs) == (1, 1)
+        assert sim_disk.durable[aof.path] == b"record 0\nrecord 1\nrecord 2\n"
+        assert released == ["GOTJOB"] and aof.pending == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_aof_everysec_writes_now_and_fsyncs_when_asked() -> None:
+    aof, disk, sim_disk = aof_for("everysec")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        assert await aof.written(aof.append([b"x\n"]))
+        assert (disk.writes, sim_disk.fsyncs) == (1, 0)
+        aof.fsync_if_due()  # the cron, once a second
+        await trio.sleep(0)
+        await trio.sleep(0)
+        assert sim_disk.fsyncs == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_aof_write_failure_holds_back_what_depended_on_it() -> None:
+    aof, _, _ = aof_for("always", fail=True)
+    released: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        seq = aof.append([b"x\n"])
+        aof.after_written(seq, lambda: released.append("GOTJOB"))
+        assert not await aof.written(seq)
+        assert released == [] and aof.misconf() is not None
+        nursery.cancel_scope.cancel()
+
+
+# --------------------------------------------------- client connections
+
+
+class FakeClientHost:
+    """A node as a connection sees it: commands answer from a table; a
+    blocking one returns a Waiter; durability is a gate the test opens."""
+
+    def __init__(self) -> None:
+        self.config = Config.load(None, [])
+        self.stat_net_in = self.stat_net_out = self.stat_query_buffer_closed = 0
+        self.waiters: list[Waiter] = []
+        self.cancelled: list[tuple[Waiter, float]] = []
+        self.dropped: list[Client] = []
+        self.durable_gate = trio.Event()
+        self.durable_gate.set()
+        self.seq = 0
+
+    def new_client(self, stream: trio.abc.Stream) -> Client | None:
+        return Client(1, "test", "test", 0, "normal")
+
+    def wall_ms(self) -> int:
+        return 0
+
+    def drop_client(self, client: Client) -> None:
+        self.dropped.append(client)
+
+    def execute(self, client: Client, argv: list[bytes]) -> Reply | Waiter:
+        if argv[0] == b"BLOCK":
+            waiter = Waiter(queues=("q",), timeout_ms=60_000)
+            self.waiters.append(waiter)
+            return waiter
+        if argv[0] == b"WRITE":
+            self.seq += 1
+        return Status(argv[0].decode())
+
+    def cancel_wait(self, waiter: Waiter) -> Reply:
+        waiter.done = True
+        self.cancelled.append((waiter, trio.current_time()))
+        return NULL_ARRAY
+
+    def commit(self) -> int:
+        return self.seq
+
+    async def durable(self, seq: int) -> bool:
+        await self.durable_gate.wait()
+        return True
+
+    def monitor_feed(self, client: Client) -> trio.MemoryReceiveChannel[bytes]:
+        raise NotImplementedError
+
+
+async def _read_reply(stream: trio.abc.Stream, reader: ReplyReader) -> Any:
+    while True:
+        reply = reader.next_reply()
+        if reply is not NOT_READY:
+            return reply
+        reader.feed(await stream.receive_some(65536))
+
+
+async def test_a_client_that_leaves_while_blocked_is_noticed_at_once(
+    clock: trio.testing.MockClock,
+) -> None:
+    host = FakeClientHost()
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_client, host, theirs)
+        await ours.send_all(b"PING\r\nBLOCK\r\n")
+        reader = ReplyReader()
+        assert await _read_reply(ours, reader) == Status("PING")
+        await trio.sleep(1)
+        assert len(host.waiters) == 1 and not host.cancelled
+        started = trio.current_time()
+        await ours.aclose()  # gone while blocked, 59 s before the timeout
+        await trio.sleep(0.01)
+    [(waiter, when)] = host.cancelled
+    assert waiter is host.waiters[0] and when - started < 0.01 and host.dropped
+
+
+async def test_replies_wait_for_their_records_to_be_written(
+    clock: trio.testing.MockClock,
+) -> None:
+    host = FakeClientHost()
+    host.durable_gate = trio.Event()  # the AOF writer has not run yet
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_client, host, theirs)
+        await ours.send_all(b"WRITE\r\nPING\r\n")
+        with trio.move_on_after(1):
+            data = await ours.receive_some(100)
+            pytest.fail(f"a reply went out before its record was written: {data!r}")
+        host.durable_gate.set()
+        reader = ReplyReader()
+        assert await _read_reply(ours, reader) == Status("WRITE")
+        assert await _read_reply(ours, reader) == Status("PING")
+        await ours.aclose()
+
+
+async def test_pipelined_input_read_while_blocked_runs_after_it(
+    clock: trio.testing.MockClock,
+) -> None:
+    host = FakeClientHost()
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_client, host, theirs)
+        await ours.send_all(b"BLOCK\r\n")
+        await trio.sleep(0.1)
+        await ours.send_all(b"AFTER\r\n")  # the reader takes it, the executor waits
+        await trio.sleep(0.1)
+        [waiter] = host.waiters
+        waiter.finish([b"a job"])
+        waiter.wake()
+        reader = ReplyReader()
+        assert await _read_reply(ours, reader) == [b"a job"]
+        assert await _read_reply(ours, reader) == Status("AFTER")
+        await ours.aclose()
