@@ -13,7 +13,7 @@ The nursery tree (built by :meth:`NodeServer.run`)::
       +-- Cron.run                                housekeeping ten times a second
       +-- Connections.run                         the client ports (server/connections.py)
       |     +-- accept loop per client / TLS listener
-      |     +-- per client: reader task + executor (the socket's only writer)
+      |     +-- per client: executor (the socket's only writer) + reader (while blocked)
       +-- WebServer.serve                         the web port (server/web.py)
       |     +-- accept loop per web listener, the events hub
       |     +-- task per HTTP connection / WebSocket session
