@@ -13,6 +13,8 @@ import ctypes
 import gc
 import os
 import random
+import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import BinaryIO, Final, Protocol
@@ -93,6 +95,16 @@ class TcpNet:
 
     async def connect(self, host: str, port: int) -> trio.abc.Stream:
         stream = await trio.open_tcp_stream(host, port)
+        sock = stream.socket
+        if sock.getsockname() == sock.getpeername():
+            # A TCP self-connection: nothing listened on a loopback port in
+            # the ephemeral range, and the kernel picked that very port as
+            # our source port. Closed normally it would sit in TIME_WAIT for
+            # a minute, keeping the node that owns the port (restarting
+            # after a crash) from binding it. Reset it instead.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+            raise ConnectionRefusedError(f"{host}:{port}: connected to itself (nothing listens)")
         return stream
 
 
