@@ -148,6 +148,11 @@ class ClusterTable:
     def others(self) -> list[PeerNode]:
         return [n for n in self.nodes.values() if n is not self.myself]
 
+    def members(self) -> list[PeerNode]:
+        """Other nodes that passed their handshake (failing or leaving ones
+        included): what a cluster-wide broadcast reaches."""
+        return [n for n in self.others() if not n.flags & HANDSHAKE]
+
     def reachable(self) -> list[PeerNode]:
         """Other nodes worth sending jobs to: not failing, not leaving."""
         bad = PFAIL | FAIL | LEAVING | HANDSHAKE

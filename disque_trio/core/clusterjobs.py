@@ -449,7 +449,10 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
     if now - q.needjobs_bcast_ms > bcast_delay:
         q.needjobs_bcast_ms = now
         q.needjobs_bcast_attempt = min(q.needjobs_bcast_attempt + 1, 16)
-        for peer in node.cluster.reachable():
+        # Every member, leaving ones included (like the original): a leaving
+        # node gives its queued jobs away when asked, and nobody else would
+        # ever fetch them.
+        for peer in node.cluster.members():
             node.effects.send(peer.node_id, bus.NeedJobs(name, 1))
     adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
     if responders and (reached_zero or now - q.needjobs_adhoc_ms > adhoc_delay):
@@ -523,9 +526,16 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
     for data in msg.jobs:
         job = node.jobs.get(data.id)
         if job is None and data.id in node.deleted_acked:
-            # Acked and deleted here lately (the YOURJOBS crossed our ack):
-            # not again; the sender keeps a copy, tell it about the ack.
+            # Acked and deleted here lately (the YOURJOBS crossed our ack, or
+            # the sender lost the ack in a crash): not again; the sender
+            # keeps a copy, tell it about the ack. Unlike the original, the
+            # sender still counts as a source of the queue: it holds queued
+            # jobs of it, and the next ad-hoc NEEDJOBS comes in 25 ms, not
+            # after the broadcast back-off (up to 30 s), which a few such
+            # stale copies at the head of its queue would otherwise stretch
+            # while its live jobs wait (simulator seed 71).
             _answer_deleted(node, sender, data.id)
+            _count_responder(node, sender, data.queue, now)
             continue
         if job is None:
             job = job_from_data(node, data)
@@ -549,12 +559,20 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             # copy queued).
             announce_queued(node, job)
         node.probe("yourjobs-moved-a-job", job)
-        q = node.queue(job.queue, now)
-        if sender not in q.needjobs_responders:
-            q.needjobs_bcast_attempt = 0
-        q.needjobs_responders[sender] = now // 1000
+        q = _count_responder(node, sender, job.queue, now)
         q.count_import(now)
-        q.needjobs_adhoc_attempt = 0
+
+
+def _count_responder(node: JobHost, sender: str, name: str, now: int) -> Queue:
+    """The sender gave us jobs of a queue: ask it first from now on."""
+    q = node.queue(name, now)
+    if sender not in q.needjobs_responders:
+        q.needjobs_bcast_attempt = 0
+    q.needjobs_responders[sender] = now // 1000
+    q.needjobs_adhoc_attempt = 0
+    if q.waiters:
+        node.wake_queue(q)  # its delivery task sleeps until an older deadline
+    return q
 
 
 _HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {

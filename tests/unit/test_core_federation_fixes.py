@@ -8,8 +8,10 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import node as node_module
+from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
+from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
 
 from .core_support import (
@@ -441,3 +443,52 @@ def test_yourjobs_for_a_job_acked_here_lately_is_refused_and_answered() -> None:
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
     assert job_id not in node.jobs
     assert (OTHER_ID, bus.SetAck(job_id, 0)) in sent(node)
+
+
+def test_needjobs_is_broadcast_to_leaving_nodes_too() -> None:
+    """A leaving node keeps its queued jobs until someone asks: without
+    NEEDJOBS they stayed there 150 s and more (found by the client's
+    kill-and-leave test); the original broadcasts to every node."""
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.nodes[THIRD_ID].flags |= LEAVING
+    node.refresh_cluster_view()
+    assert isinstance(run(node, "GETJOB", "FROM", "q"), Waiter)
+    cj.need_jobs(node, "q")
+    asked = {to for to, m in sent(node) if isinstance(m, bus.NeedJobs)}
+    assert asked == {OTHER_ID, THIRD_ID}
+
+
+def test_a_stale_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
+    """Simulator seed 71: the node holding a queue's jobs lost acks in a
+    crash, so the head of its queue was copies acked here long ago. Each
+    broadcast NEEDJOBS fetched one of them, was refused, and the sender did
+    not count as a source: the broadcast backed off to 8, 16, 30 s while 27
+    live jobs stayed queued there. The sender counts as a source now, and
+    the next ad-hoc NEEDJOBS asks it for more in 25 ms."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    stale_id = add(sender, "q", "stale", "RETRY", 5)
+    data = cj.job_data(sender.jobs[stale_id], sender.now_ms())
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert run(node, "FASTACK", stale_id) == 1
+    assert isinstance(run(node, "GETJOB", "FROM", "q"), Waiter)
+    node.serve_waiters(node.queues["q"])
+    q = node.queues["q"]
+    q.needjobs_responders.clear()  # a while later: no source known
+    q.needjobs_bcast_attempt = 3
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert (OTHER_ID, bus.SetAck(stale_id, 0)) in sent(node)
+    assert OTHER_ID in q.needjobs_responders
+    assert q.wake_pending  # its delivery task recomputes its deadline
+    due = cj.needjobs_due(node, "q")
+    assert due is not None and due - node.now_ms() <= cj.NEEDJOBS_ADHOC_MIN_MS + 1
+    node.effects.clear()
+    clock.ms += cj.NEEDJOBS_ADHOC_MIN_MS + 1
+    cj.need_jobs(node, "q")
+    asks = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.NeedJobs)]
+    assert len(asks) == 1 and asks[0].count >= cj.NEEDJOBS_MIN_REQUEST
