@@ -50,8 +50,10 @@ async def run_fault(world: World, fault: Fault, start: float) -> None:
         return
     if name == "bus-chaos":
         world.chaos[i] = CHAOS_LEVELS[fault.arg % len(CHAOS_LEVELS)]
+        world.net.mark_changed()
         await trio.sleep(length)
         world.chaos.pop(i, None)
+        world.net.mark_changed()
         return
     hang = (fault.arg % 4) * 0.5 if fault.arg & 8 else 0.0
     if name == "isolate":

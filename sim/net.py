@@ -283,7 +283,7 @@ class SimNet:
                     self.hang[pair] = max(hang_s, self.hang.get(pair, 0.0))
         self._changed.set()
         self._changed = trio.Event()
-        self._mark()
+        self.mark_changed()
 
     def partition(self, a_ports: list[int], b_ports: list[int]) -> str:
         """Cut every link between the two groups of nodes (both ways)."""
@@ -296,7 +296,7 @@ class SimNet:
     def reset(self, port: int) -> int:
         """Reset every connection of a node (new ones are allowed)."""
         self.resets += 1
-        self._mark()
+        self.mark_changed()
         n = 0
         for conn in self.connections:
             if port in (conn.a, conn.b):
@@ -310,7 +310,7 @@ class SimNet:
     def fence(self, port: int) -> None:
         """A crashed node: drop its listeners, break and refuse its connections."""
         self.fenced.add(port)
-        self._mark()
+        self.mark_changed()
         for listen_port, listener in list(self.listeners.items()):
             if listener.owner == port:
                 del self.listeners[listen_port]  # its owner closes it
@@ -319,9 +319,11 @@ class SimNet:
 
     def unfence(self, port: int) -> None:
         self.fenced.discard(port)
-        self._mark()
+        self.mark_changed()
 
-    def _mark(self) -> None:
+    def mark_changed(self) -> None:
+        """A fault began or ended (checks that need a quiet network skip
+        the windows around it)."""
         try:
             self.changed_at = trio.current_time()
         except RuntimeError:  # outside trio.run (unit tests)

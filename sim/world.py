@@ -167,6 +167,7 @@ class World:
         self.acked_by: dict[tuple[str, int], set[str]] = {}
         self.queued_once: dict[tuple[str, int], set[str]] = {}
         self.ever_reloaded: set[str] = set()
+        self.acks_lost: set[str] = set()  # acked only on a node that crashed unsynced
         self.pending_acked_requeue: dict[tuple[str, str], str] = {}
         self.acked_in_fault: set[str] = set()  # acked by a client while faults were on
         self.show_progress = False
@@ -309,6 +310,21 @@ class World:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
+        if self.appendfsync != "always":
+            # An ack only this node knew of: its AOF record and its SETACKs
+            # may die with the crash (legal unless every write is fsynced).
+            acked_elsewhere = {
+                job.id
+                for n in self.nodes
+                if n.up and n is not node
+                for job in n.server.node.jobs.values()
+                if job.state == JobState.ACKED
+            }
+            self.acks_lost.update(
+                job.id
+                for job in node.server.node.jobs.values()
+                if job.state == JobState.ACKED and job.id not in acked_elsewhere
+            )
         node.up = False
         node.handle.alive = False
         kept = node.disk.crash(torn)
@@ -354,8 +370,11 @@ class World:
             await self.introduce(i)
 
     async def introduce(self, i: int) -> None:
-        """CLUSTER MEET from node i to the first other node that is up."""
+        """CLUSTER MEET from node i to the first other node that is up,
+        one never wiped first: two wiped nodes meeting only each other would
+        make a cluster of their own (seed 440), which no operator does."""
         others = [n for n in self.nodes if n.up and n.index != i]
+        others.sort(key=lambda n: bool(n.old_ids))
         if not others:
             return
         # Bounded: the node may be frozen or cut off (a pause fault); the
@@ -541,9 +560,17 @@ class World:
         itself, an unacked one is excused like in ``end_checks``)."""
         incarnations = {n.name: n.incarnation for n in self.nodes}
         disturbed = (self.net.resets, self.probes["crash"])
+        since = trio.current_time()
         await trio.sleep(COLLECT_SETTLE_S)
-        if not self.healthy() or (self.net.resets, self.probes["crash"]) != disturbed:
-            return  # a fault, a reset or a crash may have eaten the DELJOB
+        if (
+            not self.healthy()
+            or self.net.changed_at >= since
+            or (self.net.resets, self.probes["crash"]) != disturbed
+        ):
+            # A fault, a reset or a crash may have eaten the DELJOB, even
+            # one that came and went within the wait (seed 390: a 0.7 s
+            # isolation cut the DELJOB in flight).
+            return
         synced = self.appendfsync == "always"
         left = [
             n.name

@@ -29,8 +29,9 @@ Rules, one per message:
 * GOTACK(known): the sender confirmed the ack; when every holder did, send
   DELJOB to them all and delete. Dummy acks go once a holder answers, or once
   every node said it does not know the job.
-* DELJOB: forget the job (and remember its ID for a while, held or not;
-  as acked when it was acked here).
+* DELJOB: forget the job and remember its ID for a while, held or not, as
+  acked: the job is done for good, and a holder the DELJOB missed is told
+  SETACK when it announces its copy.
 * ENQUEUE: queue it now (or after the delay): the sender chose us.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS; YOURJOBS: queue what arrived, remember the source.
@@ -330,7 +331,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
         return
     if sender not in job.nodes_delivered:
-        job.nodes_delivered = (*job.nodes_delivered, sender)  # it holds a copy
+        _learned_holder(node, job, sender)
     working = isinstance(msg, bus.Working)
     if job.state == JobState.QUEUED and (
         working or compare_ids_by_job(sender, node.node_id, job.id) > 0
@@ -352,13 +353,25 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
             job.deliveries += 1
 
 
+def _learned_holder(node: JobHost, job: Job, sender: str) -> None:
+    """A node we did not list announced its copy (QUEUED, WORKING,
+    WILLQUEUE): it got it from a holder we never heard from, through a
+    YOURJOBS whose announcements a partition ate. Unlike the original, send
+    it our holder list (a REPLJOB without reply merges it): it may not know
+    the holders we know, and two queued copies that do not know of each
+    other stay queued both (simulator seed 362)."""
+    job.nodes_delivered = (*job.nodes_delivered, sender)
+    if any(n != node.node_id and n != sender for n in job.nodes_delivered):
+        node.effects.send(sender, bus.ReplJob(job_data(job, node.now_ms()), True))
+
+
 def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
         return
     if job.state in (JobState.ACTIVE, JobState.QUEUED) and sender not in job.nodes_delivered:
-        job.nodes_delivered = (*job.nodes_delivered, sender)
+        _learned_holder(node, job, sender)
     if job.state == JobState.QUEUED:
         # To every holder, not just the sender: another one may have queued
         # its copy too, without either of us knowing (a lost QUEUED).
@@ -412,16 +425,23 @@ def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
 
 
 def _on_deljob(node: JobHost, sender: str, msg: bus.DelJob) -> None:
+    # A DELJOB means the job is done for good (acked and collected, FASTACKed,
+    # or its ADDJOB failed): remember it as acked, so that a holder the
+    # DELJOB missed (cut off by a partition), announcing its copy later, is
+    # told to ack it (simulator seed 510: the FASTACKing node crashed and
+    # forgot; the nodes that took its DELJOB kept silent while the copy was
+    # queued for ever).
     job = node.jobs.get(msg.job_id)
     if job is None:
         # Not here (yet): its REPLJOB may still be on its way.
-        node.remember_deleted(msg.job_id)
+        node.remember_deleted(msg.job_id, acked=True)
     else:
         if job.state == JobState.WAIT_REPL:
             # Our own ADDJOB still waiting: a DELJOB is a stray (FASTACK
             # elsewhere); keep waiting, the timeout decides.
             return
         node.unregister(job)
+        node.remember_deleted(msg.job_id, acked=True)
 
 
 def _on_pause(node: JobHost, sender: str, msg: bus.Pause) -> None:

@@ -241,15 +241,34 @@ def test_queued_from_a_holder_we_never_listed_gets_setack_after_collection() -> 
     assert sent(node) == [(THIRD_ID, bus.SetAck(job_id, 0))]
 
 
-def test_a_job_deleted_without_an_ack_is_not_acked_by_its_tombstone() -> None:
+def test_a_job_deleted_here_without_an_ack_is_not_acked_by_its_tombstone() -> None:
     node, job_id, data = _replica_of_a_job_added_on_other()
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-    cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # e.g. replication timed out
+    assert run(node, "DELJOB", job_id) == 1  # a local delete, not an ack
     assert job_id in node.deleted_ids and job_id not in node.deleted_acked
     node.effects.clear()
     cj.receive(node, THIRD_ID, bus.WillQueue(job_id))
     cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
     assert sent(node) == []
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_bus_deljob_leaves_an_acked_tombstone(held: bool) -> None:
+    # Seed 510: a FASTACKed job's DELJOB missed a holder cut off by a
+    # partition, and the FASTACKing node crashed. The nodes that took the
+    # DELJOB had to tell that holder, when it announced its copy, to ack it.
+    # (A DELJOB after a failed ADDJOB is the same message: its copies are
+    # meant to go as well.)
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    if held:
+        cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    cj.receive(node, OTHER_ID, bus.DelJob(job_id))
+    assert job_id not in node.jobs
+    assert job_id in node.deleted_acked
+    node.effects.clear()
+    cj.receive(node, THIRD_ID, bus.WillQueue(job_id))
+    cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert sent(node) == [(THIRD_ID, bus.SetAck(job_id, 0))] * 2
 
 
 def test_acked_tombstones_go_with_their_deleted_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,7 +341,7 @@ def test_ackjob_of_a_job_acked_and_collected_here_makes_no_dummy_ack() -> None:
 def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
     node, job_id, data = _replica_of_a_job_added_on_other()
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-    cj.receive(node, OTHER_ID, bus.DelJob(job_id))  # not acked here
+    assert run(node, "DELJOB", job_id) == 1  # not acked here
     assert run(node, "ACKJOB", job_id) == 0
     assert node.jobs[job_id].is_dummy_ack
 
@@ -492,3 +511,42 @@ def test_a_stale_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
     cj.need_jobs(node, "q")
     asks = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.NeedJobs)]
     assert len(asks) == 1 and asks[0].count >= cj.NEEDJOBS_MIN_REQUEST
+
+
+@pytest.mark.parametrize("announce", [bus.Queued, bus.WillQueue, bus.Working])
+def test_a_holder_heard_of_for_the_first_time_gets_our_holder_list(announce: type) -> None:
+    """Simulator seed 362: a partition ate the QUEUED announcements of two
+    YOURJOBS moves, so two nodes queued copies of one job without either
+    listing the other, and both stayed queued (the QUEUED rule needs them to
+    talk). A holder that hears of a copy it did not list sends that node its
+    list, which the receiver merges; a known holder is sent nothing."""
+    node, _ = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    node.jobs[job_id].nodes_delivered = (node.node_id, OTHER_ID)
+    node.effects.clear()
+    cj.receive(node, THIRD_ID, announce(job_id))
+    [(to, msg)] = [(t, m) for t, m in sent(node) if isinstance(m, bus.ReplJob)]
+    assert to == THIRD_ID and msg.noreply
+    assert set(msg.job.nodes_delivered) == {node.node_id, OTHER_ID, THIRD_ID}
+    node.effects.clear()
+    cj.receive(node, THIRD_ID, announce(job_id))
+    cj.receive(node, OTHER_ID, announce(job_id))
+    assert not [m for _, m in sent(node) if isinstance(m, bus.ReplJob)]
+    # The receiver, holding its own copy, learns the holders it missed.
+    third, _ = make_node(node_id=THIRD_ID)
+    cj.receive(
+        third, node.node_id, bus.ReplJob(cj.job_data(node.jobs[job_id], node.now_ms()), False)
+    )
+    third.jobs[job_id].nodes_delivered = (THIRD_ID, node.node_id)
+    cj.receive(third, node.node_id, msg)
+    assert set(third.jobs[job_id].nodes_delivered) == {node.node_id, OTHER_ID, THIRD_ID}
+
+
+def test_a_lone_pair_of_holders_sends_no_list() -> None:
+    """Nothing to teach when the sender and we are all the holders."""
+    node, _ = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    node.effects.clear()
+    cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert THIRD_ID in job(node, job_id).nodes_delivered
+    assert not [m for _, m in sent(node) if isinstance(m, bus.ReplJob)]
