@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     mut.add_argument("names", nargs="*", help="only these mutants")
     mut.add_argument("--seeds", default="1..60", help="A..B: seeds tried per mutant")
     mut.add_argument("--jobs", type=int, default=2)
-    shrink = sub.add_parser("shrink", help="minimise a failing seed's plan (Hypothesis)")
+    shrink = sub.add_parser("shrink", help="minimise a failing seed's plan")
     shrink.add_argument("--seed", type=int, required=True)
     shrink.add_argument("--nodes", type=int, default=None)
     shrink.add_argument("--duration", type=int, default=None)

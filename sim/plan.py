@@ -4,8 +4,8 @@ A plan is drawn from a seed (``Plan.from_seed``), saved as JSON
 (``Plan.to_json``/``Plan.from_json``) and replayed exactly. It is also a
 flat list of bounded non-negative integers (``encode``/``decode``) in which
 zero always means the simplest thing: no fault, the smallest cluster, the
-shortest run, no exotic job option. Hypothesis shrinks that list towards
-zeros (``sim.shrink``), so a minimised plan is a failing run with as little
+shortest run, no exotic job option. The shrinker (``sim.shrink``) moves
+that list towards zeros, so a minimised plan is a failing run with as little
 going on as possible.
 
 What a plan does not fix is drawn from ``Plan.seed`` at run time: network
@@ -169,7 +169,8 @@ class Plan:
     @classmethod
     def decode(cls, seed: int, draw: Callable[[int], int]) -> Plan:
         """Build a plan from ``draw(bound) -> int in [0, bound]`` calls made
-        in ``encode`` order (a list, a Hypothesis ConjectureData...)."""
+        in ``encode`` order (from a list, as the shrinker does, or any source
+        of bounded integers)."""
         swarm = {name: draw(bound) for name, bound in SWARM_FIELDS}
         faults = []
         for _ in range(MAX_FAULTS):
