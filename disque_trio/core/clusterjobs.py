@@ -50,6 +50,7 @@ from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELIVERED,
+    FLAG_HOLDERS_GREW,
     FLAG_TOLD_QUEUED,
     Job,
     JobState,
@@ -103,10 +104,11 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
                 added += 1
     data = job_data(job, node.now_ms())
     confirmed = job.nodes_confirmed or ()
+    # One message object per kind, sent to each (the shell encodes it once).
+    answer, quiet = bus.ReplJob(data, noreply), bus.ReplJob(data, True)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            quiet = noreply or node_id in confirmed
-            node.effects.send(node_id, bus.ReplJob(data, quiet))
+            node.effects.send(node_id, quiet if node_id in confirmed else answer)
     return added
 
 
@@ -141,8 +143,13 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
         node.finish_wait(waiter, Status(job.id))
-    # Everybody learns the final list of holders.
-    replicate(node, job, 0, noreply=True)
+    if job.flags & FLAG_HOLDERS_GREW:
+        # Holders that took the first REPLJOB learn the nodes added since
+        # (the REPLJOB of each addition went to them too, but may be lost).
+        # Otherwise the first REPLJOB had the whole list: nothing to send,
+        # as in the original (two frames fewer per job).
+        job.flags &= ~FLAG_HOLDERS_GREW
+        replicate(node, job, 0, noreply=True)
     if node.node_id not in job.nodes_delivered:
         # Externally replicated: one holder queues it, we forget it.
         if not acked:
@@ -163,7 +170,8 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
 
 def repl_tick(node: JobHost, job: Job, now: int) -> None:
     """A job still waiting for replication: try one more node."""
-    replicate(node, job, 1, noreply=False)
+    if replicate(node, job, 1, noreply=False):
+        job.flags |= FLAG_HOLDERS_GREW
     job.qtime = now + REPL_ADD_NODE_MS
 
 
@@ -191,34 +199,37 @@ def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
 
 
 def _deljob_to_holders(node: JobHost, job: Job) -> None:
+    msg = bus.DelJob(job.id)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, bus.DelJob(job.id))
+            node.effects.send(node_id, msg)
 
 
 # ------------------------------------------------------ hooks from node
 
 
 def broadcast_queued(node: JobHost, job: Job, nack: bool) -> None:
-    flags = bus.FLAG_INCR_NACKS if nack else bus.FLAG_INCR_DELIV
+    msg = bus.Queued(job.id, bus.FLAG_INCR_NACKS if nack else bus.FLAG_INCR_DELIV)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, bus.Queued(job.id, flags))
+            node.effects.send(node_id, msg)
 
 
 def announce_queued(node: JobHost, job: Job) -> None:
     """Tell every other holder that the job is queued here (counting
     nothing): they push their timers; a queued one keeps a single copy."""
     job.flags |= FLAG_TOLD_QUEUED
+    msg = bus.Queued(job.id, 0)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, bus.Queued(job.id, 0))
+            node.effects.send(node_id, msg)
 
 
 def send_willqueue(node: JobHost, job: Job) -> None:
+    msg = bus.WillQueue(job.id)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, bus.WillQueue(job.id))
+            node.effects.send(node_id, msg)
 
 
 def send_setack(node: JobHost, job: Job) -> None:
@@ -229,10 +240,10 @@ def send_setack(node: JobHost, job: Job) -> None:
         targets = [n.node_id for n in node.cluster.others()]
     else:
         targets = [n for n in job.nodes_delivered if n != node.node_id]
-    may_have = len(job.nodes_delivered)
+    msg = bus.SetAck(job.id, len(job.nodes_delivered))
     for node_id in targets:
         if node_id not in confirmed:
-            node.effects.send(node_id, bus.SetAck(job.id, may_have))
+            node.effects.send(node_id, msg)
 
 
 def broadcast_deljob(node: JobHost, job_id: str, job: Job | None) -> None:
@@ -240,14 +251,16 @@ def broadcast_deljob(node: JobHost, job_id: str, job: Job | None) -> None:
         targets = [n for n in job.nodes_delivered if n != node.node_id]
     else:
         targets = [n.node_id for n in node.cluster.others()]
+    msg = bus.DelJob(job_id)
     for node_id in targets:
-        node.effects.send(node_id, bus.DelJob(job_id))
+        node.effects.send(node_id, msg)
 
 
 def broadcast_working(node: JobHost, job: Job) -> None:
+    msg = bus.Working(job.id)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, bus.Working(job.id))
+            node.effects.send(node_id, msg)
 
 
 def broadcast_pause(node: JobHost, name: str, pause: Pause) -> None:

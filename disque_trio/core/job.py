@@ -50,6 +50,9 @@ FLAG_BCAST_WILLQUEUE = 4  # wake 500 ms before qtime to send WILLQUEUE
 # point; if not, the retry point announces it (a lost QUEUED must not leave
 # two copies queued for ever).
 FLAG_TOLD_QUEUED = 8
+# Waiting for its copies, the job got one more holder (a node added after
+# the first REPLJOB): once replicated, every holder is sent the final list.
+FLAG_HOLDERS_GREW = 16
 
 NodeIds = tuple[str, ...]
 

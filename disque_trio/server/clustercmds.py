@@ -69,6 +69,7 @@ def _info(ctx: Context, argv: list[bytes]) -> Reply:
         ("cluster_stats_frames_received", bus.frames_in),
         ("cluster_stats_frames_dropped", bus.dropped()),
         ("cluster_stats_bad_frames", bus.bad_frames),
+        ("cluster_stats_replaced_links", bus.replaced_links),
     ]
     return "".join(f"{k}:{v}\r\n" for k, v in fields)
 

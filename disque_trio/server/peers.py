@@ -97,9 +97,13 @@ class HandshakeRefused(Exception):
 
 
 class _Pending:
-    """Whether an inbound link still counts in Bus.pending_links."""
+    """Whether an inbound link still counts in Bus.pending_links, and the
+    scope that ends it."""
 
     active = True
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
 
 
 class PeerLink:
@@ -136,6 +140,9 @@ class Bus:
         # received those decoded from a known node. /metrics reads them.
         self.sent_by_type: dict[type, int] = {}
         self.received_by_type: dict[type, int] = {}
+        # The last message encoded, and its frame (see send).
+        self._last_msg: object = None
+        self._last_frame = b""
         # Set when an outbound link comes up (start-up waits on it).
         self._link_up = trio.Event()
         self.pending_links = 0  # inbound links whose node is not known yet
@@ -143,6 +150,9 @@ class Bus:
         # Cancel scopes of the inbound links, to drop them all when the
         # cluster secret changes (they proved the old one).
         self._inbound_scopes: set[trio.CancelScope] = set()
+        # The inbound link of each node of the table (see _known).
+        self._inbound_by_node: dict[str, trio.CancelScope] = {}
+        self.replaced_links = 0
         self.throttle = Throttle()
 
     # --------------------------------------------------------------- setup
@@ -185,9 +195,16 @@ class Bus:
         link = self.links.get(node_id)
         if link is None:
             return
+        # The core sends one message object to every holder of a job
+        # (messages are frozen): encode it once.
+        if msg is self._last_msg:
+            frame = self._last_frame
+        else:
+            frame = bus.encode_frame(msg)  # type: ignore[arg-type]
+            self._last_msg, self._last_frame = msg, frame
         try:
             job_id = msg.job.id if isinstance(msg, bus.ReplJob) else ""
-            link.send_channel.send_nowait((job_id, bus.encode_frame(msg)))  # type: ignore[arg-type]
+            link.send_channel.send_nowait((job_id, frame))
         except trio.WouldBlock:
             link.dropped += 1
             return
@@ -380,9 +397,10 @@ class Bus:
                 )
                 return
             self.pending_links += 1
-            pending = _Pending()
             scope = trio.CancelScope()
+            pending = _Pending(scope)
             self._inbound_scopes.add(scope)
+            peer: bus.Handshake | None = None
             try:
                 with scope:
                     context = self.server.tls.bus_server
@@ -393,8 +411,7 @@ class Bus:
                         return
                     ip = peer.ip or _peer_ip(stream)
                     if peer.node_id in self.table.nodes:
-                        pending.active = False
-                        self.pending_links -= 1
+                        self._known(peer.node_id, pending)
                         decoder.set_max_frame(bus.MAX_FRAME)
                     else:
                         decoder.set_max_frame(PENDING_MAX_FRAME)
@@ -428,6 +445,23 @@ class Bus:
                 self._inbound_scopes.discard(scope)
                 if pending.active:
                     self.pending_links -= 1
+                elif peer is not None and self._inbound_by_node.get(peer.node_id) is scope:
+                    del self._inbound_by_node[peer.node_id]
+
+    def _known(self, node_id: str, pending: _Pending) -> None:
+        """An inbound link now speaks for a node of the table: it leaves the
+        pending ones, and replaces that node's older inbound link, if any.
+        A node has one link to us; a second means it reconnected while we
+        still held the first (a silent drop), or that someone else uses its
+        ID (no cluster-secret): either way, newest wins, so a stranger that
+        MEETs once cannot hold a descriptor per connection it opens."""
+        pending.active = False
+        self.pending_links -= 1
+        older = self._inbound_by_node.get(node_id)
+        if older is not None:
+            older.cancel()
+            self.replaced_links += 1
+        self._inbound_by_node[node_id] = pending.scope
 
     async def _read_messages(
         self,
@@ -453,8 +487,7 @@ class Bus:
                         continue
                     self.sync_links()
                 if pending.active:
-                    pending.active = False
-                    self.pending_links -= 1
+                    self._known(peer.node_id, pending)
                     decoder.set_max_frame(bus.MAX_FRAME)
                 self.dispatch(peer.node_id, msg)
             if handled:

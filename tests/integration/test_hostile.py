@@ -248,6 +248,45 @@ def test_strangers_that_never_meet_hold_little(node_factory: object) -> None:
     BusStranger(node).close()  # room again once they left
 
 
+def test_a_node_has_one_inbound_link_the_newest(node_factory: object) -> None:
+    """Without a cluster secret, one MEET let a stranger open bus links
+    under that node's ID, each holding a descriptor (1,010 of them under
+    ulimit -n 1024 left the node unable to answer). A node has one link to
+    us: a newer one replaces the older."""
+    node: NodeProcess = node_factory()  # type: ignore[operator]
+    first = BusStranger(node)
+    first.send(bus.Meet(first.node_id, 0))
+    deadline = time.monotonic() + 10
+    while not any(line.startswith(first.node_id) for line in cluster_nodes(node)):
+        assert time.monotonic() < deadline, "the MEET was not taken"
+        time.sleep(0.05)
+    links = [first]
+    try:
+        for _ in range(30):
+            links.append(BusStranger(node, node_id=first.node_id))
+            assert links[-2].closed_by_node()  # the older link is closed
+        last = links[-1]
+        last.send(bus.Ping(last.node_id, 0))
+        last.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            last.sock.recv(1)  # the newest stays open
+        assert int(cluster_info(node)["cluster_stats_replaced_links"]) == 30
+        assert ping_time(node) < 2.0
+    finally:
+        for link in links:
+            link.close()
+
+
+def cluster_info(node: NodeProcess) -> dict[str, str]:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"CLUSTER INFO\r\n")
+        text = b""
+        while not text.endswith(b"\r\n\r\n"):
+            text += s.recv(65536)
+    lines = text.split(b"\r\n", 1)[1].decode().splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line)
+
+
 def test_addjob_with_huge_numbers_is_refused_with_the_aof_on(node_factory: object) -> None:
     """ADDJOB ... RETRY 9223372036854775807 with the AOF on got no reply:
     the connection closed and the job stayed in memory with no AOF record."""
