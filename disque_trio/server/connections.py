@@ -243,18 +243,32 @@ class _Connection:
 
     async def _run_buffered(self) -> None:
         """Run every complete command read so far (pipelining), then commit
-        and send all the replies in one write."""
+        and send all the replies in one write.
+
+        A run of pipelined ADDJOBs replicates together: an ADDJOB waiting
+        for its copies does not hold up the ADDJOBs right behind it, which
+        start their own replication at once (one commit sends all their
+        REPLJOBs); their replies still go out in order, each once its own
+        wait ends. Any other command first waits for the run to finish, so
+        it sees what a client executing one command at a time would."""
         host, client, out = self.host, self.client, self.out
+        run: list[Reply | Waiter] = []  # ADDJOB replies of the current run
         while True:
             try:
                 argv = self.parser.next_command()
             except ProtocolError as e:
+                await self._settle(run)
                 encode_into(out, ReplyError("ERR", f"Protocol error: {e}"), 2)
                 await self._commit_and_send()
                 raise _Disconnected from None
             if argv is None:
                 break
+            if run and argv[0].upper() != b"ADDJOB":
+                await self._settle(run)
             reply = host.execute(client, argv)
+            if run or (isinstance(reply, Waiter) and reply.job_id is not None):
+                run.append(reply)  # an ADDJOB: waiting for its copies, or after one
+                continue
             if isinstance(reply, Waiter):
                 reply = await self._wait(reply)
             encode_into(out, reply, client.proto)
@@ -265,7 +279,26 @@ class _Connection:
                 await self._commit_and_send()
                 await self._monitor()
                 raise _Disconnected
+        await self._settle(run)
         await self._commit_and_send()
+
+    async def _settle(self, run: list[Reply | Waiter]) -> None:
+        """Wait for each reply of a run of ADDJOBs in order, and encode it.
+        If the wait ends early (the client left, shutdown), the ADDJOBs
+        still waiting give up as at their timeout."""
+        try:
+            while run:
+                reply = run[0]
+                if isinstance(reply, Waiter):
+                    reply = await self._wait(reply)
+                del run[0]
+                encode_into(self.out, reply, self.client.proto)
+        except BaseException:
+            for left in run:
+                if isinstance(left, Waiter) and not left.done:
+                    self.host.cancel_wait(left)
+            run.clear()
+            raise
 
     async def _receive(self) -> bytes:
         """The next chunk of input; b"" at EOF, or when the client stayed

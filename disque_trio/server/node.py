@@ -466,6 +466,9 @@ class NodeServer:
         if client.blocked is not None:
             self.node.cancel_wait(client.blocked)
             client.blocked = None
+        # What giving up produced (the DELJOBs of an abandoned ADDJOB's
+        # copies) goes out now, not at the next unit of work.
+        self.commit()
 
     def cancel_wait(self, waiter: Waiter) -> Reply:
         """A blocked command gave up (timeout, client gone): its timeout reply."""

@@ -197,3 +197,53 @@ async def test_a_client_gone_during_a_blocked_command_is_noticed_at_once(
         assert a.server.node.repl_waiters == {}
         assert len(a.server.node.jobs) == held_before
         assert a.server.node.stats.replication_failures == 1
+
+
+def _pipeline(*commands: tuple[Any, ...]) -> bytes:
+    out = b""
+    for args in commands:
+        parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+        out += b"*%d\r\n" % len(parts)
+        out += b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    return out
+
+
+async def test_pipelined_addjobs_replicate_together_and_reply_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A run of pipelined ADDJOBs does not wait for one job's copies before
+    the next starts replicating: B is slow to answer (its queue is paused
+    in input, then resumed), yet every ADDJOB of the run was sent to it
+    before the first one was answered. Replies keep their order, and the
+    GETJOB after the run sees every job of it queued."""
+    async with memory_cluster(2) as (a, b):
+        assert await (await b.client()).call("PAUSE", "q", "in") == Status("in")
+        c = await a.client()
+        adds = [("ADDJOB", "q", f"job{i}", 60_000, "REPLICATE", 2) for i in range(5)]
+        await c.send_raw(_pipeline(*adds, ("GETJOB", "NOHANG", "COUNT", 10, "FROM", "q")))
+        await trio.sleep(1)
+        # All five wait for their copies at once (one at a time, only the
+        # first would be registered).
+        assert len(a.server.node.repl_waiters) == 5
+        assert await (await b.client()).call("PAUSE", "q", "none") == Status("none")
+        ids = [await c.read() for _ in adds]
+        got = await c.read()
+        assert [a.server.node.jobs[str(i)].body for i in ids] == [f"job{i}".encode() for i in range(5)]
+        assert sorted(row[1].decode() for row in got) == sorted(ids)
+
+
+async def test_a_client_gone_during_a_run_of_addjobs_abandons_them_all(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with memory_cluster(2) as (a, b):
+        assert await (await b.client()).call("PAUSE", "q", "in") == Status("in")
+        c = await a.client()
+        adds = [("ADDJOB", "q", f"job{i}", 60_000, "REPLICATE", 2) for i in range(4)]
+        await c.send_raw(_pipeline(*adds))
+        await trio.sleep(1)
+        assert len(a.server.node.repl_waiters) == 4
+        await c.aclose()
+        await trio.sleep(0.1)
+        assert a.server.node.repl_waiters == {}
+        assert a.server.node.jobs == {}
+        assert a.server.node.stats.replication_failures == 4
