@@ -52,7 +52,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from .client import AsyncClient, DisqueError, Job, NoJobError, TooLateError
+from .client import AsyncClient, DisqueError, Job, NoJobError, NoReplError, TooLateError
 from .client._base import NodesSpec
 
 __all__ = [
@@ -266,6 +266,8 @@ class Retries:
     added to ``<queue><suffix>`` (JSON: ``DeadLetter``) and acknowledged.
     A job that arrives already past the limit (it kept coming back without
     a verdict, e.g. it crashes the worker) goes there without running.
+    A dead letter the node refuses with -NOREPL (a node of the cluster is
+    out) is added with fewer copies, down to one.
     Cancelled (shutdown): NACK, shielded, within ``nack_timeout``."""
 
     def __init__(
@@ -334,6 +336,33 @@ class Retries:
         except DisqueError as e:
             ctx.notes["nack_error"] = str(e)  # RETRY will queue it again anyway
 
+    async def _add_letter(self, ctx: JobContext, dead_queue: str, body: bytes) -> str:
+        """ADDJOB of a dead letter. The node's default replication is
+        min(3, cluster size), and the size counts failed and leaving
+        nodes: with one of them out, that is refused (-NOREPL) until the
+        node comes back or is forgotten, and the job would meanwhile be
+        NACKed and come back at once, for ever. So on NOREPL the letter
+        is added with fewer copies, down to one, with a warning."""
+        replicate: int | None = None
+        while True:
+            try:
+                return await ctx.client.add_job(
+                    dead_queue, body, ttl=self.dead_letter_ttl, replicate=replicate
+                )
+            except NoReplError as e:
+                replicate = 2 if replicate is None else replicate - 1
+                if replicate < 1:
+                    raise
+                log.warning(
+                    "job %s: the dead letter for %s was refused (%s); adding it with %d cop%s",
+                    ctx.job.id,
+                    dead_queue,
+                    e,
+                    replicate,
+                    "y" if replicate == 1 else "ies",
+                    extra=_fields(ctx, event="dead-letter-fewer-copies"),
+                )
+
     async def _bury(self, ctx: JobContext, trace: str) -> None:
         job = ctx.job
         letter = DeadLetter(
@@ -348,9 +377,7 @@ class Retries:
         )
         dead_queue = job.queue + self.suffix
         try:
-            dead_id = await ctx.client.add_job(
-                dead_queue, letter.to_json(), ttl=self.dead_letter_ttl
-            )
+            dead_id = await self._add_letter(ctx, dead_queue, letter.to_json())
         except DisqueError as e:
             log.error(
                 "job %s: could not add it to %s (%s); NACKed instead",

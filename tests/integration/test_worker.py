@@ -1,6 +1,7 @@
-"""The worker against a real node: acknowledgements, NACKs, the dead-letter
-queue, WORKING keep-alive and -TOOLATE, time limits, thread-pool handlers,
-metrics, graceful stop; and ``disque-trio worker`` as a process receiving
+"""The worker against a real node: acknowledgements (ACKJOB, or FASTACK as
+the node's MONITOR feed shows), NACKs, the dead-letter queue, WORKING
+keep-alive and -TOOLATE, time limits, thread-pool handlers, metrics,
+graceful stop; and ``disque-trio worker`` as a process receiving
 SIGTERM. AnyIO tests run under asyncio and Trio."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +24,8 @@ import anyio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from disque_trio.client import Client, Job
-from disque_trio.worker import DeadLetter, JobContext, Next, Worker
+from disque_trio.client import Client, Job, JobInfo
+from disque_trio.worker import DeadLetter, JobContext, Middleware, Next, Worker
 
 from .conftest import NodeProcess
 
@@ -228,6 +230,96 @@ async def test_stop_lets_handlers_finish_then_nacks_the_rest(node: NodeProcess) 
         assert c.show(quick_id) is None
         info = c.show(hung_id)
         assert info is not None and info.state == "queued" and info.nacks == 1
+
+
+class Monitor:
+    """A MONITOR connection read in the background: the commands the node
+    received from other clients, each as its list of arguments."""
+
+    WORD = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.commands: list[list[str]] = []
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        async with await anyio.connect_tcp("127.0.0.1", self.port) as stream:
+            await stream.send(b"MONITOR\r\n")
+            buffer = b""
+            while b"\r\n" not in buffer:
+                buffer += await stream.receive()
+            ok, buffer = buffer.split(b"\r\n", 1)
+            assert ok == b"+OK", ok
+            task_status.started()
+            while True:
+                *lines, buffer = buffer.split(b"\r\n")
+                self.commands += [self.WORD.findall(line.decode()) for line in lines]
+                buffer += await stream.receive()
+
+    def ids(self, command: str) -> list[str]:
+        """The arguments of every ``command`` seen (job IDs for acks)."""
+        return [a for argv in self.commands if argv[:1] == [command] for a in argv[1:]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("where", ["worker", "handler"])
+async def test_fastack_deletes_the_job_at_once_with_fastack_not_ackjob(
+    node: NodeProcess, where: str
+) -> None:
+    # fastack=True on the Worker (a handler can still say False), or on
+    # one handler of a Worker that acknowledges with ACKJOB.
+    fast_options: dict[str, Any] = {} if where == "worker" else {"fastack": True}
+    plain_options: dict[str, Any] = {"fastack": False} if where == "worker" else {}
+    right_after: dict[str, tuple[str, JobInfo | None]] = {}
+
+    class ShowWorker(Worker):
+        """Asks SHOW the moment the job's outcome is known (outermost piece)."""
+
+        def chain(self) -> list[Middleware]:
+            return [self.show, *super().chain()]
+
+        async def show(self, ctx: JobContext, call_next: Next) -> None:
+            await call_next()
+            right_after[ctx.job.id] = (ctx.outcome, await ctx.client.show(ctx.job.id))
+
+    worker = ShowWorker(url(node), fastack=where == "worker", fetch_timeout=0.2)
+
+    @worker.handler("fast", concurrency=3, **fast_options)
+    async def fast(job: Job) -> None:
+        await anyio.sleep(0.01)
+
+    @worker.handler("plain", **plain_options)
+    async def plain(job: Job) -> None:
+        await anyio.sleep(0.01)
+
+    monitor = Monitor(node.port)
+    async with anyio.create_task_group() as watching:
+        await watching.start(monitor.run)
+        with Client(url(node)) as c:
+            fast_ids = {c.add_job("fast", f"f{i}") for i in range(6)}
+            plain_ids = {c.add_job("plain", f"p{i}") for i in range(2)}
+            async with anyio.create_task_group() as tg:
+                await tg.start(worker.run)
+                await wait_until(lambda: right_after.keys() == fast_ids | plain_ids)
+                worker.stop()
+            # Everything the worker sent is in the feed once this is.
+            assert c.call("PING", "the end") == b"the end"
+            await wait_until(lambda: ["PING", "the end"] in monitor.commands)
+            stats = dict(
+                line.split(":", 1)
+                for line in c.info("stats").splitlines()
+                if ":" in line and not line.startswith("#")
+            )
+        watching.cancel_scope.cancel()
+    # Acknowledged, and gone from the node at once: SHOW right after the
+    # FASTACK has nothing.
+    assert [right_after[i] for i in fast_ids] == [("done", None)] * len(fast_ids)
+    assert [right_after[i][0] for i in plain_ids] == ["done"] * len(plain_ids)
+    # The node saw one FASTACK per fast job and ACKJOB only for the others.
+    assert sorted(monitor.ids("FASTACK")) == sorted(fast_ids)
+    assert sorted(monitor.ids("ACKJOB")) == sorted(plain_ids)
+    # Its counter of acknowledgements counts ACKJOBs only.
+    assert int(stats["acked_jobs"]) == len(plain_ids)
 
 
 # ------------------------------------------------------------ the process
