@@ -371,9 +371,9 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
 
 def bgrewriteaof(ctx: Context, argv: list[bytes]) -> Reply:
     """BGREWRITEAOF: compact the AOF in the background."""
-    if ctx.server.aof.rewriting:
+    if not ctx.server.aof.claim_rewrite():
         return err("Background append only file rewriting already in progress")
-    ctx.server.spawn(ctx.server.aof.rewrite)
+    ctx.server.spawn(ctx.server.aof.rewrite, True)
     return Status("Background append only file rewriting started")
 
 

@@ -285,13 +285,21 @@ class AppendOnlyFile:
 
     # ------------------------------------------------------------ rewriting
 
-    async def rewrite(self) -> bool:
-        """Compact the file from memory without stopping the node."""
+    def claim_rewrite(self) -> bool:
+        """Mark a rewrite as in progress now, before its task runs (INFO
+        and a second BGREWRITEAOF see it at once); False if one is."""
         if self.rewriting:
             return False
         self.rewriting = True
-        started = trio.current_time()
         self.rewrite_buffer = []
+        return True
+
+    async def rewrite(self, claimed: bool = False) -> bool:
+        """Compact the file from memory without stopping the node.
+        ``claimed``: the caller did ``claim_rewrite()`` already."""
+        if not claimed and not self.claim_rewrite():
+            return False
+        started = trio.current_time()
         node = self.server.node
         try:
             snapshot = list(node.jobs.values())

@@ -49,6 +49,7 @@ from ..protocol.resp import ProtocolError, encode_into, make_parser
 from .client import Client
 from .listen import accept_loop
 from .logs import VERBOSE
+from .sockio import receive_some, send_all
 
 log = logging.getLogger("disque_trio.client")
 
@@ -305,9 +306,9 @@ class _Connection:
         idle longer than the ``timeout`` directive (0 = never)."""
         idle = self.host.config.timeout
         if not idle:
-            return bytes(await self.stream.receive_some(READ_SIZE))
+            return await receive_some(self.stream, READ_SIZE)
         with trio.move_on_after(idle):
-            return bytes(await self.stream.receive_some(READ_SIZE))
+            return await receive_some(self.stream, READ_SIZE)
         return b""
 
     async def _commit_and_send(self) -> None:
@@ -323,7 +324,7 @@ class _Connection:
             host.stat_net_out += len(out)
             data = bytes(out)
             out.clear()
-            await self.stream.send_all(data)
+            await send_all(self.stream, data)
 
     async def _wait(self, waiter: Waiter) -> Reply:
         """A blocked command: send the replies before it, then wait for the

@@ -640,8 +640,8 @@ class NodeServer:
         self.peak_memory = max(self.peak_memory, self.used_memory())
         self.release_memory_after_a_drop()
         self.save_cluster_config()
-        if self.aof.rewrite_due():
-            self.spawn(self.aof.rewrite)
+        if self.aof.rewrite_due() and self.aof.claim_rewrite():
+            self.spawn(self.aof.rewrite, True)
 
     def _cron_second(self) -> None:
         self.aof.fsync_if_due()

@@ -54,6 +54,7 @@ from ..env import Env
 from ..protocol import bus
 from . import tls
 from .listen import Throttle, accept_loop
+from .sockio import receive_some, send_all
 
 
 class BusHost(Protocol):
@@ -284,7 +285,7 @@ class Bus:
                     if self._stale(item[0]):
                         continue
                     frame = item[1]
-                    await stream.send_all(self._batch(link, frame))
+                    await send_all(stream, self._batch(link, frame))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
             nursery.cancel_scope.cancel()
@@ -492,10 +493,10 @@ class Bus:
                 self.dispatch(peer.node_id, msg)
             if handled:
                 self.server.after_bus_event()
-            data = await stream.receive_some(READ_SIZE)
+            data = await receive_some(stream, READ_SIZE)
             if not data:
                 return
-            decoder.feed(bytes(data))
+            decoder.feed(data)
 
     # ---------------------------------------------------------------- meet
 

@@ -228,7 +228,9 @@ async def test_pipelined_addjobs_replicate_together_and_reply_in_order(
         assert await (await b.client()).call("PAUSE", "q", "none") == Status("none")
         ids = [await c.read() for _ in adds]
         got = await c.read()
-        assert [a.server.node.jobs[str(i)].body for i in ids] == [f"job{i}".encode() for i in range(5)]
+        assert [a.server.node.jobs[str(i)].body for i in ids] == [
+            f"job{i}".encode() for i in range(5)
+        ]
         assert sorted(row[1].decode() for row in got) == sorted(ids)
 
 
