@@ -56,6 +56,7 @@ from bench_single import (
     paired_ratio,
     redis_benchmark,
     settle_repeat,
+    with_disque_c,
 )
 
 NODE_NAMES = ("A", "B", "C")
@@ -822,11 +823,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="delivery consumers send the ACK and the next GETJOB in one write",
     )
+    p.add_argument(
+        "--disque-c",
+        metavar="PATH",
+        help="compare 3 nodes of disque-trio with 3 of the original C Disque (a "
+        "disque-server you built): REPLICATE 3 throughput and latency, as bench_vs_c.py does",
+    )
     return settle_repeat(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.disque_c:
+        return with_disque_c(args, ["cluster"])
     if shutil.which("redis-benchmark") is None:
         print(
             "bench_cluster: redis-benchmark not found (apt-get install redis-tools)",

@@ -892,6 +892,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--scale", type=float, default=1.0, help="multiply every request count (default 1.0)"
     )
+    p.add_argument(
+        "--disque-c",
+        metavar="PATH",
+        help="compare with the original C Disque (a disque-server you built) instead of "
+        "Redis: ADDJOB, GETJOB NOHANG and RSS per job, as bench_vs_c.py does",
+    )
     return settle_repeat(p, p.parse_args(argv))
 
 
@@ -918,6 +924,19 @@ def bench_parser(doc: str | None, timeout: float) -> argparse.ArgumentParser:
         help=f"abort the whole run after this many seconds (default {timeout:g})",
     )
     return p
+
+
+def with_disque_c(args: argparse.Namespace, parts: list[str]) -> int:
+    """--disque-c PATH: the same figures side by side with the original C
+    Disque instead of redis-server (bench/bench_vs_c.py, these parts)."""
+    import bench_vs_c
+
+    argv = ["--disque-c", args.disque_c, "--timeout", str(args.timeout)]
+    argv += ["--repeat", str(args.repeat)] + (["--quick"] if args.quick else [])
+    argv += ["--json", args.json] if args.json else []
+    for part in parts:
+        argv += ["--only", part]
+    return bench_vs_c.main(argv)
 
 
 def settle_repeat(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
@@ -976,6 +995,8 @@ def guarded(name: str, run: Callable[[], None], stop: Callable[[], None]) -> int
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.disque_c:
+        return with_disque_c(args, ["single", "rss"])
     names = select(args.only)
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
