@@ -619,7 +619,7 @@ class World:
                 core = n.server.node
                 for job in core.jobs.values():
                     q = core.queues.get(job.queue)
-                    inq = q is not None and (job.ctime, job.id) in q.jobs
+                    inq = q is not None and job in q.jobs
                     if (job.state == JobState.QUEUED) != inq:
                         self._violate(
                             f"queued-iff-in-queue: {n.name} {job.id} {job.state.name} "

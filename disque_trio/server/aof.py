@@ -311,7 +311,7 @@ class AppendOnlyFile:
                         parts.append(records.loadjob(job_record(job)))
                 await trio.lowlevel.checkpoint()
             self.write_now()  # records appended until now go in the buffer
-            data = b"".join(parts) + b"".join(self.rewrite_buffer)
+            data = b"".join(parts) + b"".join(self.rewrite_buffer or ())
             self.disk.replace(self.path, data)
             self.disk.fsync(self.path)
         except OSError as e:

@@ -85,6 +85,8 @@ HANDSHAKE_TIMEOUT_S = 5.0
 # Inbound links whose node is not known yet (handshaking, or waiting for
 # MEET), and the largest frame one may send: a MEET with its gossip fits.
 PENDING_MAX_LINKS = 64
+# Inbound links one known node may hold at once (see Bus._known).
+INBOUND_PER_NODE = 4
 PENDING_MAX_FRAME = 256 * 1024
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 0.5  # a refused connect is cheap; a restarted node is found fast
@@ -151,8 +153,8 @@ class Bus:
         # Cancel scopes of the inbound links, to drop them all when the
         # cluster secret changes (they proved the old one).
         self._inbound_scopes: set[trio.CancelScope] = set()
-        # The inbound link of each node of the table (see _known).
-        self._inbound_by_node: dict[str, trio.CancelScope] = {}
+        # The inbound links of each node of the table, oldest first (_known).
+        self._inbound_by_node: dict[str, list[trio.CancelScope]] = {}
         self.replaced_links = 0
         self.throttle = Throttle()
 
@@ -446,23 +448,31 @@ class Bus:
                 self._inbound_scopes.discard(scope)
                 if pending.active:
                     self.pending_links -= 1
-                elif peer is not None and self._inbound_by_node.get(peer.node_id) is scope:
-                    del self._inbound_by_node[peer.node_id]
+                elif peer is not None:
+                    mine = self._inbound_by_node.get(peer.node_id, [])
+                    if scope in mine:
+                        mine.remove(scope)
+                    if not mine:
+                        self._inbound_by_node.pop(peer.node_id, None)
 
     def _known(self, node_id: str, pending: _Pending) -> None:
         """An inbound link now speaks for a node of the table: it leaves the
-        pending ones, and replaces that node's older inbound link, if any.
-        A node has one link to us; a second means it reconnected while we
-        still held the first (a silent drop), or that someone else uses its
-        ID (no cluster-secret): either way, newest wins, so a stranger that
-        MEETs once cannot hold a descriptor per connection it opens."""
+        pending ones, and counts among that node's inbound links, of which
+        the newest INBOUND_PER_NODE stay: the oldest goes beyond that. A node
+        has one link to us, plus for a moment a CLUSTER MEET connection
+        (handshake, MEET, close) or a reconnection while we still hold a
+        connection it dropped silently. Without a cluster-secret a stranger
+        may use a known node's ID: it cannot hold a descriptor per
+        connection it opens. (Closing the older link at once, one link per
+        node, cut the real link whenever the node sent a MEET: the frames
+        in flight on it were lost; simulator seed 27383196.)"""
         pending.active = False
         self.pending_links -= 1
-        older = self._inbound_by_node.get(node_id)
-        if older is not None:
-            older.cancel()
+        mine = self._inbound_by_node.setdefault(node_id, [])
+        mine.append(pending.scope)
+        while len(mine) > INBOUND_PER_NODE:
+            mine.pop(0).cancel()
             self.replaced_links += 1
-        self._inbound_by_node[node_id] = pending.scope
 
     async def _read_messages(
         self,

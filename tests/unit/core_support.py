@@ -170,16 +170,17 @@ def check_invariants(node: Node) -> None:
         if job.state == JobState.QUEUED:
             queued_by_queue[job.queue] += 1
             q = node.queues.get(job.queue)
-            assert q is not None and (job.ctime, job.id) in q.jobs, job
+            assert q is not None and job in q.jobs, job
         if job.retry == 0 and job.state in (JobState.QUEUED, JobState.ACTIVE):
             # At most once: once queued, never a re-queue time again.
             assert job.qtime == 0 or job.delay > 0, job
     for name, q in node.queues.items():
         assert len(q.jobs) == queued_by_queue[name] == node.queue_length(name)
-        for ctime, job_id in q.jobs:
-            job = node.jobs[job_id]
-            assert job.state == JobState.QUEUED and job.ctime == ctime
-            assert job.queue == name
+        ctimes = [queued.ctime for queued in q.jobs]
+        assert ctimes == sorted(ctimes), name
+        for queued in q.jobs:
+            assert node.jobs[queued.id] is queued  # the registered job itself
+            assert queued.state == JobState.QUEUED and queued.queue == name
     assert len(node.awake) == timed_entries(node)
     if node.jobs:
         due = node.next_deadline()
