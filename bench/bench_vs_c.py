@@ -24,6 +24,7 @@ target is missed (exit 1 only if the benchmark itself could not run).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -187,11 +188,11 @@ class Row:
 
 
 class Bench:
-    def __init__(self, args: object, exe: str) -> None:
+    def __init__(self, args: argparse.Namespace, exe: str) -> None:
         self.args = args
         self.exe = exe
-        self.size = SIZES["quick" if args.quick else "full"]  # type: ignore[attr-defined]
-        self.repeat: int = args.repeat  # type: ignore[attr-defined]
+        self.size = SIZES["quick" if args.quick else "full"]
+        self.repeat: int = args.repeat
         self.root = tempfile.mkdtemp(prefix="bench-vs-c-")
         self.fleets: list[Fleet] = []
         self.rows: list[Row] = []
@@ -212,9 +213,9 @@ class Bench:
             fleet.stop()
         self.fleets = []
 
-    def add(self, figure: str, unit: str, trio: list[float], c: list[float], lower: bool) -> None:
-        """lower: smaller is better (latency, memory): the ratio is trio / c
-        all the same, read as 'times slower / bigger'."""
+    def add(self, figure: str, unit: str, trio: list[float], c: list[float]) -> None:
+        """One row: the ratio is trio / c, for latency and memory read as
+        'times slower / bigger'."""
         ratio = paired_ratio(trio, c)
         target, passed = "", None
         if figure in TARGETS:
@@ -245,7 +246,7 @@ class Bench:
                 fleet.nodes[0].check_alive()
                 out[fleet.kind].append(rate)
                 self.log(f"{figure} #{i + 1} {fleet.kind}: {rate:,.0f} ops/s")
-        self.add(figure, "ops/s", out["trio"], out["c"], lower=False)
+        self.add(figure, "ops/s", out["trio"], out["c"])
 
     def single(self) -> None:
         fleets = self.fleets_of(1)
@@ -301,8 +302,8 @@ class Bench:
                     f"1 client REPLICATE 3 #{i + 1} {fleet.kind}: p50 {p50[fleet.kind][-1]:.3f} ms,"
                     f" p99 {p99[fleet.kind][-1]:.3f} ms"
                 )
-        self.add("1 client, ADDJOB REPLICATE 3, p50", "ms", p50["trio"], p50["c"], lower=True)
-        self.add("1 client, ADDJOB REPLICATE 3, p99", "ms", p99["trio"], p99["c"], lower=True)
+        self.add("1 client, ADDJOB REPLICATE 3, p50", "ms", p50["trio"], p50["c"])
+        self.add("1 client, ADDJOB REPLICATE 3, p99", "ms", p99["trio"], p99["c"])
 
     def rss(self) -> None:
         n = self.size["rss_jobs"]
@@ -320,7 +321,7 @@ class Bench:
                 after = srv.memory()["VmRSS"]
                 per_job[fleet.kind].append((after - before) / n)
                 self.log(f"RSS #{i + 1} {fleet.kind}: {(after - before) / n:.0f} B per job")
-        self.add("RSS per queued job", "B", per_job["trio"], per_job["c"], lower=True)
+        self.add("RSS per queued job", "B", per_job["trio"], per_job["c"])
 
     def run(self, parts: list[str]) -> None:
         for part in parts:

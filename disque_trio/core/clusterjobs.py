@@ -105,7 +105,8 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
     data = job_data(job, node.now_ms())
     confirmed = job.nodes_confirmed or ()
     # One message object per kind, sent to each (the shell encodes it once).
-    answer, quiet = bus.ReplJob(data, noreply), bus.ReplJob(data, True)
+    answer = bus.ReplJob(data, noreply)
+    quiet = answer if noreply or not confirmed else bus.ReplJob(data, True)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, quiet if node_id in confirmed else answer)
@@ -445,15 +446,14 @@ def _on_deljob(node: JobHost, sender: str, msg: bus.DelJob) -> None:
     # forgot; the nodes that took its DELJOB kept silent while the copy was
     # queued for ever).
     job = node.jobs.get(msg.job_id)
-    if job is None:
-        # Not here (yet): its REPLJOB may still be on its way.
-        node.remember_deleted(msg.job_id, acked=True)
-    else:
+    if job is not None:
         if job.state == JobState.WAIT_REPL:
             # Our own ADDJOB still waiting: a DELJOB is a stray (FASTACK
             # elsewhere); keep waiting, the timeout decides.
             return
-        node.unregister(job)
+        node.unregister(job, acked=True)
+    else:
+        # Not here (yet): its REPLJOB may still be on its way.
         node.remember_deleted(msg.job_id, acked=True)
 
 

@@ -239,11 +239,13 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
     for job_id in job_ids(argv[1:]):
         job = node.lookup(job_id)
         cj.broadcast_deljob(node, job_id, job)
+        # Remembered as acked: a holder the DELJOB misses is told when it
+        # announces the job.
         if job is not None:
-            node.unregister(job)
+            node.unregister(job, acked=True)
             known += 1
-        # A holder the DELJOB misses is told when it announces the job.
-        node.remember_deleted(job_id, acked=True)
+        else:
+            node.remember_deleted(job_id, acked=True)
     return known
 
 

@@ -259,8 +259,10 @@ class Node:
         if self.persisting and job.body is not None:
             self.effects.append(Persist(aof.loadjob(job_record(job))))
 
-    def unregister(self, job: Job) -> None:
-        """Forget a job whatever its state (expiry, collection, DELJOB)."""
+    def unregister(self, job: Job, acked: bool = False) -> None:
+        """Forget a job whatever its state (expiry, collection, DELJOB).
+        ``acked``: remember it as acked even if not acked here (FASTACK, a
+        bus DELJOB: the job is done for good)."""
         if self.jobs.get(job.id) is not job:
             return
         if job.state == JobState.QUEUED:
@@ -273,7 +275,7 @@ class Node:
         del self.jobs[job.id]
         if job.body is not None:
             self.body_bytes -= len(job.body)
-        self.remember_deleted(job.id, acked=job.state == JobState.ACKED)
+        self.remember_deleted(job.id, acked=acked or job.state == JobState.ACKED)
         self._notify("deleted", job)
 
     def remember_deleted(self, job_id: str, acked: bool = False) -> None:

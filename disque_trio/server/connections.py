@@ -287,19 +287,20 @@ class _Connection:
         """Wait for each reply of a run of ADDJOBs in order, and encode it.
         If the wait ends early (the client left, shutdown), the ADDJOBs
         still waiting give up as at their timeout."""
+        done = 0
         try:
-            while run:
-                reply = run[0]
+            for reply in run:
                 if isinstance(reply, Waiter):
                     reply = await self._wait(reply)
-                del run[0]
                 encode_into(self.out, reply, self.client.proto)
+                done += 1
         except BaseException:
-            for left in run:
+            for left in run[done:]:
                 if isinstance(left, Waiter) and not left.done:
                     self.host.cancel_wait(left)
-            run.clear()
             raise
+        finally:
+            run.clear()
 
     async def _receive(self) -> bytes:
         """The next chunk of input; b"" at EOF, or when the client stayed
@@ -331,8 +332,8 @@ class _Connection:
         core's answer (a Wake), the command's timeout, or the client
         leaving. Most waits are short (a synchronous ADDJOB's copies): only
         one that lasts past its grace (READER_GRACE_S, READER_GRACE_REPL_S)
-        hands the reading to the reader,
-        so that a disconnect is still seen at once."""
+        hands the reading to the reader, so that a disconnect is still seen
+        at once."""
         host, client = self.host, self.client
         await self._commit_and_send()
         if not waiter.done and not client.gone:
