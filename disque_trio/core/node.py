@@ -68,6 +68,8 @@ DELETED_IDS_MAX = 100_000
 # with bench/ on CPython 3.11: a queued job costs about this much besides
 # its body), deterministic so that simulated nodes agree with real ones.
 JOB_OVERHEAD_BYTES = 600
+# Int objects shared by value among the recent ones (Node.shared_int).
+SHARED_INTS_MAX = 4096
 QUEUE_OVERHEAD_BYTES = 1200
 BASE_MEMORY_BYTES = 1 << 20
 
@@ -130,7 +132,7 @@ class Node:
         self.observers: list[Callable[[str, Job], None]] = []
         self.body_bytes = 0  # sum of the bodies held, for memory_estimate()
         self._last_ctime = 0
-        self._last_int = 0
+        self._ints: dict[int, int] = {}
         # Seconds an empty queue with no waiters and no pause stays in memory
         # (the cluster layer shortens it under memory pressure).
         self.queue_max_idle = QUEUE_MAX_IDLE_SECONDS
@@ -206,13 +208,19 @@ class Node:
         return int(self.rng.random() * span_ms) - span_ms // 2
 
     def shared_int(self, value: int) -> int:
-        """The same int object as last time when the value repeats: jobs
-        created in the same second share their expire time (28 bytes each
-        at a million jobs)."""
-        if value == self._last_int:
-            return self._last_int
-        self._last_int = value
-        return value
+        """One int object per value among the recent ones: jobs created in
+        the same second share their expire time, and jobs whose timers fall
+        on the same millisecond share their due and re-queue times (32 bytes
+        each, at a million jobs). The table is dropped when it fills, so it
+        stays small whatever the values."""
+        ints = self._ints
+        shared = ints.get(value)
+        if shared is None:
+            if len(ints) >= SHARED_INTS_MAX:
+                ints.clear()
+            ints[value] = value
+            return value
+        return shared
 
     def new_ctime(self, now_ms: int) -> int:
         """Creation time: ms * 1e6, strictly increasing on this node."""
@@ -353,7 +361,7 @@ class Node:
         job.state = JobState.QUEUED
         if job.retry:
             job.flags |= FLAG_BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.time_error()
+            job.qtime = self.shared_int(now + job.retry * 1000 + self.time_error())
         else:
             job.qtime = 0  # at most once: never queued again
         if job.flags & FLAG_BCAST_QUEUED or nack:
@@ -597,7 +605,8 @@ class Node:
                     qtime -= WILLQUEUE_ADVANCE_MS
                 if qtime < at:
                     at = qtime
-        self.awake.schedule(job, at)
+        if at != job.awake:
+            self.awake.schedule(job, self.shared_int(at))
 
     def set_requeue_time(self, job: Job, qtime: int) -> None:
         if job.retry == 0 or job.qtime == 0:
@@ -745,6 +754,13 @@ class Node:
         self.awake.clear()
         self.scan_snapshots.clear()
         self.body_bytes = 0
+        self.forget_shared_ints()
+
+    def forget_shared_ints(self) -> None:
+        """Drop the table of shared ints: before memory goes back to the OS,
+        as its few thousand survivors, allocated among the jobs' objects,
+        would each keep a whole allocator arena alive."""
+        self._ints.clear()
 
 
 def job_reply(job: Job, withcounters: bool) -> list[Reply]:

@@ -660,6 +660,7 @@ class NodeServer:
         self._jobs_high = max(self._jobs_high, jobs)
         dropped = self._jobs_high - jobs
         if now or (dropped >= RELEASE_AFTER_DROP and jobs <= RELEASE_MAX_LIVE):
+            self.node.forget_shared_ints()
             self.env.release_memory()
             self._jobs_high = jobs
 

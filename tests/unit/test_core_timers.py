@@ -442,3 +442,28 @@ def test_flush_all() -> None:
     assert waiter.done and waiter.reply is None
     assert node.next_deadline() is None
     check_invariants(node)
+
+
+def test_jobs_due_on_the_same_millisecond_share_a_group_and_int_objects() -> None:
+    """Memory per queued job: timers are grouped by due time (one list slot
+    per job, not a tuple), and equal due, re-queue and expire times are one
+    int object (issue: RSS per job at most the original's)."""
+    node, clock = make_node()
+    ids = []
+    for i in range(3000):
+        ids.append(add(node, "q", "b", "RETRY", 60))
+        if i % 30 == 29:
+            clock.ms += 1  # 30 jobs per millisecond, as under load
+    jobs = [job(node, i) for i in ids]
+    for attr in ("awake", "qtime", "etime"):
+        values = {getattr(j, attr) for j in jobs}
+        objects = {id(getattr(j, attr)) for j in jobs}
+        assert len(objects) == len(values), attr  # one object per value
+    dues = {j.awake for j in jobs}
+    assert len(dues) < len(jobs) // 2  # jitter spreads them; many still share
+    assert node.awake.stored == len(node.awake) == timed_entries(node)
+    # Due in order, by ID within one due time, each job once.
+    clock.ms += 61_000
+    node.tick()
+    check_invariants(node)
+    assert all(j.awake for j in jobs)  # re-armed: still queued, next retry point
