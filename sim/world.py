@@ -108,6 +108,16 @@ class SimClock:
         self.offset_ms += ms
 
 
+def job_ids(msg: object) -> list[str]:
+    """The jobs a bus message is about (none for gossip)."""
+    if isinstance(msg, bus.ReplJob):
+        return [msg.job.id]
+    if isinstance(msg, bus.YourJobs):
+        return [job.id for job in msg.jobs]
+    job_id = getattr(msg, "job_id", None)
+    return [job_id] if isinstance(job_id, str) else []
+
+
 class SimNode:
     """One node slot: its SimDisk and ports survive crashes, the NodeServer
     is replaced by a fresh one at each restart (an incarnation)."""
@@ -266,6 +276,7 @@ class World:
         node.loaded, node.reloaded = set(), set()
         server.node.observers.append(self._observer(node, server))
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
+        server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
         self.net.unfence(port)
         listeners = await env.net.open_listeners("127.0.0.1", port)
         bus_listeners = await env.net.open_listeners("127.0.0.1", config.cluster_bus_port())
@@ -415,6 +426,10 @@ class World:
         duplicated or delivered late (after later ones: reordered)."""
 
         def deliver(sender: str, msg: object) -> None:
+            ids = job_ids(msg)
+            if ids:
+                data = {"ev": "recv", "msg": type(msg).__name__, "from": sender[:8], "ids": ids}
+                self.trace.record(node.name, "bus", data)
             node.handling = type(msg)
             try:
                 dispatch(sender, msg)
@@ -445,6 +460,21 @@ class World:
                 deliver(sender, msg)
 
         return chaotic
+
+    def _traced_send(
+        self, node: SimNode, send: Callable[[str, object], None]
+    ) -> Callable[[str, object], None]:
+        """The bus messages about jobs, traced as the core sends them (the
+        timeline's arrows: sim/timeline.py pairs them with their "recv")."""
+
+        def traced(peer: str, msg: object) -> None:
+            ids = job_ids(msg)
+            if ids:
+                data = {"ev": "send", "msg": type(msg).__name__, "to": peer[:8], "ids": ids}
+                self.trace.record(node.name, "bus", data)
+            send(peer, msg)
+
+        return traced
 
     async def _late(
         self,
