@@ -5,7 +5,7 @@ python -m sim run --seeds A..B [--jobs J]                a sweep; last line `see
 python -m sim ci [--count N] [--jobs J]                  a sweep of N seeds picked by the commit
 python -m sim mutants [NAME...] [--seeds A..B]           last line `mutants: caught C/M`
 python -m sim shrink --seed N [--mutant M]               minimise a failing plan to JSON
-python -m sim replay PLAN.json                           run a saved plan
+python -m sim replay PLAN.json [--html OUT.html]        run a saved plan (and draw its timeline)
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--nodes", type=int, default=None, help="cluster size (default: the swarm's)")
     run.add_argument("--duration", type=int, default=None, help="safety phase, virtual seconds")
     run.add_argument("--trace", help="write the trace (JSON lines + .log) to this file")
+    run.add_argument("--html", help="write the run's timeline (one HTML page) to this file")
     run.add_argument("--mutant", help="apply a planted bug (see `mutants`)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     ci = sub.add_parser("ci", help="sweep N seeds derived from the commit")
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("plan")
     replay.add_argument("--mutant")
     replay.add_argument("--trace")
+    replay.add_argument("--html", help="write the run's timeline (one HTML page) to this file")
     replay.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
 
@@ -79,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         mutant = args.mutant or mutant
         outcome = run_plan(plan, mutant, progress=not args.quiet)
-        return report_run(outcome, mutant, args.trace, args.plan)
+        return report_run(outcome, mutant, args.trace, args.plan, args.html)
     if args.seeds is not None:
         return sweep(parse_range(args.seeds), args.jobs, args.nodes, args.duration, args.mutant)
     plan = Plan.from_seed(args.seed, args.nodes, args.duration)
     outcome = run_plan(plan, args.mutant, progress=not args.quiet)
-    return report_run(outcome, args.mutant, args.trace)
+    return report_run(outcome, args.mutant, args.trace, html=args.html)
 
 
 if __name__ == "__main__":

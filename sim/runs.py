@@ -3,7 +3,7 @@
 ``run_plan`` executes a plan with a planted bug (sim/mutants.py) if named;
 ``report_run`` prints what ``python -m sim run`` and ``replay`` print (the
 last line ``digest <hex>``) and writes the trace of a failing run into
-``TRACES``; ``load_plan`` reads the plans that ``shrink`` and sweeps save.
+``TRACES``, with its timeline (sim/timeline.py) beside it; ``load_plan`` reads the plans that ``shrink`` and sweeps save.
 ``python -m sim`` (sim/__main__.py) and the shrinker (sim/shrink.py) use
 them.
 """
@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import timeline
 from .plan import Plan
 from .runner import Outcome, execute
 from .sweep import ROOT, commit
@@ -84,11 +85,21 @@ def write_trace(outcome: Outcome, path: str, mutant: str | None, replay: str) ->
     return world.trace.write(path, header, footer)
 
 
+def write_timeline(outcome: Outcome, path: str, mutant: str | None, replay: str) -> str:
+    """The run as one HTML page (sim/timeline.py) at ``path``."""
+    title = f"seed {outcome.plan.seed}" + (f" mutant {mutant}" if mutant else "")
+    meta = timeline.Meta(title, replay, tuple(outcome.violations))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(timeline.from_trace_lines(outcome.world.trace.lines, meta))
+    return path
+
+
 def report_run(
     outcome: Outcome,
     mutant: str | None = None,
     trace: str | None = None,
     plan_path: str | None = None,
+    html: str | None = None,
 ) -> int:
     world, report, plan = outcome.world, outcome.report, outcome.plan
     print(
@@ -114,6 +125,10 @@ def report_run(
     if trace is not None:
         jsonl, log_path = write_trace(outcome, trace, mutant, replay)
         print(f"trace: {jsonl} (human log: {log_path})")
+        if html is None and not outcome.ok:
+            html = str(Path(trace).with_suffix(".html"))
+    if html is not None:
+        print(f"timeline: {write_timeline(outcome, html, mutant, replay)}")
     for violation in outcome.violations:
         print(f"VIOLATION {violation}")
     if not outcome.ok:
