@@ -1,7 +1,7 @@
 """The simulator's command line.
 
 python -m sim run --seed N [--nodes K] [--duration S]   one run; last line `digest <hex>`
-python -m sim run --seeds A..B [--jobs J]                a sweep; last line `seeds: N passed, N failed`
+python -m sim run --seeds A..B [--jobs J]                a sweep (and its summary page); last line `seeds: N passed, N failed`
 python -m sim ci [--count N] [--jobs J]                  a sweep of N seeds picked by the commit
 python -m sim mutants [NAME...] [--seeds A..B]           last line `mutants: caught C/M`
 python -m sim shrink --seed N [--mutant M]               minimise a failing plan to JSON
@@ -39,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--html", help="write the run's timeline (one HTML page) to this file")
     run.add_argument("--mutant", help="apply a planted bug (see `mutants`)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--summary", help="sweep summary page (default sim/traces/sweep-A-B.html)")
     ci = sub.add_parser("ci", help="sweep N seeds derived from the commit")
     ci.add_argument("--count", type=int, default=200)
     ci.add_argument("--jobs", type=int, default=2)
+    ci.add_argument("--summary", help="sweep summary page (default sim/traces/sweep-A-B.html)")
     mut = sub.add_parser("mutants", help="run the planted bugs (sim/mutants.py) until caught")
     mut.add_argument("names", nargs="*", help="only these mutants")
     mut.add_argument("--seeds", default="1..60", help="A..B: seeds tried per mutant")
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "ci":
         seeds = ci_seeds(args.count)
         print(f"ci: commit {commit()[:12]}, seeds {seeds.start}..{seeds.stop - 1}", flush=True)
-        return sweep(seeds, args.jobs)
+        return sweep(seeds, args.jobs, summary=args.summary)
     if args.cmd == "shrink":
         return shrink_seed(
             args.seed, args.nodes, args.duration, args.mutant, args.max_runs, args.out
@@ -83,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         outcome = run_plan(plan, mutant, progress=not args.quiet)
         return report_run(outcome, mutant, args.trace, args.plan, args.html)
     if args.seeds is not None:
-        return sweep(parse_range(args.seeds), args.jobs, args.nodes, args.duration, args.mutant)
+        seeds = parse_range(args.seeds)
+        return sweep(
+            seeds, args.jobs, args.nodes, args.duration, args.mutant, summary=args.summary
+        )
     plan = Plan.from_seed(args.seed, args.nodes, args.duration)
     outcome = run_plan(plan, args.mutant, progress=not args.quiet)
     return report_run(outcome, args.mutant, args.trace, html=args.html)

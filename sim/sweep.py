@@ -1,25 +1,36 @@
 """Seeds in worker processes: the wall-clock guard, sweeps and CI's seed range.
 
-Each seed runs as ``python -m sim run --seed N`` in a process of its own,
-killed if it outlives ``SEED_WALL_LIMIT_S``; ``sweep`` runs a range of
-seeds that way and saves the failing ones in ``sim/regressions/``, and
-``python -m sim mutants`` (sim/mutants.py) runs its seeds the same way. The
-checkout's root and commit live here too, for the worker processes' working
-directory and for ``ci_seeds``.
+A sweep runs its seeds in ``jobs`` long-lived worker processes
+(sim/worker.py: the simulator imported once, each seed in a child forked
+from that clean state), so the process start-up is paid per worker, not per
+seed. A seed that outlives ``SEED_WALL_LIMIT_S`` is reported as a failure
+and its worker killed and replaced. Failing seeds are saved in
+``sim/regressions/``, and the sweep writes a one-page summary
+(sim/summary.py). ``python -m sim mutants`` (sim/mutants.py) runs its seeds
+as ``python -m sim run --seed N`` processes of their own
+(``run_seed_process``). The checkout's root and commit live here too, for
+the worker processes' working directory and for ``ci_seeds``.
 
 Nothing here imports the run machinery (sim/runs.py) or the mutants: they
-import this module.
+import this module, and the workers run them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import attrs
 
 from .plan import Plan
 
@@ -70,6 +81,103 @@ def run_seed_process(cmd: list[str], limit: float = SEED_WALL_LIMIT_S) -> tuple[
     return out.returncode, lines
 
 
+class SeedWorker:
+    """One ``python -m sim.worker`` process (sim/worker.py), in a process
+    group of its own so that the guard kills its forked child with it."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sim.worker"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.pending = b""  # answer bytes read but not yet a whole line
+        self.alive = True
+
+    def run(self, request: dict[str, Any], limit: float) -> tuple[int, list[str]]:
+        """One seed: its exit status and output lines, or the guard's
+        failure (exit 2) if no answer came within ``limit`` seconds."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + limit
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.kill()
+                return 2, [f"VIOLATION wall-clock guard: still running after {limit:.0f}s"]
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self.kill()
+                return 2, [f"worker process died (exit {self.proc.returncode})"]
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        answer = json.loads(line)
+        return int(answer["rc"]), list(answer["lines"])
+
+    def kill(self) -> None:
+        self.alive = False
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        """End of the sweep: stdin closed, the worker's loop ends."""
+        if self.alive:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.alive = False
+
+
+@attrs.frozen
+class SeedResult:
+    """One seed's verdict, as the sweep saw it."""
+
+    seed: int
+    rc: int
+    lines: list[str]
+    wall: float  # seconds, as the sweep measured them
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def verdict(self) -> str:
+        # FAIL: a checker's verdict; ERROR: the run itself broke.
+        if self.rc == 0:
+            return "PASS"
+        return "FAIL" if self.rc == 1 and self.violations else f"ERROR (exit {self.rc})"
+
+    @property
+    def digest(self) -> str:
+        return next((x for x in reversed(self.lines) if x.startswith("digest ")), "no digest")
+
+    @property
+    def violations(self) -> list[str]:
+        return [x[len("VIOLATION ") :] for x in self.lines if x.startswith("VIOLATION ")]
+
+    @property
+    def probes_hit(self) -> list[str]:
+        for line in self.lines:
+            if line.startswith("probes hit: "):
+                names = line[len("probes hit: ") :].split(";")[0]
+                return [x.strip() for x in names.split(",") if x.strip() != "-"]
+        return []
+
+    @property
+    def speed(self) -> float | None:
+        """Virtual seconds per wall second of the run itself."""
+        found = re.search(r"wall s \((\d+)x\)", "\n".join(self.lines))
+        return float(found.group(1)) if found else None
+
+
 def sweep(
     seeds: range,
     jobs: int,
@@ -77,58 +185,81 @@ def sweep(
     duration: int | None = None,
     mutant: str | None = None,
     save: bool = True,
+    limit: float = SEED_WALL_LIMIT_S,
+    summary: str | None = None,
 ) -> int:
-    """Run ``seeds`` in ``jobs`` worker processes at a time; one line per
-    seed, then the probes hit and ``seeds: N passed, N failed``. Failing
-    seeds are saved in REGRESSIONS unless a mutant is planted."""
+    """Run ``seeds`` in ``jobs`` worker processes; one line per seed, then
+    the probes hit, the summary's path and ``seeds: N passed, N failed``.
+    Failing seeds are saved in REGRESSIONS unless a mutant is planted."""
     started = time.perf_counter()
+    local = threading.local()
+    workers: list[SeedWorker] = []
 
-    def one(seed: int) -> tuple[int, int, list[str], float]:
+    def one(seed: int) -> SeedResult:
+        worker: SeedWorker | None = getattr(local, "worker", None)
+        if worker is None or not worker.alive:
+            worker = local.worker = SeedWorker()
+            workers.append(worker)
+        request = {"seed": seed, "nodes": nodes, "duration": duration, "mutant": mutant}
         t0 = time.perf_counter()
-        rc, lines = run_seed_process(seed_command(seed, nodes, duration, mutant))
-        return seed, rc, lines, time.perf_counter() - t0
+        rc, lines = worker.run(request, limit)
+        return SeedResult(seed, rc, lines, time.perf_counter() - t0)
 
-    passed = failed = 0
-    hit: set[str] = set()
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for seed, rc, lines, wall in pool.map(one, seeds):
-            for line in lines:
-                if line.startswith("probes hit: "):
-                    names = line[len("probes hit: ") :].split(";")[0]
-                    hit.update(x.strip() for x in names.split(",") if x.strip() != "-")
-            digest = next((x for x in reversed(lines) if x.startswith("digest ")), "no digest")
-            if rc == 0:
-                passed += 1
-                print(f"seed {seed}: PASS {wall:.1f}s {digest}", flush=True)
-                continue
-            failed += 1
-            violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
-            # FAIL: a checker's verdict; ERROR: the run itself broke.
-            verdict = "FAIL" if rc == 1 and violations else f"ERROR (exit {rc})"
-            print(f"seed {seed}: {verdict} {wall:.1f}s", flush=True)
-            for text in violations[:5] or lines[-10:]:
-                print(f"    {text}", flush=True)
-            if save and not mutant:
-                REGRESSIONS.mkdir(exist_ok=True)
-                plan = Plan.from_seed(seed, nodes, duration)
-                command = seed_command(seed, nodes, duration, mutant)
-                record = {
-                    "seed": seed,
-                    "plan": json.loads(plan.to_json()),
-                    "replay": " ".join(["python", *command[1:]]),
-                    "violations": violations or lines[-20:],
-                    "digest": digest,
-                }
-                (REGRESSIONS / f"seed-{seed}.json").write_text(json.dumps(record, indent=1) + "\n")
+    results: list[SeedResult] = []
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for result in pool.map(one, seeds):
+                results.append(result)
+                _print_result(result)
+                if not result.ok and save and not mutant:
+                    _save_regression(result, nodes, duration)
+    finally:
+        for worker in workers:
+            worker.close()
+    from .summary import write_summary
     from .world import PROBES
 
+    hit = {p for r in results for p in r.probes_hit}
     missed = [p for p in PROBES if p not in hit]
     print(
         f"probes hit in this sweep: {len(PROBES) - len(missed)}/{len(PROBES)}; never: {', '.join(missed) or '-'}"
     )
-    print(f"sweep wall time {time.perf_counter() - started:.1f}s for {len(seeds)} seeds")
-    print(f"seeds: {passed} passed, {failed} failed")
+    wall = time.perf_counter() - started
+    print(f"sweep wall time {wall:.1f}s for {len(seeds)} seeds")
+    path = summary or str(ROOT / "sim" / "traces" / f"sweep-{seeds.start}-{seeds.stop - 1}.html")
+    commands = {r.seed: replay_text(r.seed, nodes, duration, mutant) for r in results}
+    print(f"summary: {write_summary(path, results, commands, PROBES, wall, mutant)}")
+    failed = sum(1 for r in results if not r.ok)
+    print(f"seeds: {len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def replay_text(seed: int, nodes: int | None, duration: int | None, mutant: str | None) -> str:
+    """The command that runs one seed of a sweep again."""
+    return " ".join(["python", *seed_command(seed, nodes, duration, mutant)[1:]])
+
+
+def _print_result(result: SeedResult) -> None:
+    if result.ok:
+        print(f"seed {result.seed}: PASS {result.wall:.1f}s {result.digest}", flush=True)
+        return
+    print(f"seed {result.seed}: {result.verdict} {result.wall:.1f}s", flush=True)
+    for text in result.violations[:5] or result.lines[-10:]:
+        print(f"    {text}", flush=True)
+
+
+def _save_regression(result: SeedResult, nodes: int | None, duration: int | None) -> None:
+    REGRESSIONS.mkdir(exist_ok=True)
+    plan = Plan.from_seed(result.seed, nodes, duration)
+    record = {
+        "seed": result.seed,
+        "plan": json.loads(plan.to_json()),
+        "replay": replay_text(result.seed, nodes, duration, None),
+        "violations": result.violations or result.lines[-20:],
+        "digest": result.digest,
+    }
+    path = REGRESSIONS / f"seed-{result.seed}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def ci_seeds(count: int) -> range:
