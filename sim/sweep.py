@@ -119,20 +119,26 @@ class SeedWorker:
         return int(answer["rc"]), list(answer["lines"])
 
     def kill(self) -> None:
-        self.alive = False
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.proc.wait()
+        self._reap()
 
     def close(self) -> None:
         """End of the sweep: stdin closed, the worker's loop ends."""
         if self.alive:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            self.proc.wait()
-            self.alive = False
+            self._reap()
+
+    def _reap(self) -> None:
+        self.alive = False
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except BrokenPipeError:  # a killed worker's stdin
+                    pass
+        self.proc.wait()
 
 
 @attrs.frozen
