@@ -118,11 +118,15 @@ class SeedWorker:
         answer = json.loads(line)
         return int(answer["rc"]), list(answer["lines"])
 
-    def kill(self) -> None:
+    def signal(self) -> None:
+        """SIGKILL to the worker and its forked child."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def kill(self) -> None:
+        self.signal()
         self._reap()
 
     def close(self) -> None:
@@ -212,16 +216,23 @@ def sweep(
         return SeedResult(seed, rc, lines, time.perf_counter() - t0)
 
     results: list[SeedResult] = []
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        try:
             for result in pool.map(one, seeds):
                 results.append(result)
                 _print_result(result)
                 if not result.ok and save and not mutant:
                     _save_regression(result, nodes, duration)
-    finally:
-        for worker in workers:
-            worker.close()
+        except BaseException:
+            # Ctrl-C (the workers, in sessions of their own, did not get
+            # it) or a bug here: no more seeds, and the running ones
+            # killed, their threads see EOF and reap them.
+            pool.shutdown(wait=False, cancel_futures=True)
+            for worker in workers:
+                worker.signal()
+            raise
+    for worker in workers:
+        worker.close()
     from .summary import write_summary
     from .world import PROBES
 
