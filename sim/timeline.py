@@ -343,7 +343,6 @@ def _draw_lanes(c: Canvas, nodes: list[str], end: float) -> None:
         c.parts.append(
             f'<g class="lane {kind}-lane" data-lane="{_attr(name)}">'
             f'<rect class="lane-bg" x="{LEFT}" y="{top}" width="{c.x(end) - LEFT}" height="{h}"/>'
-            f'<text class="lane-label" x="{LEFT - 6}" y="{top + h / 2 + 4}">{html.escape(name)}</text>'
             "</g>"
         )
     step = next(s for s in (1, 2, 5, 10, 20, 30, 60, 120, 300, 600) if s * c.scale >= 60)
@@ -452,12 +451,25 @@ def render(events: list[Event], meta: Meta) -> str:
     left_out += _draw_marks(c, job_marks(events, set(focus)), focus)
     left_out += _draw_arrows(c, bus_arrows(events, set(focus)), focus)
     svg = (
-        f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{c.width}" '
+        _labels(c) + f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{c.width}" '
         f'height="{c.height}" viewBox="0 0 {c.width} {c.height}">{_DEFS}'
         + "".join(c.parts)
         + "</svg>"
     )
     return _page(meta, focus, svg, left_out)
+
+
+def _labels(c: Canvas) -> str:
+    """The lane names, in an SVG of their own that stays in view (sticky)
+    over the timeline's left margin when it scrolls."""
+    texts = "".join(
+        f'<text class="lane-label" x="{LEFT - 6}" y="{top + h / 2 + 4}">{html.escape(name)}</text>'
+        for name, (top, h) in c.lanes.items()
+    )
+    return (
+        f'<svg id="labels" xmlns="http://www.w3.org/2000/svg" width="{LEFT}" height="{c.height}">'
+        f'<rect width="{LEFT}" height="{c.height}" class="labels-bg"/>{texts}</svg>'
+    )
 
 
 def _page(meta: Meta, focus: list[str], svg: str, left_out: int) -> str:
@@ -529,7 +541,9 @@ code{background:#f3f3f3;padding:1px 4px}
 .sw{display:inline-block;width:12px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
 .note{color:#777}
 button{margin-left:8px}
-#scroll{overflow:auto;border:1px solid #ccc;max-height:80vh}
+#scroll{overflow:auto;border:1px solid #ccc;max-height:80vh;display:flex;align-items:flex-start}
+#labels{position:sticky;left:0;z-index:1;flex:none;margin-right:-LEFT_PXpx}
+#timeline{flex:none}.labels-bg{fill:#fff;opacity:.9}
 svg text{font-size:10px;fill:#444}
 .lane-label{text-anchor:end;font-weight:600}
 .node-lane .lane-bg{fill:#f7f7fa;stroke:#ddd}.client-lane .lane-bg{fill:#fff;stroke:#f0f0f0}
@@ -550,7 +564,7 @@ svg text{font-size:10px;fill:#444}
 .arrow line{stroke:#1f3a93;stroke-width:1.3}.arrow.lost line{stroke:#c0392b;stroke-dasharray:2 2}
 .head{fill:#1f3a93}.cross{stroke:#c0392b;stroke-width:2}
 .off{display:none}
-"""
+""".replace("LEFT_PX", str(LEFT))
 
 # The menu moves the highlight: outlines on the job's bars, its marks and
 # arrows shown, everyone else's hidden; the view scrolls to its first bar.
