@@ -3,7 +3,8 @@
 ``run_plan`` executes a plan with a planted bug (sim/mutants.py) if named;
 ``report_run`` prints what ``python -m sim run`` and ``replay`` print (the
 last line ``digest <hex>``) and writes the trace of a failing run into
-``TRACES``, with its timeline (sim/timeline.py) beside it; ``load_plan`` reads the plans that ``shrink`` and sweeps save.
+``TRACES``, with its timeline (sim/timeline.py) beside it; ``load_plan``
+reads the plans that ``shrink`` and sweeps save.
 ``python -m sim`` (sim/__main__.py) and the shrinker (sim/shrink.py) use
 them.
 """
@@ -19,9 +20,7 @@ from typing import Any
 from . import timeline
 from .plan import Plan
 from .runner import Outcome, execute
-from .sweep import ROOT, commit
-
-TRACES = ROOT / "sim" / "traces"
+from .sweep import TRACES, commit
 
 
 def versions() -> dict[str, str]:

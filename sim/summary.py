@@ -12,13 +12,56 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .sweep import ROOT, SeedResult, commit
+import attrs
 
-TRACES = ROOT / "sim" / "traces"
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
+
+
+@attrs.frozen
+class SeedResult:
+    """One seed's verdict, as the sweep saw it."""
+
+    seed: int
+    rc: int
+    lines: list[str]
+    wall: float  # seconds, as the sweep measured them
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def verdict(self) -> str:
+        # FAIL: a checker's verdict; ERROR: the run itself broke.
+        if self.rc == 0:
+            return "PASS"
+        return "FAIL" if self.rc == 1 and self.violations else f"ERROR (exit {self.rc})"
+
+    @property
+    def digest(self) -> str:
+        return next((x for x in reversed(self.lines) if x.startswith("digest ")), "no digest")
+
+    @property
+    def violations(self) -> list[str]:
+        return [x[len("VIOLATION ") :] for x in self.lines if x.startswith("VIOLATION ")]
+
+    @property
+    def probes_hit(self) -> list[str]:
+        for line in self.lines:
+            if line.startswith("probes hit: "):
+                names = line[len("probes hit: ") :].split(";")[0]
+                return [x.strip() for x in names.split(",") if x.strip() != "-"]
+        return []
+
+    @property
+    def speed(self) -> float | None:
+        """Virtual seconds per wall second of the run itself."""
+        found = re.search(r"wall s \((\d+)x\)", "\n".join(self.lines))
+        return float(found.group(1)) if found else None
 
 
 def quantiles(values: Sequence[float]) -> list[float]:
@@ -48,16 +91,18 @@ def render(
     wall: float,
     page_dir: Path,
     mutant: str | None = None,
+    commit: str = "unknown",
+    traces: Path = Path("sim/traces"),
 ) -> str:
     seeds = [r.seed for r in results]
     failed = [r for r in results if not r.ok]
     span = f"{min(seeds)}..{max(seeds)}" if seeds else "none"
     body = [
         f"<h1>Sweep of seeds {span}</h1>",
-        f"<p>commit <code>{commit()[:12]}</code>: {len(results)} seeds, "
+        f"<p>commit <code>{commit[:12]}</code>: {len(results)} seeds, "
         f"{len(results) - len(failed)} passed, <b>{len(failed)} failed</b>, "
         f"{wall:.1f} s wall ({wall / max(1, len(results)):.2f} s per seed)</p>",
-        _failures(failed, commands, page_dir, mutant),
+        _failures(failed, commands, page_dir, mutant, traces),
         _coverage(results, probes),
         _speed(results),
         _all_seeds(results),
@@ -71,7 +116,11 @@ def render(
 
 
 def _failures(
-    failed: Sequence[SeedResult], commands: dict[int, str], page_dir: Path, mutant: str | None
+    failed: Sequence[SeedResult],
+    commands: dict[int, str],
+    page_dir: Path,
+    mutant: str | None,
+    traces: Path,
 ) -> str:
     if not failed:
         return '<h2>Failures</h2><p id="failures">none</p>'
@@ -79,7 +128,7 @@ def _failures(
     for r in failed:
         texts = r.violations[:3] or r.lines[-3:]
         # Where the failing run (sim/runs.py report_run) drew its timeline.
-        page = TRACES / f"seed-{r.seed}{'-' + mutant if mutant else ''}.html"
+        page = traces / f"seed-{r.seed}{'-' + mutant if mutant else ''}.html"
         href = html.escape(os.path.relpath(page, page_dir))
         link = f'<a href="{href}">timeline</a>' if page.exists() else ""
         rows.append(
@@ -153,11 +202,13 @@ def write_summary(
     commands: dict[int, str],
     probes: Sequence[str],
     wall: float,
-    mutant: str | None = None,
+    mutant: str | None,
+    commit: str,
+    traces: Path,
 ) -> str:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    page = render(results, commands, probes, wall, target.parent.resolve(), mutant)
+    page = render(results, commands, probes, wall, target.parent.resolve(), mutant, commit, traces)
     target.write_text(page)
     return path
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import signal
 import subprocess
@@ -30,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from .plan import Plan
+from .summary import SeedResult, write_summary
 
 REGRESSIONS = Path(
     os.environ.get("SIM_REGRESSIONS") or Path(__file__).resolve().parent / "regressions"
 )
 ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "sim" / "traces"  # failing runs' traces and timelines, summaries
 # A seed whose run takes longer than this (wall) is reported as a failure:
 # a node spinning without letting virtual time advance is a bug too.
 SEED_WALL_LIMIT_S = 180.0
@@ -145,49 +144,6 @@ class SeedWorker:
         self.proc.wait()
 
 
-@attrs.frozen
-class SeedResult:
-    """One seed's verdict, as the sweep saw it."""
-
-    seed: int
-    rc: int
-    lines: list[str]
-    wall: float  # seconds, as the sweep measured them
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    @property
-    def verdict(self) -> str:
-        # FAIL: a checker's verdict; ERROR: the run itself broke.
-        if self.rc == 0:
-            return "PASS"
-        return "FAIL" if self.rc == 1 and self.violations else f"ERROR (exit {self.rc})"
-
-    @property
-    def digest(self) -> str:
-        return next((x for x in reversed(self.lines) if x.startswith("digest ")), "no digest")
-
-    @property
-    def violations(self) -> list[str]:
-        return [x[len("VIOLATION ") :] for x in self.lines if x.startswith("VIOLATION ")]
-
-    @property
-    def probes_hit(self) -> list[str]:
-        for line in self.lines:
-            if line.startswith("probes hit: "):
-                names = line[len("probes hit: ") :].split(";")[0]
-                return [x.strip() for x in names.split(",") if x.strip() != "-"]
-        return []
-
-    @property
-    def speed(self) -> float | None:
-        """Virtual seconds per wall second of the run itself."""
-        found = re.search(r"wall s \((\d+)x\)", "\n".join(self.lines))
-        return float(found.group(1)) if found else None
-
-
 def sweep(
     seeds: range,
     jobs: int,
@@ -233,7 +189,6 @@ def sweep(
             raise
     for worker in workers:
         worker.close()
-    from .summary import write_summary
     from .world import PROBES
 
     hit = {p for r in results for p in r.probes_hit}
@@ -243,9 +198,10 @@ def sweep(
     )
     wall = time.perf_counter() - started
     print(f"sweep wall time {wall:.1f}s for {len(seeds)} seeds")
-    path = summary or str(ROOT / "sim" / "traces" / f"sweep-{seeds.start}-{seeds.stop - 1}.html")
+    path = summary or str(TRACES / f"sweep-{seeds.start}-{seeds.stop - 1}.html")
     commands = {r.seed: replay_text(r.seed, nodes, duration, mutant) for r in results}
-    print(f"summary: {write_summary(path, results, commands, PROBES, wall, mutant)}")
+    page = write_summary(path, results, commands, PROBES, wall, mutant, commit(), TRACES)
+    print(f"summary: {page}")
     failed = sum(1 for r in results if not r.ok)
     print(f"seeds: {len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
