@@ -29,7 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .plan import FAULT_FIELDS, MAX_FAULTS, SWARM_FIELDS, Plan
-from .runs import TRACES, run_plan
+from .runs import run_plan
+from .sweep import TRACES
 
 _FAULTS_AT = len(SWARM_FIELDS)  # index of the first fault slot in encode()
 _FAULT_WIDTH = len(FAULT_FIELDS)
