@@ -180,8 +180,8 @@ def fault_windows(events: list[Event], lanes: list[str]) -> list[Window]:
             t0, label = down.pop(e["node"])
             out.append(Window("crash", label, (e["node"],), t0, t))
         elif cat == "fault" and ev in ("cut", "stall", "clog"):
-            sides = tuple(x for x in map(lane_of_port, data["a"]) if x is not None)
-            rules[data["key"]] = (t, label_at.get(t, ev), sides)
+            label = label_at.get(t, ev)
+            rules[data["key"]] = (t, label, _rule_lanes(label, data["a"], lanes))
         elif cat == "fault" and ev in ("unrule", "heal"):
             keys = [data["key"]] if ev == "unrule" else list(rules)
             for key in keys:
@@ -192,6 +192,15 @@ def fault_windows(events: list[Event], lanes: list[str]) -> list[Window]:
     out += [Window("crash", label, (n,), t0, end) for n, (t0, label) in down.items()]
     out += [Window(_rule_kind(lb), lb, sides, t0, end) for t0, lb, sides in rules.values()]
     return out
+
+
+def _rule_lanes(label: str, side_a: list[str], lanes: list[str]) -> tuple[str, ...]:
+    """The fault's victim (a one-way partition into it names the others
+    first), or for random halves the side the rule names first."""
+    m = FAULT.match(label)
+    if m is not None and m.group(1) != "halves" and lanes:
+        return (lanes[int(m.group(2)) % len(lanes)],)
+    return tuple(x for x in map(lane_of_port, side_a) if x is not None)
 
 
 def _rule_kind(label: str) -> str:

@@ -69,6 +69,8 @@ def small_trace() -> list[dict[str, Any]]:
         ev(2.0, "fault", "begin", fault="crash n4 at +1.5s for 1.0s (arg 2)"),
         ev(2.0, "n1", "node", ev="crashed", held=1, torn=0, wipe=False),
         ev(3.0, "n1", "node", ev="started", id="1" * 40),
+        ev(3.5, "fault", "begin", fault="oneway-in n0 at +3.0s for 1.0s (arg 3)"),
+        ev(3.5, "net", "fault", ev="stall", key="stall-2", a=["7712", "7713"], b=["7711"]),
         ev(4.0, "net", "fault", ev="unrule", key="cut-1"),
         ev(5.0, "workload", "phase", ev="end", converged=True),
     ]
@@ -90,11 +92,14 @@ def test_faults_are_shaded_on_their_lanes() -> None:
     assert by_kind["crash"].label.startswith("crash n4")  # victim 4 % 3 nodes = n1
     assert by_kind["isolate"].lanes == ("n2",) and by_kind["isolate"].t1 == 4.0
     assert by_kind["clock-jump"].lanes == ("n0",)
+    # The others' traffic into n0 stalled: n0 is shaded, to the end (never healed).
+    assert by_kind["oneway-in"].lanes == ("n0",) and by_kind["oneway-in"].t1 == 5.0
     page = Elements(render(events, Meta("seed 9")))
     assert sorted(a["data-kind"] for a in page.having("fault", "rect")) == [
         "clock-jump",
         "crash",
         "isolate",
+        "oneway-in",
     ]
 
 
