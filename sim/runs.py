@@ -127,7 +127,10 @@ def report_run(
         if html is None and not outcome.ok:
             html = str(Path(trace).with_suffix(".html"))
     if html is not None:
-        print(f"timeline: {write_timeline(outcome, html, mutant, replay)}")
+        try:
+            print(f"timeline: {write_timeline(outcome, html, mutant, replay)}")
+        except Exception as e:  # the drawing must not hide the verdict below
+            print(f"timeline: not drawn: {type(e).__name__}: {e}")
     for violation in outcome.violations:
         print(f"VIOLATION {violation}")
     if not outcome.ok:

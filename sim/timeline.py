@@ -185,8 +185,9 @@ def fault_windows(events: list[Event], lanes: list[str]) -> list[Window]:
         elif cat == "fault" and ev in ("unrule", "heal"):
             keys = [data["key"]] if ev == "unrule" else list(rules)
             for key in keys:
-                t0, label, sides = rules.pop(key)
-                out.append(Window(_rule_kind(label), label, sides, t0, t))
+                if key in rules:
+                    t0, label, sides = rules.pop(key)
+                    out.append(Window(_rule_kind(label), label, sides, t0, t))
         elif cat == "fault" and ev == "clock-jump":
             out.append(Window("clock-jump", f"clock jump {data['ms']:+d} ms", (e["node"],), t, t))
     out += [Window("crash", label, (n,), t0, end) for n, (t0, label) in down.items()]
@@ -234,7 +235,7 @@ def client_ops(events: list[Event]) -> list[Op]:
         if e["cat"] != "client":
             continue
         data, t, client = e["data"], float(e["t"]), e["node"]
-        op = data["op"]
+        op = str(data.get("op", "?"))
         if op == "invoke":
             called[client] = t
             continue
@@ -247,9 +248,9 @@ def client_ops(events: list[Event]) -> list[Op]:
 
 def _result(op: str, data: dict[str, Any]) -> str:
     if op == "add":
-        if data["ok"]:
+        if data.get("ok"):
             return "ok"
-        return "unknown" if data["reply"].startswith("connection") else "fail"
+        return "unknown" if str(data.get("reply", "")).startswith("connection") else "fail"
     if op in ("get", "forget"):
         return op
     if op == "error":

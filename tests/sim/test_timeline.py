@@ -12,7 +12,7 @@ import pytest
 
 from sim import timeline
 from sim.plan import Plan
-from sim.runs import run_plan
+from sim.runs import report_run, run_plan
 from sim.timeline import Meta, render
 
 from .conftest import sim_cli
@@ -184,3 +184,17 @@ def test_replay_html_writes_the_timeline(tmp_path: Path) -> None:
     assert page.startswith("<!DOCTYPE html>") and "FAIL" in page
     # The same page from the trace file the run wrote.
     assert Elements(timeline.from_trace_file(str(trace))).having("hl", "rect")
+
+
+def test_a_broken_drawing_does_not_hide_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(lines: list[str], meta: Meta) -> str:
+        raise RuntimeError("boom")
+
+    outcome = run_plan(Plan.from_seed(2, 1, 1))
+    monkeypatch.setattr(timeline, "from_trace_lines", broken)
+    assert report_run(outcome, html=str(tmp_path / "t.html")) == (0 if outcome.ok else 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert "timeline: not drawn: RuntimeError: boom" in lines
+    assert lines[-1].startswith("digest ")
