@@ -14,7 +14,7 @@ runs left to right in virtual seconds. The page shows
   operations outlined, their state changes marked on the node lanes, and
   the bus messages about them (``cat bus``, send then recv) as arrows from
   sender to receiver; a message sent and never delivered ends in a cross. A
-  menu picks which of these jobs is highlighted.
+  menu, or a click on a violation, picks which of these jobs is highlighted.
 
 The page's size is bounded for long runs: at most ``MAX_OPS`` client bars
 (the highlighted jobs' first), ``MAX_ARROWS`` arrows and ``MAX_MARKS`` job
@@ -466,7 +466,8 @@ def render(events: list[Event], meta: Meta) -> str:
         + "".join(c.parts)
         + "</svg>"
     )
-    return _page(meta, focus, svg, left_out)
+    firsts = [(v, next(iter(focus_jobs(events, [v])), "")) for v in meta.violations]
+    return _page(meta, focus, firsts, svg, left_out)
 
 
 def _labels(c: Canvas) -> str:
@@ -482,9 +483,15 @@ def _labels(c: Canvas) -> str:
     )
 
 
-def _page(meta: Meta, focus: list[str], svg: str, left_out: int) -> str:
+def _page(
+    meta: Meta, focus: list[str], firsts: list[tuple[str, str]], svg: str, left_out: int
+) -> str:
+    """``firsts``: each violation and the first job it names (a click on
+    it highlights that job)."""
     verdict = "FAIL" if meta.violations else "PASS"
-    violations = "".join(f'<li class="violation">{html.escape(v)}</li>' for v in meta.violations)
+    violations = "".join(
+        f'<li class="violation" data-job="{_attr(job)}">{html.escape(v)}</li>' for v, job in firsts
+    )
     options = "".join(f'<option value="{_attr(j)}">{html.escape(j)}</option>' for j in focus)
     picker = f'<label>highlighted job <select id="job">{options}</select></label>' if focus else ""
     note = f'<p class="note">{left_out} elements not drawn (size cap)</p>' if left_out else ""
@@ -546,6 +553,7 @@ h1{font-size:17px;margin:0 0 6px}
 .verdict{padding:1px 6px;border-radius:3px;color:#fff}.verdict.fail{background:#c0392b}
 .verdict.pass{background:#27ae60}
 code{background:#f3f3f3;padding:1px 4px}
+#violations .pick{cursor:pointer;text-decoration:underline dotted}
 #violations{margin:4px 0;padding-left:18px;color:#a01010;font-family:monospace;font-size:12px}
 .controls{margin:6px 0}.legend{margin-left:12px}
 .sw{display:inline-block;width:12px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
@@ -576,8 +584,9 @@ svg text{font-size:10px;fill:#444}
 .off{display:none}
 """.replace("LEFT_PX", str(LEFT))
 
-# The menu moves the highlight: outlines on the job's bars, its marks and
-# arrows shown, everyone else's hidden; the view scrolls to its first bar.
+# The menu (or a click on a violation) moves the highlight: outlines on the
+# job's bars, its marks and arrows shown, everyone else's hidden; the view
+# scrolls to its first bar.
 # Zoom stretches time only: x coordinates are recomputed from the originals.
 _JS = """
 (function(){
@@ -613,6 +622,14 @@ _JS = """
   }
   document.getElementById('zoom-in').addEventListener('click',function(){zoom(2);});
   document.getElementById('zoom-out').addEventListener('click',function(){zoom(0.5);});
-  if(menu){menu.addEventListener('change',function(){show(menu.value);});show(menu.value);}
+  if(!menu)return;
+  menu.addEventListener('change',function(){show(menu.value);});
+  document.querySelectorAll('.violation').forEach(function(li){
+    var job=li.getAttribute('data-job');
+    if(!job||!menu.querySelector('option[value="'+CSS.escape(job)+'"]'))return;
+    li.classList.add('pick');
+    li.addEventListener('click',function(){menu.value=job;show(job);});
+  });
+  show(menu.value);
 })();
 """.replace("LEFT_PX", str(LEFT))

@@ -58,6 +58,10 @@ def test_timeline_renders_and_moves_the_highlight(
     assert jobs <= {second} and first not in jobs
     visible = browser.find_elements(By.CSS_SELECTOR, ".arrow:not(.off), .mark:not(.off)")
     assert {e.get_attribute("data-job") for e in visible} <= {second}
+    css(browser, "#violations .pick").click()  # back to the job the violation names first
+    assert menu.first_selected_option.get_attribute("value") == first
+    jobs = {e.get_attribute("data-job") for e in browser.find_elements(By.CSS_SELECTOR, ".op.hl")}
+    assert jobs == {first}
     width = float(css(browser, "#timeline").get_attribute("width") or 0)
     css(browser, "#zoom-in").click()
     assert float(css(browser, "#timeline").get_attribute("width") or 0) > 1.9 * width - 200

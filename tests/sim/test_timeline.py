@@ -129,7 +129,7 @@ def test_the_violating_job_is_highlighted_with_its_bus_messages() -> None:
     assert len(page.having("lost", "g")) == 1  # the SETACK never delivered
     assert len(page.having("mark", "g")) == 1
     assert [a["value"] for t, a in page.tags if t == "option"] == [JOB]
-    assert len(page.having("violation", "li")) == 1
+    assert [a["data-job"] for a in page.having("violation", "li")] == [JOB]
 
 
 def test_jobs_are_found_by_id_and_by_body() -> None:
