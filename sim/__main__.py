@@ -6,14 +6,16 @@ python -m sim ci [--count N] [--jobs J]                  a sweep of N seeds pick
 python -m sim mutants [NAME...] [--seeds A..B]           last line `mutants: caught C/M`
 python -m sim shrink --seed N [--mutant M]               minimise a failing plan to JSON
 python -m sim replay PLAN.json [--html OUT.html]        run a saved plan (and draw its timeline)
+python -m sim timeline TRACE.jsonl [--html OUT.html]    draw the timeline of a saved trace
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from . import mutants
+from . import mutants, timeline
 from .plan import Plan
 from .runs import PlanFileError, load_plan, report_run, run_plan
 from .shrink import shrink_seed
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     replay.add_argument("--trace")
     replay.add_argument("--html", help="write the run's timeline (one HTML page) to this file")
     replay.add_argument("--quiet", action="store_true", help="no progress lines")
+    draw = sub.add_parser("timeline", help="draw the timeline of a trace (--trace, failing runs)")
+    draw.add_argument("trace")
+    draw.add_argument("--html", help="where to write it (default: beside the trace, .html)")
     args = parser.parse_args(argv)
 
     if args.cmd == "mutants":
@@ -75,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         return shrink_seed(
             args.seed, args.nodes, args.duration, args.mutant, args.max_runs, args.out
         )
+    if args.cmd == "timeline":
+        out = args.html or str(Path(args.trace).with_suffix(".html"))
+        try:
+            Path(out).write_text(timeline.from_trace_file(args.trace))
+        except (OSError, ValueError, KeyError) as e:  # not a trace this can read
+            print(f"python -m sim timeline: {args.trace}: {type(e).__name__} {e}", file=sys.stderr)
+            return 2
+        print(f"timeline: {out}")
+        return 0
     if args.cmd == "replay":
         try:
             plan, mutant = load_plan(args.plan)

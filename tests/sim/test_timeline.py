@@ -183,7 +183,9 @@ def test_replay_html_writes_the_timeline(tmp_path: Path) -> None:
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "FAIL" in page
     # The same page from the trace file the run wrote.
-    assert Elements(timeline.from_trace_file(str(trace))).having("hl", "rect")
+    drawn = sim_cli("timeline", str(trace))
+    assert drawn.stdout.strip() == f"timeline: {tmp_path / 't.html'}", drawn.stderr
+    assert Elements((tmp_path / "t.html").read_text()).having("hl", "rect")
 
 
 def test_a_broken_drawing_does_not_hide_the_verdict(
