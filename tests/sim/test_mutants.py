@@ -46,7 +46,9 @@ def test_seed_range_picked_by_the_commit_runs_to_a_verdict() -> None:
     no crash, no wall-clock guard, a digest for each passing seed."""
     rc, lines = _run(["ci", "--count", str(CI_SEEDS), "--jobs", "2"], timeout=1500)
     summary = [
-        line for line in lines if line.startswith(("ci:", "probes hit", "sweep wall", "seeds:"))
+        line
+        for line in lines
+        if line.startswith(("ci:", "probes hit", "sweep wall", "summary:", "seeds:"))
     ]
     failures = [
         line for line in lines if ": FAIL" in line or ": ERROR" in line or line[:4] == "    "
