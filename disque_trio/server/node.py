@@ -75,7 +75,7 @@ log = logging.getLogger("disque_trio")
 # most so many are left (its cost grows with the objects still alive).
 RELEASE_AFTER_DROP = 100_000
 RELEASE_MAX_LIVE = 100_000
-STARTUP_LINK_WAIT_S = 1.0  # how long a starting node waits for its peers' links
+STARTUP_LINK_WAIT_S = 1.0  # how long a starting node waits for its peers' first answers
 NOAUTH = ReplyError("NOAUTH", "Authentication required.")
 OOM = ReplyError("OOM", "command not allowed when used memory > 'maxmemory'.")
 # Commands a client may send before AUTH.
@@ -308,10 +308,14 @@ class NodeServer:
             await nursery.start(self.aof.run)
             await nursery.start(self.bus.run, bus_listeners)
             # Rejoin first, then serve: a restarted node tells its peers it is
-            # back (clearing their FAIL flags) before its first client can
-            # count on it. Clients that connect meanwhile wait in the backlog.
+            # back, and waits until they answered (their failure flags on it
+            # cleared), before its first client can count on it: a client
+            # that saw it answer and then asked a peer for REPLICATE N got
+            # NOREPL when the peer had not read our PING yet (the original's
+            # suite, "Sync REPLJOB messages are retried against old nodes",
+            # under load). Clients that connect meanwhile wait in the backlog.
             with trio.move_on_after(STARTUP_LINK_WAIT_S):
-                await self.bus.wait_links_up()
+                await self.bus.wait_peers_heard()
             await nursery.start(self.delivery.run)
             nursery.start_soon(self.timer.run)
             nursery.start_soon(self.cron.run)
@@ -694,6 +698,7 @@ class NodeServer:
         then commit."""
         self.node.refresh_cluster_view()
         self._log_flag_changes()
+        self.bus.progress()
         if self.node.cluster.version != self._saved_cluster_version:
             # Before anything else can happen: a node killed right after
             # meeting a peer must come back with the same identity.

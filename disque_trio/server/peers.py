@@ -124,6 +124,9 @@ class PeerLink:
         # outbox survives and the link task reconnects.
         self.connection_scope = trio.CancelScope()
         self.dropped = 0
+        # Set to cut a reconnection back-off short: the node just connected
+        # to us, so it is up and listening again.
+        self.retry_now = trio.Event()
 
 
 class Bus:
@@ -146,8 +149,8 @@ class Bus:
         # The last message encoded, and its frame (see send).
         self._last_msg: object = None
         self._last_frame = b""
-        # Set when an outbound link comes up (start-up waits on it).
-        self._link_up = trio.Event()
+        # Set at each bus event (start-up waits on it: wait_peers_heard).
+        self._progress = trio.Event()
         self.pending_links = 0  # inbound links whose node is not known yet
         self.refused_links = 0  # handshakes refused (version, secret, too many)
         # Cancel scopes of the inbound links, to drop them all when the
@@ -188,11 +191,18 @@ class Bus:
         for node_id in [x for x in self.links if x not in keep]:
             self.links.pop(node_id).cancel_scope.cancel()
 
-    async def wait_links_up(self) -> None:
-        """Return once every known peer has an outbound link."""
-        while any(not n.link_up for n in self.table.wanted_links()):
-            self._link_up = trio.Event()
-            await self._link_up.wait()
+    async def wait_peers_heard(self) -> None:
+        """Return once every known peer has an outbound link and answered
+        the ping sent over it: its PONG proves it read our PING, which
+        cleared any failure flag it held on us (links are one-way, so a
+        link that is up says only that the peer accepted it)."""
+        while any(n.ping_sent or not n.link_up for n in self.table.wanted_links()):
+            self._progress = trio.Event()
+            await self._progress.wait()
+
+    def progress(self) -> None:
+        """A link came up or a message was handled: wake wait_peers_heard."""
+        self._progress.set()
 
     def send(self, node_id: str, msg: object) -> None:
         link = self.links.get(node_id)
@@ -238,7 +248,9 @@ class Bus:
                 try:
                     stream = await self.server.env.net.connect(node.ip, node.cport)
                 except OSError:
-                    await trio.sleep(backoff)
+                    link.retry_now = trio.Event()
+                    with trio.move_on_after(backoff):
+                        await link.retry_now.wait()
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                     continue
                 if self.server.tls.bus_client is not None:
@@ -278,7 +290,6 @@ class Bus:
             await trio.sleep(BACKOFF_MAX_S)
             return
         self.table.link_changed(link.node_id, True, self.server.env.clock.wall_ms())
-        self._link_up.set()
         self.server.after_bus_event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
@@ -468,6 +479,9 @@ class Bus:
         in flight on it were lost; simulator seed 27383196.)"""
         pending.active = False
         self.pending_links -= 1
+        link = self.links.get(node_id)
+        if link is not None:
+            link.retry_now.set()  # it is back: reconnect now, not after the back-off
         mine = self._inbound_by_node.setdefault(node_id, [])
         mine.append(pending.scope)
         while len(mine) > INBOUND_PER_NODE:

@@ -75,6 +75,24 @@ def test_killed_node_fails_and_restart_keeps_its_id(node_factory: object) -> Non
     wait_for(lambda: len(nodes_lines(victim)) == 3, what="restarted node rejoining")
 
 
+def test_a_restarted_node_serves_once_its_peers_heard_it(node_factory: object) -> None:
+    """The original's suite, "Sync REPLJOB messages are retried against old
+    nodes": a node failed, restarted and killed again as soon as it answered
+    PING; REPLICATE 3 on a peer must wait for the copy, not be refused at
+    once because the peer still flagged the node as failing. A restarted node
+    takes clients only once its peers answered it (their flags cleared)."""
+    nodes = start_cluster(node_factory, 3, "--cluster-node-timeout", "1000")
+    victim = nodes[2]
+    victim.kill(signal.SIGKILL)
+    for peer in nodes[:2]:
+        wait_for(lambda peer=peer: flags_of(peer, victim.port) == "fail", what="FAIL flag")
+    victim.start()  # returns at its first PONG to a client
+    assert [flags_of(peer, victim.port) for peer in nodes[:2]] == ["noflags", "noflags"]
+    victim.kill(signal.SIGKILL)
+    with pytest.raises(redis.ResponseError, match="Timeout reached"):
+        client(nodes[0]).execute_command("ADDJOB", "q", "x", 300, "REPLICATE", 3)
+
+
 def test_forget_and_leaving(node_factory: object) -> None:
     nodes = start_cluster(node_factory, 3)
     leaving = client(nodes[1])
