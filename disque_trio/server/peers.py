@@ -216,7 +216,12 @@ class Bus:
             frame = bus.encode_frame(msg)  # type: ignore[arg-type]
             self._last_msg, self._last_frame = msg, frame
         try:
-            job_id = msg.job.id if isinstance(msg, bus.ReplJob) else ""
+            # Only a copy of a job held here can go stale: the copies of an
+            # external replication (ASYNC on a leaving node, or one short of
+            # memory) are of a job this node never keeps, and must go out.
+            job_id = ""
+            if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
+                job_id = msg.job.id
             link.send_channel.send_nowait((job_id, frame))
         except trio.WouldBlock:
             link.dropped += 1
@@ -317,8 +322,8 @@ class Bus:
         return b"".join(frames)
 
     def _stale(self, job_id: str) -> bool:
-        """A queued REPLJOB whose job this node no longer holds, or holds
-        acked, is not sent: it would resurrect a job collected meanwhile
+        """A queued REPLJOB whose job this node held when it was queued and
+        no longer holds, or holds acked, is not sent: it would resurrect a job collected meanwhile
         (queues outlive reconnections, so a partition can delay a frame
         for as long as it lasts)."""
         if not job_id:

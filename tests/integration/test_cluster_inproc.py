@@ -137,6 +137,22 @@ async def test_leaving_node_replicates_externally(autojump_clock: trio.testing.M
         assert isinstance(blocked, ReplyError) and blocked.code == "LEAVING"
 
 
+async def test_leaving_node_async_job_reaches_other_nodes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ADDJOB ASYNC on a leaving node keeps no copy: its REPLJOBs must still
+    go out (they were dropped as stale, the job lost; simulator seed 3)."""
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        assert await c.call("CLUSTER", "LEAVING", "yes") == Status("OK")
+        for copies in (1, 2):
+            job_id = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", copies, "ASYNC")
+            assert isinstance(job_id, Status), job_id
+            await eventually(lambda: len(holders(nodes, job_id)) == copies, timeout=5)
+            assert 0 not in holders(nodes, job_id)
+            assert "queued" in holders(nodes, job_id).values()
+
+
 async def test_memory_pressure_means_external_replication(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
