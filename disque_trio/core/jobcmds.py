@@ -157,7 +157,10 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
         return cj.start_sync_replication(node, job, args.timeout)
     if external:
         # ASYNC and no local copy: replicate, have one holder queue it, forget.
-        cj.replicate(node, job, additional, noreply=True)
+        # No link up to any reachable node: the job would exist nowhere.
+        if not cj.replicate(node, job, additional, noreply=True):
+            node.stats.replication_failures += 1
+            raise _norepl(node, external, additional)
         cj.send_enqueue(node, job)
         return Status(job.id)
     if additional > 0:

@@ -3,6 +3,7 @@ clock): the node-to-node rules of core/clusterjobs.py, fast and deterministic.""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import trio
@@ -137,6 +138,10 @@ async def test_leaving_node_replicates_externally(autojump_clock: trio.testing.M
         assert isinstance(blocked, ReplyError) and blocked.code == "LEAVING"
 
 
+def _held_by(nodes: list[MemoryNode], job_id: str, count: int) -> bool:
+    return len(holders(nodes, job_id)) == count
+
+
 async def test_leaving_node_async_job_reaches_other_nodes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -148,9 +153,24 @@ async def test_leaving_node_async_job_reaches_other_nodes(
         for copies in (1, 2):
             job_id = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", copies, "ASYNC")
             assert isinstance(job_id, Status), job_id
-            await eventually(lambda: len(holders(nodes, job_id)) == copies, timeout=5)
+            await eventually(partial(_held_by, nodes, job_id, copies), 5)
             assert 0 not in holders(nodes, job_id)
             assert "queued" in holders(nodes, job_id).values()
+
+
+async def test_leaving_node_async_job_without_links_is_norepl(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Reachable peers but no bus link up to any: an ASYNC job of a leaving
+    node could go nowhere, so it is refused instead of answered OK and lost
+    (simulator seed 17)."""
+    async with memory_cluster(3) as nodes:
+        c = await nodes[0].client()
+        assert await c.call("CLUSTER", "LEAVING", "yes") == Status("OK")
+        for peer in nodes[0].server.node.cluster.others():
+            peer.link_up = False
+        reply = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", 1, "ASYNC")
+        assert isinstance(reply, ReplyError) and reply.code == "NOREPL", reply
 
 
 async def test_memory_pressure_means_external_replication(
