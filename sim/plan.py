@@ -64,6 +64,10 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("latency_ms", 40),  # one-way network delay up to 0.5 ms + latency_ms
     ("consumer_pause", 8),  # consumers stop for this many seconds mid-run
     ("pause_in", 6),  # one node pauses the queue in input for this many seconds
+    # The explorer (sim/explore.py), issue #16:
+    ("explore", 3),  # 0: off; 1..3: how busy its command client is
+    ("admin_mask", 63),  # a bit per admin action of sim.explore.ADMIN_ACTIONS
+    ("aof_rewrite_kb", 64),  # auto-aof-rewrite-min-size in KB (0: the default, 64 MB)
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -115,6 +119,9 @@ class Plan:
     latency_ms: int = 0
     consumer_pause: int = 0
     pause_in: int = 0
+    explore: int = 0
+    admin_mask: int = 0
+    aof_rewrite_kb: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -228,6 +235,12 @@ class Plan:
                 )
             )
         faults.sort(key=lambda f: f.start)
+        # The explorer's fields from a generator of their own: the fields
+        # above stay what they were before it existed.
+        more = random.Random(f"explore-{seed}")
+        explore = more.choice((0, 1, 2, 3, 3))
+        admin_mask = sum(1 << bit for bit in range(6) if more.random() < 0.3)
+        aof_rewrite_kb = more.randint(4, 64) if more.random() < 0.4 else 0
         return cls(
             seed=seed,
             extra_nodes=max(0, min(6, n - 1)),
@@ -249,6 +262,9 @@ class Plan:
             latency_ms=pct(0.4, 40),
             consumer_pause=pct(0.3, 8),
             pause_in=pct(0.3, 6),
+            explore=explore,
+            admin_mask=admin_mask,
+            aof_rewrite_kb=aof_rewrite_kb,
             faults=tuple(faults[:MAX_FAULTS]),
         )
 

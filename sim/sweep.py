@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -155,8 +156,9 @@ def sweep(
     summary: str | None = None,
 ) -> int:
     """Run ``seeds`` in ``jobs`` worker processes; one line per seed, then
-    the probes hit, the summary's path and ``seeds: N passed, N failed``.
-    Failing seeds are saved in REGRESSIONS unless a mutant is planted."""
+    each probe with the share of seeds that hit it, the probes never hit,
+    the summary's path and ``seeds: N passed, N failed``. Failing seeds
+    are saved in REGRESSIONS unless a mutant is planted."""
     started = time.perf_counter()
     local = threading.local()
     workers: list[SeedWorker] = []
@@ -191,8 +193,11 @@ def sweep(
         worker.close()
     from .world import PROBES
 
-    hit = {p for r in results for p in r.probes_hit}
+    hit: Counter[str] = Counter(p for r in results for p in set(r.probes_hit))  # probe -> seeds
     missed = [p for p in PROBES if p not in hit]
+    print(f"probe shares ({len(seeds)} seeds):")
+    for p in PROBES:
+        print(f"  {p:<34} {hit[p]:>5}  {100 * hit[p] / max(1, len(seeds)):5.1f}%")
     print(
         f"probes hit in this sweep: {len(PROBES) - len(missed)}/{len(PROBES)}; never: {', '.join(missed) or '-'}"
     )

@@ -22,6 +22,7 @@ import trio
 from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.testing import RespClient
 
+from .explore import Explorer
 from .faults import heal_all, run_faults
 from .plan import Plan
 from .world import World
@@ -73,11 +74,14 @@ class Workload:
     _all_delivered: trio.Event = attrs.field(factory=trio.Event)
     _retry_of: dict[str, int] = attrs.field(factory=dict)  # job id -> RETRY (added OK)
     _paused_node: int | None = None  # a node whose queue may still be paused in
+    explorer: Explorer | None = None  # sim/explore.py, when the plan runs it
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
         self.history.append(Event(trio.current_time(), client, op, data))
         self._world.trace.record(client, "client", {"op": op, **data})
+        if self.explorer is not None:
+            self.explorer.on_record(op, data)
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
             if data["retry"] and not data["async"] and data["copies"] > 1:
@@ -99,6 +103,8 @@ class Workload:
         self._consumers_on = trio.Event()
         self._consumers_on.set()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
+        if plan.explore or plan.admin_mask:
+            self.explorer = Explorer(self, world)
         start = trio.current_time()
         wall_start = time.perf_counter()  # for speed reports only, not traced
         world.trace.record("workload", "phase", {"ev": "safety"})
@@ -114,6 +120,8 @@ class Workload:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
                     producers.start_soon(self._pause_queue, world, start, rngs[-1])
+                if self.explorer is not None:
+                    producers.start_soon(self.explorer.run, start)
                 with trio.move_on_at(start + plan.duration):
                     await run_faults(world, plan.active_faults(), start)
                     await trio.sleep_forever()
@@ -131,6 +139,8 @@ class Workload:
             world.phase = "liveness: mesh"
             await world.mesh(CONVERGE_S)
             await self._resume_queue(world)
+            if self.explorer is not None:
+                await self.explorer.liveness()
             world.phase = "liveness: forget wiped ids"
             await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
@@ -248,6 +258,8 @@ class Workload:
                 if client is None:
                     client = await world.client(index)
                 reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
+                if isinstance(reply, ReplyError):
+                    await trio.sleep(0.2)  # -LEAVING: this node is leaving the cluster
                 if not isinstance(reply, list) or not reply:
                     continue
                 for _queue, job_id, body in reply:

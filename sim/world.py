@@ -51,6 +51,7 @@ from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
 from .disk import DiskHandle, SimDisk
+from .explore import COMMAND_PROBES
 from .net import SimNet
 from .plan import Plan
 from .trace import Trace
@@ -73,6 +74,7 @@ PROBES = (
     "clock-jump",
     "bus-frame-dropped",
     "wipe",
+    *COMMAND_PROBES,
 )
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
@@ -183,6 +185,8 @@ class World:
         self.show_progress = False
         self.phase = "start"  # set by the workload
         self.peak_frame_rate = 0.0
+        # More observers of every node's job events: (node, event, job, loading).
+        self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
 
     def child_rng(self) -> random.Random:
         """A new generator derived from the root (workload, faults)."""
@@ -243,6 +247,8 @@ class World:
             ("appendonly", ["yes"]),
             ("appendfsync", [self.appendfsync]),
         ]
+        if self.plan.aof_rewrite_kb:
+            pairs.append(("auto-aof-rewrite-min-size", [f"{self.plan.aof_rewrite_kb}kb"]))
         pairs += [(k.replace("_", "-"), [str(v)]) for k, v in sorted(self.config.items())]
         config = Config.load(None, pairs)
         if i < len(self.nodes):
@@ -541,6 +547,8 @@ class World:
                     self.probes["aof-reload-requeued-job"] += 1
             if event in CORE_PROBES:
                 self.probes[event] += 1
+            for more in self.observers:
+                more(node, event, job, loading)
             if event == "ack-collected" and self.healthy(True) and self._nursery is not None:
                 self._nursery.start_soon(self._check_collected, name, job.id)
 

@@ -48,7 +48,8 @@ def test_seed_range_picked_by_the_commit_runs_to_a_verdict() -> None:
     summary = [
         line
         for line in lines
-        if line.startswith(("ci:", "probes hit", "sweep wall", "summary:", "seeds:"))
+        if line.startswith(("ci:", "probe", "sweep wall", "summary:", "seeds:"))
+        or (line.startswith("  ") and not line.startswith("   "))  # a probe's share
     ]
     failures = [
         line for line in lines if ": FAIL" in line or ": ERROR" in line or line[:4] == "    "
@@ -60,5 +61,10 @@ def test_seed_range_picked_by_the_commit_runs_to_a_verdict() -> None:
     assert rc == (1 if failed else 0)
     errors = [line for line in lines if ": ERROR" in line or "wall-clock guard" in line]
     assert not errors, "\n".join(lines[-40:])
+    # Coverage: every probe (a command, an admin path, a fault's effect) is
+    # hit by some seed of the range; a probe never hit means a path the
+    # simulator stopped exercising.
+    probes = next(line for line in lines if line.startswith("probes hit in this sweep: "))
+    assert probes.endswith("never: -"), probes
     digests = [line for line in lines if ": PASS" in line and " digest " in line]
     assert len(digests) == passed

@@ -1,0 +1,941 @@
+"""The explorer: the rest of the command set and the admin paths, with
+reads checked against a model (issue #16).
+
+It runs beside the producers and consumers of sim/workload.py, on queues of
+its own, so that the loss checker of sim/checkers.py never sees its jobs:
+
+* ``xm<i>`` (the model queues): jobs added on node i with REPLICATE 1 and a
+  RETRY longer than any run, so node i is their only holder and nothing but
+  the explorer moves them. The explorer keeps a model of each (queued or
+  active, NACKs, additional deliveries, PAUSE state) and, while the model
+  is known (no crash, restart, flush, reset or clock jump of node i since it
+  was last read back), checks what ADDJOB, GETJOB, NACK, ENQUEUE, DEQUEUE,
+  DELJOB, WORKING, QLEN, QPEEK, QSTAT, SHOW and JSCAN answer against it.
+* ``xw`` (the wild queue): jobs with every ADDJOB option, taken with every
+  GETJOB option and acked on the delivering node, on another holder and on a
+  node that never had the job; PAUSE with ``bcast``. Reads of it (and of the
+  workload's queue) are only checked for absurd answers.
+* ``xa`` (the ASYNC witnesses): ASYNC jobs nobody consumes, added in a
+  healthy cluster: they must reach their REPLICATE count of holders.
+
+The admin task runs, at plan-chosen times, CONFIG SET, BGREWRITEAOF, DEBUG
+FLUSHALL, SHUTDOWN REWRITE-AOF with a controlled restart, CLUSTER LEAVING
+(the node leaves while clients run, then returns) and a node replacement
+(CLUSTER RESET HARD, FORGET of the old identity everywhere, MEET). Jobs a
+flush or a reset removes are recorded as forgotten by that node (the loss
+checker's ``amnesia``), exactly those and no others.
+
+White-box, over every job (the workload's too): ``acked-survives-restart``,
+a node that answered an ACKJOB or FASTACK for a job never queues it again
+in a later incarnation, unless a crash (not a controlled restart) lost the
+record under ``appendfsync`` everysec or no.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from disque_trio.core.job import Job, JobState
+from disque_trio.protocol.replies import ReplyError, Status
+
+if TYPE_CHECKING:
+    from .workload import Workload
+    from .world import SimNode, World
+
+COMMAND_PROBES = (
+    "cmd-addjob-every-option",
+    "cmd-addjob-maxlen-refused",
+    "cmd-getjob-nohang",
+    "cmd-getjob-timeout",
+    "cmd-getjob-count",
+    "cmd-getjob-withcounters",
+    "cmd-ackjob-delivering-node",
+    "cmd-ackjob-other-node",
+    "cmd-ackjob-stranger-node",
+    "cmd-fastack-delivering-node",
+    "cmd-fastack-other-node",
+    "cmd-fastack-stranger-node",
+    "cmd-nack",
+    "cmd-working",
+    "cmd-enqueue",
+    "cmd-dequeue",
+    "cmd-deljob",
+    "cmd-show",
+    "cmd-qlen",
+    "cmd-qpeek",
+    "cmd-qstat",
+    "cmd-qscan",
+    "cmd-jscan",
+    "cmd-pause-in",
+    "cmd-pause-out",
+    "cmd-pause-all",
+    "cmd-pause-none",
+    "cmd-pause-bcast",
+    "model-read-checked",
+    "async-replication-checked",
+    "admin-meet",
+    "admin-forget",
+    "admin-leaving",
+    "leaving-refused-getjob",
+    "admin-config-maxmemory",
+    "admin-config-appendfsync",
+    "admin-config-node-timeout",
+    "admin-bgrewriteaof",
+    "admin-auto-rewrite",
+    "admin-flushall",
+    "admin-shutdown-restart",
+)
+# Admin actions, by bit of Plan.admin_mask.
+ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "replace")
+MODEL_RETRY = 900  # longer than any run: a model job is never queued again by its node
+WILD = "xw"
+ASYNC_Q = "xa"
+EMPTY_Q = "xe"  # never gets a job: GETJOB on it blocks (or is refused while leaving)
+ASYNC_SETTLE_S = 3.0
+CALL_TIMEOUT_S = 5.0
+STATES = {"wait-repl", "active", "queued", "acked"}
+CONN_ERRORS = (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class Unknown(Exception):
+    """A call whose outcome the explorer cannot know (a fault got in)."""
+
+
+def text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def rows(reply: Any) -> list[Any]:
+    """An array reply's items; none for a nil (null array) or an error."""
+    return reply if isinstance(reply, list) else []
+
+
+def fields(reply: Any) -> dict[str, Any]:
+    """A flat [field, value, ...] reply (SHOW, QSTAT) as a dict."""
+    if not isinstance(reply, list):
+        return {}
+    return {text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+
+
+@attrs.define
+class MJob:
+    seq: int
+    state: str = "queued"  # "queued" | "active"
+    nacks: int = 0
+    adds: int = 0  # additional deliveries
+
+
+@attrs.define
+class Model:
+    """What the explorer knows of xm<i> on node i."""
+
+    known: bool = False
+    epoch: tuple[int, ...] = ()
+    jobs: dict[str, MJob] = attrs.field(factory=dict)
+    pause: str = "none"
+    seq: int = 0
+
+    def queued(self) -> list[str]:
+        return sorted(
+            (j for j, m in self.jobs.items() if m.state == "queued"),
+            key=lambda j: self.jobs[j].seq,
+        )
+
+
+class Explorer:
+    def __init__(self, workload: Workload, world: World) -> None:
+        self.workload = workload
+        self.world = world
+        self.plan = workload.plan
+        self.rng = world.child_rng()
+        self.admin_rng = world.child_rng()
+        self.models = [Model() for _ in range(world.count)]
+        self.disturbed = Counter[int]()  # node index -> flushes, resets, leaving toggles
+        self.leaving: set[int] = set()  # nodes told LEAVING yes (and not yet no)
+        self.ever_left: set[int] = set()
+        self.controlled: set[tuple[str, int]] = set()  # (node, incarnation) of controlled restarts
+        # node name -> job id -> incarnation that answered its ACKJOB/FASTACK.
+        self.answered: dict[str, dict[str, int]] = {}
+        self.bg_pending: set[int] = set()
+        self.aof_seen: dict[int, tuple[int, int]] = {}
+        self.n = 0
+        world.observers.append(self.observe)
+
+    # ---------------------------------------------------------- plumbing
+
+    def probe(self, name: str) -> None:
+        self.world.probes[name] += 1
+
+    def violate(self, text_: str) -> None:
+        self.world._violate(text_)
+
+    def record(self, op: str, data: dict[str, Any]) -> None:
+        self.workload.record("x", f"x-{op}", data)
+
+    async def call(self, index: int, *args: Any) -> Any:
+        """One command on a fresh connection to node ``index``; Unknown when
+        a fault (a crash, a reset, a frozen node) got in the way."""
+        node = self.world.nodes[index]
+        if not node.up:
+            raise Unknown("down")
+        with trio.move_on_after(CALL_TIMEOUT_S):
+            try:
+                client = await self.world.client(index)
+                try:
+                    return await client.call(*args)
+                finally:
+                    await client.aclose()
+            except CONN_ERRORS as e:
+                raise Unknown(type(e).__name__) from e
+        raise Unknown("timeout")
+
+    def epoch(self, i: int) -> tuple[int, ...]:
+        node = self.world.nodes[i]
+        return (node.incarnation, self.world.jumps_ms, self.disturbed[i], int(node.up))
+
+    def model(self, i: int) -> Model | None:
+        """The model of xm<i> if it can be trusted now."""
+        m = self.models[i]
+        if m.known and m.epoch == self.epoch(i) and i not in self.leaving:
+            return m
+        m.known = False
+        return None
+
+    # ------------------------------------------------------- white-box
+
+    def observe(self, node: SimNode, event: str, job: Job, loading: bool) -> None:
+        """acked-survives-restart (see the module docstring)."""
+        answered = self.answered.get(node.name)
+        if not answered or job.id not in answered:
+            return
+        if event == "registered" and not loading:
+            del answered[job.id]  # a new copy from another holder: news to this node
+        elif event == "queued" and answered[job.id] < node.incarnation:
+            since = answered[job.id]
+            crashed = any(
+                (node.name, inc) not in self.controlled
+                for inc in range(since + 1, node.incarnation + 1)
+            )
+            if crashed and self.world.appendfsync != "always":
+                return
+            self.violate(
+                f"acked-survives-restart: {node.name} answered an ack of {job.id} in "
+                f"incarnation {since}, queued it again in incarnation {node.incarnation}"
+            )
+
+    def on_record(self, op: str, data: dict[str, Any]) -> None:
+        """The workload's answered acks join the explorer's."""
+        if op == "ack" and data.get("reply") not in (None, "0") and data["reply"].isdigit():
+            self.answered_ack(data["node"], data["id"])
+
+    def answered_ack(self, index: int, job_id: str) -> None:
+        node = self.world.nodes[index]
+        self.answered.setdefault(node.name, {})[job_id] = node.incarnation
+
+    # ------------------------------------------------------------ tasks
+
+    async def run(self, start: float) -> None:
+        """Safety phase: commands until the producers stop, admin meanwhile."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._aof_watch)
+            if self.plan.admin_mask:
+                nursery.start_soon(self._admin, start)
+            if self.plan.explore:
+                await self._commands()
+            else:
+                await self.workload._stop_producing.wait()
+            nursery.cancel_scope.cancel()
+
+    async def liveness(self) -> None:
+        """Every node that left comes back (a lost LEAVING no, a restart);
+        then, the cluster healed, every model queue is read back and an
+        ASYNC witness job is added and counted."""
+        for i in sorted(self.ever_left):
+            with trio.move_on_after(5):
+                try:
+                    await self.call(i, "CLUSTER", "LEAVING", "no")
+                except Unknown:
+                    pass
+            self.leaving.discard(i)
+            self.disturbed[i] += 1
+        if not self.plan.explore:
+            return
+        try:
+            for i in self.world.up_indexes():
+                for what in range(5):
+                    await self._m_reads(i, what)
+            with trio.move_on_after(10):
+                while not self.world.healthy(True):  # noqa: ASYNC110 (no event for it)
+                    await trio.sleep(0.25)
+            await self._a_add(self.rng.choice(self.world.up_indexes()))
+        except Unknown as e:
+            self.record("error", {"error": str(e)})
+
+    async def _aof_watch(self) -> None:
+        """admin-auto-rewrite: a node's AOF base size changed without a
+        BGREWRITEAOF from the explorer."""
+        while True:
+            await trio.sleep(0.05)
+            for n in self.world.nodes:
+                if not n.up:
+                    continue
+                aof = n.server.aof
+                seen = (n.incarnation, aof.base_size)
+                before = self.aof_seen.get(n.index)
+                self.aof_seen[n.index] = seen
+                if before is None or before[0] != seen[0] or before == seen:
+                    continue
+                if n.index in self.bg_pending:
+                    self.bg_pending.discard(n.index)
+                else:
+                    self.probe("admin-auto-rewrite")
+
+    async def _commands(self) -> None:
+        world = self.world
+        stop = self.workload._stop_producing
+        ops = (
+            (self._m_add, 6),
+            (self._m_get, 5),
+            (self._m_dispose, 6),
+            (self._m_reads, 4),
+            (self._m_pause, 1),
+            (self._w_add, 3),
+            (self._w_get, 3),
+            (self._w_pause, 1),
+            (self._a_add, 2),
+            (self._reads_anywhere, 2),
+        )
+        fns = [f for f, _ in ops]
+        weights = [w for _, w in ops]
+        think = 0.4 / self.plan.explore
+        while not stop.is_set():
+            await trio.sleep(self.rng.uniform(0.01, think))
+            up = world.up_indexes()
+            if not up:
+                continue
+            i = self.rng.choice(up)
+            fn = self.rng.choices(fns, weights)[0]
+            try:
+                await fn(i)
+            except Unknown as e:
+                self.models[i].known = False
+                self.record("error", {"node": i, "error": str(e)})
+
+    # ------------------------------------------------------- model queue
+
+    async def _sync(self, i: int) -> Model | None:
+        """Read xm<i> back from node i (JSCAN REPLY all, QSTAT) when the
+        model is not known; None if it cannot be now."""
+        m = self.model(i)
+        if m is not None:
+            return m
+        if i in self.leaving or not self.world.nodes[i].up:
+            return None
+        m = self.models[i]
+        epoch = self.epoch(i)
+        reply = await self.call(i, "JSCAN", 0, "BUSYLOOP", "QUEUE", f"xm{i}", "REPLY", "all")
+        stat = await self.call(i, "QSTAT", f"xm{i}")
+        if self.epoch(i) != epoch:
+            return None
+        jobs: dict[str, MJob] = {}
+        for show in reply[1]:
+            f = fields(show)
+            state = text(f.get("state"))
+            if state not in ("queued", "active"):
+                continue
+            jid = text(f["id"])
+            m.seq += 1
+            jobs[jid] = MJob(m.seq, state, int(f["nacks"]), int(f["additional-deliveries"]))
+        m.jobs = dict(sorted(jobs.items(), key=lambda kv: text(kv[0])))
+        # Queue order is ctime order; ids do not sort that way: take QPEEK's.
+        peek = await self.call(i, "QPEEK", f"xm{i}", 10_000)
+        for n, (_q, jid, _body) in enumerate(peek):
+            if text(jid) in m.jobs:
+                m.jobs[text(jid)].seq = -len(peek) + n
+        m.pause = text(fields(stat).get("pause", b"none")) if stat else "none"
+        m.epoch, m.known = epoch, self.epoch(i) == epoch
+        return m if m.known else None
+
+    def _expect(self, i: int, m: Model, what: str, got: Any, want: Any) -> None:
+        self.probe("model-read-checked")
+        if got != want and m.epoch == self.epoch(i):
+            self.violate(f"model-read: n{i} {what} answered {got!r}, the model says {want!r}")
+
+    async def _m_add(self, i: int) -> None:
+        m = await self._sync(i)
+        if m is None:
+            return
+        self.n += 1
+        body = f"xm{i}-{self.n}"
+        args: list[Any] = ["ADDJOB", f"xm{i}", body, 0, "REPLICATE", 1, "RETRY", MODEL_RETRY]
+        queued = len(m.queued())
+        refuse = queued > 0 and self.rng.random() < 0.15 and m.pause in ("none", "out")
+        if refuse:
+            args += ["MAXLEN", queued]
+        elif self.rng.random() < 0.3:
+            args += ["MAXLEN", queued + self.rng.randint(1, 5)]
+        reply = await self.call(i, *args)
+        self.record("add", {"node": i, "body": body, "reply": text(reply)})
+        if m.epoch != self.epoch(i):
+            m.known = False
+            return
+        if m.pause in ("in", "all"):
+            self._expect(i, m, "ADDJOB on a queue paused in", text(reply)[:6], "PAUSED")
+            return
+        if refuse:
+            self._expect(i, m, f"ADDJOB MAXLEN {queued}", text(reply)[:6], "MAXLEN")
+            if text(reply).startswith("MAXLEN"):
+                self.probe("cmd-addjob-maxlen-refused")
+            return
+        if isinstance(reply, Status) and text(reply).startswith("D-"):
+            m.seq += 1
+            m.jobs[text(reply)] = MJob(m.seq)
+        else:
+            self.violate(f"model-read: n{i} ADDJOB REPLICATE 1 answered {text(reply)!r}")
+
+    async def _m_get(self, i: int) -> None:
+        m = await self._sync(i)
+        if m is None:
+            return
+        count = self.rng.randint(1, 3)
+        counters = self.rng.random() < 0.5
+        args: list[Any] = ["GETJOB", "NOHANG", "COUNT", count]
+        if counters:
+            args.append("WITHCOUNTERS")
+        reply = await self.call(i, *args, "FROM", f"xm{i}")
+        self.probe("cmd-getjob-nohang")
+        if count > 1:
+            self.probe("cmd-getjob-count")
+        if counters:
+            self.probe("cmd-getjob-withcounters")
+        got = rows(reply)
+        ids = [text(r[1]) for r in got]
+        self.record("get", {"node": i, "ids": ids})
+        if m.epoch != self.epoch(i):
+            m.known = False
+            return
+        queued = m.queued()
+        want = 0 if m.pause in ("out", "all") else min(count, len(queued))
+        if m.pause in ("out", "all") and ids:
+            self.violate(f"pause-out: n{i} delivered {ids} from xm{i} paused {m.pause}")
+        self._expect(i, m, f"GETJOB NOHANG COUNT {count} (jobs)", len(ids), want)
+        for r in got:
+            jid = text(r[1])
+            mj = m.jobs.get(jid)
+            if mj is None or mj.state != "queued":
+                self.violate(f"model-read: n{i} GETJOB gave {jid}, not queued in the model")
+                continue
+            if counters:
+                self._expect(i, m, f"GETJOB counters of {jid}", [r[4], r[6]], [mj.nacks, mj.adds])
+            mj.state = "active"
+
+    async def _m_dispose(self, i: int) -> None:
+        m = await self._sync(i)
+        if m is None or not m.jobs:
+            return
+        jid = self.rng.choice(sorted(m.jobs))
+        mj = m.jobs[jid]
+        cmd = self.rng.choice(
+            ("ACKJOB", "FASTACK", "NACK", "ENQUEUE", "DEQUEUE", "DELJOB", "WORKING")
+        )
+        reply = await self.call(i, cmd, jid)
+        self.record(cmd.lower(), {"node": i, "id": jid, "reply": text(reply)})
+        self.probe(
+            {
+                "ACKJOB": "cmd-ackjob-delivering-node",
+                "FASTACK": "cmd-fastack-delivering-node",
+            }.get(cmd, f"cmd-{cmd.lower()}")
+        )
+        if cmd in ("ACKJOB", "FASTACK") and reply == 1:
+            self.answered_ack(i, jid)
+        if m.epoch != self.epoch(i):
+            m.known = False
+            return
+        active = mj.state == "active"
+        if cmd in ("ACKJOB", "FASTACK", "DELJOB"):
+            self._expect(i, m, f"{cmd} {jid}", reply, 1)
+            del m.jobs[jid]
+        elif cmd in ("NACK", "ENQUEUE"):
+            self._expect(i, m, f"{cmd} {jid} ({mj.state})", reply, int(active))
+            if active:
+                mj.state = "queued"
+                if cmd == "NACK":
+                    mj.nacks += 1
+                else:
+                    mj.adds += 1
+        elif cmd == "DEQUEUE":
+            self._expect(i, m, f"DEQUEUE {jid} ({mj.state})", reply, int(not active))
+            mj.state = "active"
+        else:
+            # WORKING takes a queued job out of its queue, as in Disque.
+            self._expect(i, m, f"WORKING {jid}", reply, MODEL_RETRY)
+            mj.state = "active"
+
+    async def _m_reads(self, i: int, what: int | None = None) -> None:
+        m = await self._sync(i)
+        if m is None:
+            return
+        q = f"xm{i}"
+        queued = m.queued()
+        what = self.rng.randrange(5) if what is None else what
+        if what == 0:
+            reply = await self.call(i, "QLEN", q)
+            self.probe("cmd-qlen")
+            self._expect(i, m, f"QLEN {q}", reply, len(queued))
+        elif what == 1:
+            count = self.rng.choice((1, 2, 5, -1, -3, 100))
+            reply = await self.call(i, "QPEEK", q, count)
+            self.probe("cmd-qpeek")
+            want = queued[: abs(count)] if count > 0 else list(reversed(queued))[: abs(count)]
+            got = [text(r[1]) for r in reply] if isinstance(reply, list) else reply
+            self._expect(i, m, f"QPEEK {q} {count}", got, want)
+        elif what == 2:
+            reply = await self.call(i, "QSTAT", q)
+            self.probe("cmd-qstat")
+            f = fields(reply)
+            if f:  # nil: the queue does not exist here (now empty and idle)
+                self._expect(i, m, f"QSTAT {q} len", f.get("len"), len(queued))
+                self._expect(i, m, f"QSTAT {q} pause", text(f.get("pause")), m.pause)
+        elif what == 3 and m.jobs:
+            jid = self.rng.choice(sorted(m.jobs))
+            mj = m.jobs[jid]
+            reply = await self.call(i, "SHOW", jid)
+            self.probe("cmd-show")
+            f = fields(reply)
+            got = [text(f.get("state")), f.get("nacks"), f.get("additional-deliveries")]
+            self._expect(i, m, f"SHOW {jid}", got, [mj.state, mj.nacks, mj.adds])
+        else:
+            seen: set[str] = set()
+            cursor: Any = 0
+            for _ in range(1000):
+                reply = await self.call(i, "JSCAN", cursor, "COUNT", 2, "QUEUE", q)
+                cursor = text(reply[0])
+                seen.update(text(x) for x in reply[1])
+                if cursor == "0":
+                    break
+            self.probe("cmd-jscan")
+            self._expect(i, m, f"JSCAN QUEUE {q}", sorted(seen), sorted(m.jobs))
+
+    async def _m_pause(self, i: int) -> None:
+        m = await self._sync(i)
+        if m is None:
+            return
+        how = self.rng.choice(("in", "out", "all", "none", "none"))
+        reply = await self.call(i, "PAUSE", f"xm{i}", how)
+        self.probe(f"cmd-pause-{how}")
+        self.record("pause", {"node": i, "queue": f"xm{i}", "how": how, "reply": text(reply)})
+        if m.epoch != self.epoch(i):
+            m.known = False
+            return
+        self._expect(i, m, f"PAUSE xm{i} {how}", text(reply), how)
+        m.pause = how
+
+    # -------------------------------------------------------- wild queue
+
+    async def _w_add(self, i: int) -> None:
+        self.n += 1
+        body = f"xw-{self.n}"
+        copies = self.rng.randint(1, self.world.count)
+        delay = self.rng.randint(0, 2)
+        ttl = self.rng.randint(delay + 10, 40)
+        retry = self.rng.randint(1, 5)
+        args: list[Any] = ["ADDJOB", WILD, body, 500]
+        every = self.rng.random() < 0.5
+        if every or self.rng.random() < 0.5:
+            args += ["REPLICATE", copies]
+        if every or delay:
+            args += ["DELAY", delay]
+        if every or self.rng.random() < 0.5:
+            args += ["RETRY", retry, "TTL", ttl]
+        if every or self.rng.random() < 0.3:
+            args += ["MAXLEN", 10_000]
+        if every or self.rng.random() < 0.3:
+            args += ["ASYNC"]
+        reply = await self.call(i, *args)
+        self.record("add", {"node": i, "body": body, "args": [text(a) for a in args[4:]]})
+        if every and text(reply).startswith("D-"):
+            self.probe("cmd-addjob-every-option")
+
+    async def _w_get(self, i: int) -> None:
+        world = self.world
+        if self.rng.random() < 0.5:
+            args: list[Any] = ["GETJOB", "NOHANG"]
+            self.probe("cmd-getjob-nohang")
+        else:
+            args = ["GETJOB", "TIMEOUT", self.rng.randint(10, 200)]
+            self.probe("cmd-getjob-timeout")
+        args += ["COUNT", 2, "WITHCOUNTERS", "FROM", WILD]
+        self.probe("cmd-getjob-count")
+        self.probe("cmd-getjob-withcounters")
+        reply = await self.call(i, *args)
+        if isinstance(reply, ReplyError):
+            if i not in self.leaving and not text(reply).startswith("LEAVING"):
+                self.violate(f"absurd: n{i} GETJOB answered {text(reply)!r}")
+            return
+        for r in rows(reply):
+            jid = text(r[1])
+            if r[3] != b"nacks" or not isinstance(r[4], int) or r[4] < 0 or r[6] < 0:
+                self.violate(f"absurd: n{i} GETJOB WITHCOUNTERS gave {r!r}")
+            self.record("get", {"node": i, "id": jid})
+            await self._w_dispose(i, jid)
+            if not world.nodes[i].up:
+                return
+
+    async def _w_dispose(self, i: int, jid: str) -> None:
+        """Ack on the delivering node, another holder, or a stranger; or
+        NACK, WORKING, or nothing."""
+        how = self.rng.randrange(5)
+        cmd = self.rng.choice(("ACKJOB", "FASTACK"))
+        kind = "ack" if cmd == "ACKJOB" else "fastack"
+        if how == 0:
+            reply = await self.call(i, cmd, jid)
+            self.probe(
+                f"cmd-{kind}job-delivering-node"
+                if kind == "ack"
+                else "cmd-fastack-delivering-node"
+            )
+            if reply == 1:
+                self.answered_ack(i, jid)
+            return
+        if how in (1, 2):
+            others = [j for j in self.world.up_indexes() if j != i]
+            if not others:
+                return
+            j = self.rng.choice(others)
+            show = await self.call(j, "SHOW", jid)
+            self.probe("cmd-show")
+            if show is not None:
+                state = text(fields(show).get("state"))
+                if state not in STATES:
+                    self.violate(f"absurd: n{j} SHOW {jid} state {state!r}")
+            where = "other" if show is not None else "stranger"
+            reply = await self.call(j, cmd, jid)
+            name = "ackjob" if kind == "ack" else "fastack"
+            self.probe(f"cmd-{name}-{where}-node")
+            if reply == 1:
+                self.answered_ack(j, jid)
+            return
+        if how == 3:
+            await self.call(i, "NACK", jid)
+            self.probe("cmd-nack")
+        else:
+            await self.call(i, "WORKING", jid)
+            self.probe("cmd-working")
+
+    async def _w_pause(self, i: int) -> None:
+        how = self.rng.choice(("in", "out", "all", "none", "none", "none"))
+        args: list[Any] = ["PAUSE", WILD, how]
+        if self.rng.random() < 0.5:
+            args.append("BCAST")
+            self.probe("cmd-pause-bcast")
+        reply = await self.call(i, *args)
+        self.probe(f"cmd-pause-{how}")
+        if text(reply) != how:
+            self.violate(f"absurd: n{i} {' '.join(map(str, args))} answered {text(reply)!r}")
+        if how in ("out", "all"):
+            got = await self.call(i, "GETJOB", "NOHANG", "FROM", WILD)
+            if rows(got):
+                self.violate(f"pause-out: n{i} delivered {got!r} from {WILD} paused {how}")
+
+    async def _a_add(self, i: int) -> None:
+        world = self.world
+        if not world.healthy(True) or i in self.leaving:
+            return
+        copies = self.rng.randint(1, world.count)
+        self.n += 1
+        body = f"xa-{self.n}"
+        disturbed = sum(self.disturbed.values())
+        reply = await self.call(i, "ADDJOB", ASYNC_Q, body, 0, "REPLICATE", copies, "ASYNC")
+        self.record("add", {"node": i, "body": body, "copies": copies, "reply": text(reply)})
+        if not text(reply).startswith("D-"):
+            return
+        jid = text(reply)
+        since = trio.current_time()
+        crashes, resets = world.probes["crash"], world.net.resets
+        await trio.sleep(ASYNC_SETTLE_S)
+        if (
+            not world.healthy()
+            or world.net.changed_at >= since
+            or (world.probes["crash"], world.net.resets) != (crashes, resets)
+            or sum(self.disturbed.values()) != disturbed
+        ):
+            return
+        holders = sorted(world.registered_at.get(jid, {}))
+        self.probe("async-replication-checked")
+        if len(holders) < copies:
+            self.violate(
+                f"async-replicated: {jid} (REPLICATE {copies} ASYNC on n{i}) held by "
+                f"{holders} {ASYNC_SETTLE_S:.0f}s later in a healthy cluster"
+            )
+
+    async def _reads_anywhere(self, i: int) -> None:
+        """Reads of any queue on any node: never absurd."""
+        q = self.rng.choice(("q", WILD, ASYNC_Q))
+        what = self.rng.randrange(4)
+        if what == 0:
+            n = await self.call(i, "QLEN", q)
+            self.probe("cmd-qlen")
+            if not isinstance(n, int) or n < 0:
+                self.violate(f"absurd: n{i} QLEN {q} answered {n!r}")
+        elif what == 1:
+            reply = await self.call(i, "QPEEK", q, 3)
+            self.probe("cmd-qpeek")
+            if not isinstance(reply, list) or len(reply) > 3:
+                self.violate(f"absurd: n{i} QPEEK {q} 3 answered {reply!r}")
+        elif what == 2:
+            reply = await self.call(i, "QSTAT", q)
+            self.probe("cmd-qstat")
+            f = fields(reply)
+            if f and not (isinstance(f.get("len"), int) and f["len"] >= 0):
+                self.violate(f"absurd: n{i} QSTAT {q} len {f.get('len')!r}")
+        else:
+            seen: set[str] = set()
+            cursor = "0"
+            for _ in range(1000):
+                reply = await self.call(i, "QSCAN", cursor, "COUNT", 2)
+                cursor = text(reply[0])
+                seen.update(text(x) for x in reply[1])
+                if cursor == "0":
+                    break
+            self.probe("cmd-qscan")
+            m = self.model(i)
+            if m is not None and m.queued() and f"xm{i}" not in seen:
+                self.violate(f"model-read: n{i} QSCAN missed xm{i} ({len(m.queued())} queued)")
+
+    # ------------------------------------------------------------- admin
+
+    async def _admin(self, start: float) -> None:
+        plan, world, rng = self.plan, self.world, self.admin_rng
+        actions = [a for bit, a in enumerate(ADMIN_ACTIONS) if plan.admin_mask >> bit & 1]
+        times = sorted(rng.uniform(0.1, 0.75) * plan.duration for _ in actions)
+        rng.shuffle(actions)
+        for action, at in zip(actions, times, strict=True):
+            await trio.sleep_until(start + at)
+            if self.workload._stop_producing.is_set():
+                return
+            up = world.up_indexes()
+            if not up:
+                continue
+            i = rng.choice(up)
+            self.record("admin", {"action": action, "node": i})
+            try:
+                await getattr(self, f"_admin_{action}")(i, start)
+            except Unknown as e:
+                self.record("error", {"node": i, "admin": action, "error": str(e)})
+
+    async def _admin_config(self, i: int, start: float) -> None:
+        rng = self.admin_rng
+        fsync = self.world.appendfsync
+        stronger = {"no": "everysec", "everysec": "always", "always": "always"}[fsync]
+        sets = [
+            ("maxmemory", rng.choice(("1gb", "100mb")), "0", "admin-config-maxmemory"),
+            ("appendfsync", stronger, fsync, "admin-config-appendfsync"),
+            (
+                "cluster-node-timeout",
+                str(rng.randint(2000, 8000)),
+                None,
+                "admin-config-node-timeout",
+            ),
+        ]
+        restore = []
+        for name, value, back, probe in sets:
+            if back is None:
+                old = await self.call(i, "CONFIG", "GET", name)
+                back = text(old[1])
+            reply = await self.call(i, "CONFIG", "SET", name, value)
+            if text(reply) != "OK":
+                self.violate(f"absurd: n{i} CONFIG SET {name} {value} answered {text(reply)!r}")
+            self.probe(probe)
+            restore.append((name, back))
+        await trio.sleep(rng.uniform(1, 4))
+        for name, back in restore:
+            await self.call(i, "CONFIG", "SET", name, back)
+
+    async def _admin_bgrewriteaof(self, i: int, start: float) -> None:
+        self.bg_pending.add(i)
+        reply = await self.call(i, "BGREWRITEAOF")
+        self.probe("admin-bgrewriteaof")
+        if not text(reply).startswith(("Background", "ERR Background")):
+            self.violate(f"absurd: n{i} BGREWRITEAOF answered {text(reply)!r}")
+
+    def _forgotten(self, node: SimNode, before: set[str], sent: float) -> None:
+        """The jobs a flush or reset of ``node`` dropped: those it held when
+        the command was sent and those it registered until the reply."""
+        world = self.world
+        gone = set(before)
+        for jid, at in world.registered_at.items():
+            if at.get(node.name, -1.0) >= sent:
+                gone.add(jid)
+        for jid in sorted(gone):
+            world.amnesia.setdefault(jid, set()).add(node.name)
+        world.trace.record(node.name, "node", {"ev": "flushed", "ids": len(gone)})
+
+    def _held(self, node: SimNode) -> set[str]:
+        return {
+            job.id
+            for job in node.server.node.jobs.values()
+            if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
+        }
+
+    def _acks_only_here(self, node: SimNode) -> None:
+        """Acks only this node knew of die with its flush (as with a crash)."""
+        world = self.world
+        elsewhere = {
+            job.id
+            for n in world.nodes
+            if n.up and n is not node
+            for job in n.server.node.jobs.values()
+            if job.state == JobState.ACKED
+        }
+        world.acks_lost.update(
+            job.id
+            for job in node.server.node.jobs.values()
+            if job.state == JobState.ACKED and job.id not in elsewhere
+        )
+
+    async def _admin_flushall(self, i: int, start: float) -> None:
+        node = self.world.nodes[i]
+        before, sent = self._held(node), trio.current_time()
+        self._acks_only_here(node)
+        self.disturbed[i] += 1
+        try:
+            reply = await self.call(i, "DEBUG", "FLUSHALL")
+        finally:
+            self._forgotten(node, before, sent)
+            self.disturbed[i] += 1
+        self.probe("admin-flushall")
+        if text(reply) != "OK":
+            self.violate(f"absurd: n{i} DEBUG FLUSHALL answered {text(reply)!r}")
+
+    async def _admin_leaving(self, i: int, start: float) -> None:
+        world = self.world
+        if world.count < 2:
+            return
+        self.leaving.add(i)
+        self.ever_left.add(i)
+        self.disturbed[i] += 1
+        reply = await self.call(i, "CLUSTER", "LEAVING", "yes")
+        self.probe("admin-leaving")
+        if text(reply) != "OK":
+            self.violate(f"absurd: n{i} CLUSTER LEAVING yes answered {text(reply)!r}")
+        until = trio.current_time() + self.admin_rng.uniform(2, 5)
+        while trio.current_time() < until:
+            await trio.sleep(self.admin_rng.uniform(0.2, 0.8))
+            node = world.nodes[i]
+            if not node.up or not node.server.node.leaving:
+                continue  # a crash may bring it back: the flag is in nodes.conf
+            incarnation = node.incarnation
+            try:
+                got = await self.call(i, "GETJOB", "TIMEOUT", 300, "FROM", EMPTY_Q)
+            except Unknown:
+                continue
+            if node.incarnation != incarnation or not node.server.node.leaving:
+                continue
+            self.probe("leaving-refused-getjob")
+            if not (isinstance(got, ReplyError) and text(got).startswith("LEAVING")):
+                self.violate(f"leaving: n{i} (leaving) answered a blocking GETJOB with {got!r}")
+        await self.call(i, "CLUSTER", "LEAVING", "no")
+        self.leaving.discard(i)
+        self.disturbed[i] += 1
+
+    def _quiet(self, i: int, start: float, length: float) -> bool:
+        """No crash-like fault of the plan touches node i in the window
+        (a controlled restart must not race a fault's restart)."""
+        now = trio.current_time() - start
+        for f in self.plan.active_faults():
+            if f.name not in ("crash", "wipe", "torn-crash") or f.victim % self.world.count != i:
+                continue
+            lo, hi = f.start / 10 - 1, f.start / 10 + max(0.1, f.length / 10) + 1
+            if lo < now + length and now < hi:
+                return False
+        return True
+
+    async def _admin_shutdown(self, i: int, start: float) -> None:
+        world = self.world
+        down = self.admin_rng.uniform(0.5, 2.0)
+        candidates = [j for j in world.up_indexes() if self._quiet(j, start, down + 3)]
+        if not candidates:
+            return
+        i = self.admin_rng.choice(candidates)
+        node = world.nodes[i]
+        self.disturbed[i] += 1
+        incarnation = node.incarnation
+        try:
+            reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
+            if text(reply) != "OK":
+                self.violate(f"absurd: n{i} SHUTDOWN REWRITE-AOF answered {text(reply)!r}")
+                return
+        except Unknown:
+            pass  # the connection closes: no reply, as in Redis
+        with trio.CancelScope(shield=True):
+            await node.done.wait()
+            if not node.up or node.incarnation != incarnation:
+                return  # a crash fault got there first and owns the restart
+            held = {
+                job.id: job.etime
+                for job in node.server.node.jobs.values()
+                if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
+            }
+            node.held_at_crash = dict(held)
+            node.up = False
+            assert node.handle is not None
+            node.handle.alive = False
+            world.net.fence(node.port)
+            world.trace.record(node.name, "node", {"ev": "shutdown", "held": len(held)})
+            await trio.sleep(down)
+            node.wiped = False
+            await world.restart(i)
+            self.controlled.add((node.name, node.incarnation))
+            self.probe("admin-shutdown-restart")
+            now = node.server.node.now_ms()
+            forgot = sorted(
+                j for j, et in held.items() if j not in node.loaded and et * 1000 > now
+            )
+            if forgot:
+                self.violate(
+                    f"shutdown-no-amnesia: {node.name} restarted after SHUTDOWN REWRITE-AOF "
+                    f"without {forgot[:3]} ({len(forgot)} jobs)"
+                )
+        self.disturbed[i] += 1
+
+    async def _admin_replace(self, i: int, start: float) -> None:
+        """The operator replaces node i: CLUSTER RESET HARD (every job and
+        node forgotten, a new ID), FORGET of the old ID on every other node,
+        MEET."""
+        world = self.world
+        if world.count < 2:
+            return
+        node = world.nodes[i]
+        old = node.server.node.node_id
+        before, sent = self._held(node), trio.current_time()
+        self._acks_only_here(node)
+        self.disturbed[i] += 1
+        try:
+            reply = await self.call(i, "CLUSTER", "RESET", "HARD")
+        finally:
+            self._forgotten(node, before, sent)
+        if text(reply) != "OK":
+            self.violate(f"absurd: n{i} CLUSTER RESET HARD answered {text(reply)!r}")
+            return
+        node.old_ids.append(old)
+        for j in world.up_indexes():
+            if j == i:
+                continue
+            with trio.move_on_after(CALL_TIMEOUT_S):
+                try:
+                    await self.call(j, "CLUSTER", "FORGET", old)
+                    self.probe("admin-forget")
+                except Unknown:
+                    pass
+        others = [j for j in world.up_indexes() if j != i]
+        if others:
+            other = world.nodes[self.admin_rng.choice(others)]
+            await self.call(i, "CLUSTER", "MEET", "127.0.0.1", other.port)
+            self.probe("admin-meet")
+        self.disturbed[i] += 1
