@@ -159,6 +159,7 @@ class Explorer:
         self.disturbed = Counter[int]()  # node index -> flushes, resets, leaving toggles
         self.leaving: set[int] = set()  # nodes told LEAVING yes (and not yet no)
         self.ever_left: set[int] = set()
+        self.replaced: set[int] = set()
         self.controlled: set[tuple[str, int]] = set()  # (node, incarnation) of controlled restarts
         # node name -> job id -> incarnation that answered its ACKJOB/FASTACK.
         self.answered: dict[str, dict[str, int]] = {}
@@ -210,7 +211,11 @@ class Explorer:
     # ------------------------------------------------------- white-box
 
     def observe(self, node: SimNode, event: str, job: Job, loading: bool) -> None:
-        """acked-survives-restart (see the module docstring)."""
+        """acked-survives-restart (see the module docstring); and a node
+        that replicated a job externally (leaving, short of memory) is no
+        holder of it: it kept its copy only until the others had theirs."""
+        if event == "deleted" and node.server.node.node_id not in job.nodes_delivered:
+            self.world.holders.get(job.id, set()).discard(node.name)
         answered = self.answered.get(node.name)
         if not answered or job.id not in answered:
             return
@@ -244,12 +249,13 @@ class Explorer:
         """Safety phase: commands until the producers stop, admin meanwhile."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._aof_watch)
-            if self.plan.admin_mask:
-                nursery.start_soon(self._admin, start)
-            if self.plan.explore:
-                await self._commands()
-            else:
-                await self.workload._stop_producing.wait()
+            # An admin action under way when the producers stop completes
+            # (a reset node still meets the others, a stopped one restarts).
+            async with trio.open_nursery() as work:
+                if self.plan.admin_mask:
+                    work.start_soon(self._admin, start)
+                if self.plan.explore:
+                    work.start_soon(self._commands)
             nursery.cancel_scope.cancel()
 
     async def liveness(self) -> None:
@@ -264,6 +270,8 @@ class Explorer:
                     pass
             self.leaving.discard(i)
             self.disturbed[i] += 1
+        for i in sorted(self.replaced):
+            await self.world.introduce(i)  # in case its MEET was lost to a fault
         if not self.plan.explore:
             return
         try:
@@ -848,6 +856,8 @@ class Explorer:
         """No crash-like fault of the plan touches node i in the window
         (a controlled restart must not race a fault's restart)."""
         now = trio.current_time() - start
+        if now + length >= self.plan.duration:
+            return False  # the liveness phase restarts every node down
         for f in self.plan.active_faults():
             if f.name not in ("crash", "wipe", "torn-crash") or f.victim % self.world.count != i:
                 continue
@@ -882,7 +892,9 @@ class Explorer:
                 for job in node.server.node.jobs.values()
                 if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
             }
-            node.held_at_crash = dict(held)
+            # Checked below (a clean stop excuses no amnesia, whatever the
+            # fsync policy), not by the crash bookkeeping of World.restart.
+            node.held_at_crash = {}
             node.up = False
             assert node.handle is not None
             node.handle.alive = False
@@ -890,6 +902,8 @@ class Explorer:
             world.trace.record(node.name, "node", {"ev": "shutdown", "held": len(held)})
             await trio.sleep(down)
             node.wiped = False
+            if node.up:
+                return
             await world.restart(i)
             self.controlled.add((node.name, node.incarnation))
             self.probe("admin-shutdown-restart")
@@ -924,6 +938,7 @@ class Explorer:
             self.violate(f"absurd: n{i} CLUSTER RESET HARD answered {text(reply)!r}")
             return
         node.old_ids.append(old)
+        self.replaced.add(i)
         for j in world.up_indexes():
             if j == i:
                 continue

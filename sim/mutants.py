@@ -18,9 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from disque_trio.core import clusterjobs as cj
+from disque_trio.core import jobcmds, queuecmds
+from disque_trio.core import node as core_node
 from disque_trio.core import records as core_records
+from disque_trio.core.commands import CORE_COMMANDS, Command
 from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
 from disque_trio.core.node import Node
+from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
 from disque_trio.server.aof import AppendOnlyFile
 
@@ -192,6 +196,121 @@ def pause_in_ignored() -> contextlib.AbstractContextManager[None]:
     return handler(bus.ReplJob, on_repljob)
 
 
+# ------------------------------------- issue #16: the explorer's checks
+
+
+def command(
+    name: str, fn: Callable[[Node, list[bytes]], Any]
+) -> contextlib.AbstractContextManager[None]:
+    """Replace a core command's handler (each NodeServer copies the table
+    when it starts: the mutant is applied before the World is built)."""
+    old = CORE_COMMANDS[name]
+    return patched_item(CORE_COMMANDS, name, Command(old.name, old.arity, old.flags, fn))
+
+
+@contextlib.contextmanager
+def patched_item(table: dict[str, Any], key: str, value: Any) -> Iterator[None]:
+    old = table[key]
+    table[key] = value
+    try:
+        yield
+    finally:
+        table[key] = old
+
+
+def nack_counts_delivery() -> contextlib.AbstractContextManager[None]:
+    """NACK counts an additional delivery instead of a nack (model-read:
+    SHOW, GETJOB WITHCOUNTERS)."""
+    return command("nack", lambda node, argv: jobcmds._enqueue_generic(node, argv, False))
+
+
+def jscan_drops_page_end() -> contextlib.AbstractContextManager[None]:
+    """JSCAN leaves out the last job of every page but the final one
+    (model-read: JSCAN completeness)."""
+
+    def jscan(node: Node, argv: list[bytes]) -> Any:
+        reply = jobcmds.jscan(node, argv)
+        assert isinstance(reply, list)
+        cursor, items = reply
+        if cursor != "0" and isinstance(items, list) and len(items) > 1:
+            return [cursor, items[:-1]]
+        return reply
+
+    return command("jscan", jscan)
+
+
+def pause_out_ignored() -> contextlib.AbstractContextManager[None]:
+    """GETJOB takes jobs from a queue paused out (pause-out)."""
+    return patched(queuecmds, "PAUSED_OUT", 0)
+
+
+def leaving_getjob_blocks() -> contextlib.AbstractContextManager[None]:
+    """A leaving node lets GETJOB block instead of answering -LEAVING (leaving)."""
+
+    def getjob(node: Node, argv: list[bytes]) -> Any:
+        with patched(node, "leaving", False):
+            return queuecmds.getjob(node, argv)
+
+    return command("getjob", getjob)
+
+
+def ack_not_persisted() -> contextlib.AbstractContextManager[None]:
+    """Acks and deletions write no AOF record: a restarted node loads acked
+    and collected jobs back as live ones (acked-survives-restart)."""
+
+    class NoAckLog:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(aof_records, name)
+
+        @staticmethod
+        def ackjob(job_id: str) -> bytes:
+            return b""
+
+        @staticmethod
+        def deljob(job_id: str) -> bytes:
+            return b""
+
+    return patched(core_node, "aof", NoAckLog())
+
+
+def async_one_copy_short() -> contextlib.AbstractContextManager[None]:
+    """ADDJOB ASYNC sends one copy fewer than REPLICATE asks (async-replicated)."""
+    original = cj.replicate
+
+    def replicate(node: Any, job: Job, count: int, noreply: bool) -> int:
+        if noreply and count > 0 and job.id not in node.jobs:
+            count -= 1
+        return original(node, job, count, noreply)
+
+    return patched(cj, "replicate", replicate)
+
+
+def shutdown_rewrite_drops_active() -> contextlib.AbstractContextManager[None]:
+    """SHUTDOWN REWRITE-AOF writes the queued jobs only (shutdown-no-amnesia)."""
+
+    def shutdown_rewrite(self: AppendOnlyFile) -> None:
+        node = self.server.node
+        data = b"".join(
+            aof_records.loadjob(core_records.job_record(j))
+            for j in node.jobs.values()
+            if j.body is not None and j.state == JobState.QUEUED
+        )
+        self.disk.replace(self.path, data)
+
+    return patched(AppendOnlyFile, "shutdown_rewrite", shutdown_rewrite)
+
+
+EXPLORER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "nack-counts-delivery": nack_counts_delivery,
+    "jscan-drops-page-end": jscan_drops_page_end,
+    "pause-out-ignored": pause_out_ignored,
+    "leaving-getjob-blocks": leaving_getjob_blocks,
+    "ack-not-persisted": ack_not_persisted,
+    "async-one-copy-short": async_one_copy_short,
+    "shutdown-rewrite-drops-active": shutdown_rewrite_drops_active,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -204,6 +323,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "ack-not-marked": ack_not_marked,
     "setack-not-answered": setack_not_answered,
 }
+MUTANTS.update(EXPLORER_MUTANTS)
 
 
 @contextlib.contextmanager
