@@ -81,6 +81,7 @@ COMMAND_PROBES = (
     "admin-forget",
     "admin-leaving",
     "leaving-refused-getjob",
+    "leaving-served-queued",
     "admin-config-maxmemory",
     "admin-config-appendfsync",
     "admin-config-node-timeout",
@@ -692,10 +693,20 @@ class Explorer:
             if not isinstance(n, int) or n < 0:
                 self.violate(f"absurd: n{i} QLEN {q} answered {n!r}")
         elif what == 1:
+            node = self.world.nodes[i]
+            incarnation = node.incarnation
             reply = await self.call(i, "QPEEK", q, 3)
             self.probe("cmd-qpeek")
             if not isinstance(reply, list) or len(reply) > 3:
                 self.violate(f"absurd: n{i} QPEEK {q} 3 answered {reply!r}")
+                return
+            # A job whose ack this node answered (and that no other holder
+            # sent it again since) is never listed as queued here.
+            answered = self.answered.get(node.name, {})
+            for row in reply:
+                jid = text(row[1])
+                if answered.get(jid) == incarnation == node.incarnation:
+                    self.violate(f"absurd: n{i} QPEEK {q} lists {jid}, whose ack it answered")
         elif what == 2:
             reply = await self.call(i, "QSTAT", q)
             self.probe("cmd-qstat")
@@ -848,6 +859,20 @@ class Explorer:
             self.probe("leaving-refused-getjob")
             if not (isinstance(got, ReplyError) and text(got).startswith("LEAVING")):
                 self.violate(f"leaving: n{i} (leaving) answered a blocking GETJOB with {got!r}")
+            # It still serves what it holds: nobody else takes xm<i> jobs.
+            try:
+                stat = fields(await self.call(i, "QSTAT", f"xm{i}"))
+                if stat.get("len", 0) and text(stat.get("pause")) in ("none", "in"):
+                    got = await self.call(i, "GETJOB", "NOHANG", "FROM", f"xm{i}")
+                    if node.incarnation == incarnation and node.server.node.leaving:
+                        self.probe("leaving-served-queued")
+                        if not rows(got):
+                            self.violate(
+                                f"leaving: n{i} (leaving) holds {stat['len']} queued xm{i} "
+                                f"jobs, GETJOB NOHANG answered {got!r}"
+                            )
+            except Unknown:
+                continue
         await self.call(i, "CLUSTER", "LEAVING", "no")
         self.leaving.discard(i)
         self.disturbed[i] += 1

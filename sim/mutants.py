@@ -26,6 +26,7 @@ from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
+from disque_trio.protocol.replies import NULL_ARRAY
 from disque_trio.server.aof import AppendOnlyFile
 
 from .sweep import run_seed_process
@@ -254,6 +255,18 @@ def leaving_getjob_blocks() -> contextlib.AbstractContextManager[None]:
     return command("getjob", getjob)
 
 
+def leaving_serves_nothing() -> contextlib.AbstractContextManager[None]:
+    """A leaving node stops delivering the jobs it holds (leaving: it keeps
+    serving them until they move on)."""
+
+    def getjob(node: Node, argv: list[bytes]) -> Any:
+        if node.leaving:
+            return NULL_ARRAY
+        return queuecmds.getjob(node, argv)
+
+    return command("getjob", getjob)
+
+
 def ack_not_persisted() -> contextlib.AbstractContextManager[None]:
     """Acks and deletions write no AOF record: a restarted node loads acked
     and collected jobs back as live ones (acked-survives-restart)."""
@@ -305,6 +318,7 @@ EXPLORER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]
     "jscan-drops-page-end": jscan_drops_page_end,
     "pause-out-ignored": pause_out_ignored,
     "leaving-getjob-blocks": leaving_getjob_blocks,
+    "leaving-serves-nothing": leaving_serves_nothing,
     "ack-not-persisted": ack_not_persisted,
     "async-one-copy-short": async_one_copy_short,
     "shutdown-rewrite-drops-active": shutdown_rewrite_drops_active,
