@@ -153,16 +153,11 @@ def addjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
     node.stats.added_jobs += 1
     if external:
         job.nodes_delivered = ()
-    if (additional > 0 or external) and not args.async_:
+    # A node that keeps no copy answers only once another node has one,
+    # ASYNC or not: sent in the background, a copy lost to the network (a
+    # partition, a crash, no link up) would be the job lost after an OK.
+    if external or (additional > 0 and not args.async_):
         return cj.start_sync_replication(node, job, args.timeout)
-    if external:
-        # ASYNC and no local copy: replicate, have one holder queue it, forget.
-        # No link up to any reachable node: the job would exist nowhere.
-        if not cj.replicate(node, job, additional, noreply=True):
-            node.stats.replication_failures += 1
-            raise _norepl(node, external, additional)
-        cj.send_enqueue(node, job)
-        return Status(job.id)
     if additional > 0:
         cj.replicate(node, job, additional, noreply=True)
     if job.delay == 0:

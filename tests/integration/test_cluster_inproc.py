@@ -162,15 +162,18 @@ async def test_leaving_node_async_job_without_links_is_norepl(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """Reachable peers but no bus link up to any: an ASYNC job of a leaving
-    node could go nowhere, so it is refused instead of answered OK and lost
-    (simulator seed 17)."""
+    node could go nowhere. It waits for a copy like a synchronous one and is
+    refused at its timeout, instead of answered OK and lost (simulator seeds
+    17 and 165)."""
     async with memory_cluster(3) as nodes:
         c = await nodes[0].client()
         assert await c.call("CLUSTER", "LEAVING", "yes") == Status("OK")
         for peer in nodes[0].server.node.cluster.others():
             peer.link_up = False
-        reply = await c.call("ADDJOB", "q", "body", 0, "REPLICATE", 1, "ASYNC")
+        with trio.fail_after(5):
+            reply = await c.call("ADDJOB", "q", "body", 100, "REPLICATE", 1, "ASYNC")
         assert isinstance(reply, ReplyError) and reply.code == "NOREPL", reply
+        assert not any(n.server.node.jobs for n in nodes)
 
 
 async def test_memory_pressure_means_external_replication(
