@@ -34,7 +34,8 @@ record under ``appendfsync`` everysec or no.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -42,54 +43,10 @@ import trio
 from disque_trio.core.job import Job, JobState
 from disque_trio.protocol.replies import ReplyError, Status
 
-if TYPE_CHECKING:
-    from .workload import Workload
-    from .world import SimNode, World
+from .plan import Plan
+from .probes import COMMAND_PROBES as COMMAND_PROBES
+from .world import SimNode, World
 
-COMMAND_PROBES = (
-    "cmd-addjob-every-option",
-    "cmd-addjob-maxlen-refused",
-    "cmd-getjob-nohang",
-    "cmd-getjob-timeout",
-    "cmd-getjob-count",
-    "cmd-getjob-withcounters",
-    "cmd-ackjob-delivering-node",
-    "cmd-ackjob-other-node",
-    "cmd-ackjob-stranger-node",
-    "cmd-fastack-delivering-node",
-    "cmd-fastack-other-node",
-    "cmd-fastack-stranger-node",
-    "cmd-nack",
-    "cmd-working",
-    "cmd-enqueue",
-    "cmd-dequeue",
-    "cmd-deljob",
-    "cmd-show",
-    "cmd-qlen",
-    "cmd-qpeek",
-    "cmd-qstat",
-    "cmd-qscan",
-    "cmd-jscan",
-    "cmd-pause-in",
-    "cmd-pause-out",
-    "cmd-pause-all",
-    "cmd-pause-none",
-    "cmd-pause-bcast",
-    "model-read-checked",
-    "async-replication-checked",
-    "admin-meet",
-    "admin-forget",
-    "admin-leaving",
-    "leaving-refused-getjob",
-    "leaving-served-queued",
-    "admin-config-maxmemory",
-    "admin-config-appendfsync",
-    "admin-config-node-timeout",
-    "admin-bgrewriteaof",
-    "admin-auto-rewrite",
-    "admin-flushall",
-    "admin-shutdown-restart",
-)
 # Admin actions, by bit of Plan.admin_mask.
 ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "replace")
 MODEL_RETRY = 900  # longer than any run: a model job is never queued again by its node
@@ -150,10 +107,19 @@ class Model:
 
 
 class Explorer:
-    def __init__(self, workload: Workload, world: World) -> None:
-        self.workload = workload
+    def __init__(
+        self,
+        world: World,
+        plan: Plan,
+        record: Callable[[str, str, dict[str, Any]], None],
+        stop: trio.Event,
+    ) -> None:
+        """``record(client, op, data)`` adds to the workload's history;
+        ``stop`` is set when the producers stop (the safety phase ends)."""
         self.world = world
-        self.plan = workload.plan
+        self.plan = plan
+        self._record = record
+        self.stop = stop
         self.rng = world.child_rng()
         self.admin_rng = world.child_rng()
         self.models = [Model() for _ in range(world.count)]
@@ -178,7 +144,7 @@ class Explorer:
         self.world._violate(text_)
 
     def record(self, op: str, data: dict[str, Any]) -> None:
-        self.workload.record("x", f"x-{op}", data)
+        self._record("x", f"x-{op}", data)
 
     async def call(self, index: int, *args: Any) -> Any:
         """One command on a fresh connection to node ``index``; Unknown when
@@ -307,7 +273,7 @@ class Explorer:
 
     async def _commands(self) -> None:
         world = self.world
-        stop = self.workload._stop_producing
+        stop = self.stop
         ops = (
             (self._m_add, 6),
             (self._m_get, 5),
@@ -623,10 +589,13 @@ class Explorer:
                 state = text(fields(show).get("state"))
                 if state not in STATES:
                     self.violate(f"absurd: n{j} SHOW {jid} state {state!r}")
-            where = "other" if show is not None else "stranger"
+            # A stranger never registered the job (the World saw every node).
+            never = self.world.nodes[j].name not in self.world.registered_at.get(jid, {})
+            where = "stranger" if never else "other" if show is not None else ""
             reply = await self.call(j, cmd, jid)
             name = "ackjob" if kind == "ack" else "fastack"
-            self.probe(f"cmd-{name}-{where}-node")
+            if where:
+                self.probe(f"cmd-{name}-{where}-node")
             if reply == 1:
                 self.answered_ack(j, jid)
             return
@@ -736,7 +705,7 @@ class Explorer:
         rng.shuffle(actions)
         for action, at in zip(actions, times, strict=True):
             await trio.sleep_until(start + at)
-            if self.workload._stop_producing.is_set():
+            if self.stop.is_set():
                 return
             up = world.up_indexes()
             if not up:

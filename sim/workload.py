@@ -104,7 +104,7 @@ class Workload:
         self._consumers_on.set()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         if plan.explore or plan.admin_mask:
-            self.explorer = Explorer(self, world)
+            self.explorer = Explorer(world, plan, self.record, self._stop_producing)
         start = trio.current_time()
         wall_start = time.perf_counter()  # for speed reports only, not traced
         world.trace.record("workload", "phase", {"ev": "safety"})

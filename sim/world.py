@@ -51,9 +51,9 @@ from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
 from .disk import DiskHandle, SimDisk
-from .explore import COMMAND_PROBES
 from .net import SimNet
 from .plan import Plan
+from .probes import COMMAND_PROBES
 from .trace import Trace
 
 BASE_PORT = 7711
