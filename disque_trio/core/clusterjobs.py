@@ -285,6 +285,11 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     if job is None:
         if node.leaving or node.memory_level() > 0:
             return  # no new copies here: the sender will try another node
+        if node.node_id not in data.nodes_delivered:
+            # Not addressed to this node: sent to the ID it had before a
+            # CLUSTER RESET HARD and delivered since. Its sender's DELJOB and
+            # SETACK go to that old ID: a copy kept here would never go.
+            return
         q = node.queues.get(data.queue)
         if q is not None and q.pause & PAUSED_IN:
             return

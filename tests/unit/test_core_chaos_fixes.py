@@ -185,3 +185,17 @@ def test_a_requeue_due_long_ago_is_announced_again() -> None:
     tick_at(node, clock, late.qtime + WILLQUEUE_ADVANCE_MS // 2)
     assert consumer.done and consumer.reply == [["q", other.id, b"body"]]
     check_invariants(node)
+
+
+def test_a_repljob_for_another_node_id_is_not_kept() -> None:
+    """Simulator seed 198 (issue #16 explorer): REPLJOBs held back by a
+    clogged link reached a node after CLUSTER RESET HARD gave it a new ID.
+    It kept copies listing only its old ID, which its sender then forgot:
+    no DELJOB or GOTACK ever reached it, and an acked copy stayed for good."""
+    node = _with_two_linked_peers()
+    job = _job_added_on(OTHER_ID, node)
+    job.nodes_delivered = (OTHER_ID, THIRD_ID)  # the old ID was THIRD_ID
+    cj.receive(node, OTHER_ID, bus.ReplJob(job_data(job, node.now_ms()), False))
+    assert job.id not in node.jobs
+    assert not any(isinstance(m, bus.GotJob) for _, m in sent(node))
+    check_invariants(node)
