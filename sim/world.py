@@ -185,6 +185,8 @@ class World:
         self.show_progress = False
         self.phase = "start"  # set by the workload
         self.peak_frame_rate = 0.0
+        self._window_frames = 0  # frames delivered since the monitor's last sample
+        self._storming = False
         # More observers of every node's job events: (node, event, job, loading).
         self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
 
@@ -436,6 +438,9 @@ class World:
             if ids:
                 data = {"ev": "recv", "msg": type(msg).__name__, "from": sender[:8], "ids": ids}
                 self.trace.record(node.name, "bus", data)
+            self._window_frames += 1
+            if self._window_frames > STORM_FRAMES_PER_S * self.count * SAMPLE_S:
+                self._storm_now()
             node.handling = type(msg)
             try:
                 dispatch(sender, msg)
@@ -554,6 +559,23 @@ class World:
 
         return observe
 
+    def _storm_now(self) -> None:
+        """message-storm within one sampling window: a storm that grows
+        fast enough keeps virtual time from reaching the monitor's next
+        sample for (wall) minutes. The run stops at once, as the monitor
+        would stop it."""
+        if self._storming or self._nursery is None:
+            return
+        self._storming = True
+        limit = STORM_FRAMES_PER_S * self.count * SAMPLE_S
+        self._violate(
+            f"message-storm: more than {limit:.0f} bus frames across {self.count} nodes "
+            f"within {SAMPLE_S}s at t={trio.current_time():.2f} "
+            f"(limit {STORM_FRAMES_PER_S}/s per node)"
+        )
+        self.virtual_seconds = trio.current_time()
+        self._nursery.cancel_scope.cancel()
+
     def _violate(self, text: str) -> None:
         if text not in self.violations:
             self.violations.append(text)
@@ -641,6 +663,7 @@ class World:
             await trio.sleep(SAMPLE_S)
             now = trio.current_time()
             current = self.frames_in()
+            self._window_frames = 0
             rate = max(0, current - frames) / SAMPLE_S
             frames = current
             self.peak_frame_rate = max(self.peak_frame_rate, rate)
