@@ -16,14 +16,17 @@ from hypothesis import strategies as st
 
 from sim.checkers import Crashes, check
 from sim.disk import DiskHandle, SimDisk
+from sim.explore import ADMIN_ACTIONS
 from sim.net import SimNet
 from sim.plan import FAULT_KINDS, Fault, Plan
+from sim.probes import COMMAND_PROBES
 from sim.runner import Outcome, execute
 from sim.runs import load_plan
 from sim.shrink import shrink_plan
 from sim.sweep import REGRESSIONS
 from sim.trace import Trace
 from sim.workload import Event
+from sim.world import PROBES
 
 from .conftest import sim_cli
 
@@ -258,6 +261,32 @@ def test_sweep_cli_reports_and_writes_regressions(tmp_path: Path) -> None:
     assert out.returncode == 0
     assert sum(1 for line in lines if line.startswith("seed ")) == 2
     assert not list(tmp_path.iterdir())
+    # Each probe with the share of the seeds that hit it.
+    assert "probe shares (2 seeds):" in lines
+    shares = [line.split() for line in lines if line.startswith("  ") and line.endswith("%")]
+    assert {row[0] for row in shares} == set(PROBES)
+    assert all(row[1] in ("0", "1", "2") for row in shares)
+
+
+def test_explorer_runs_every_admin_action_and_checks_reads() -> None:
+    """Every admin action of the explorer (sim/explore.py) in one healthy
+    run, with its model-checked reads; the run passes every check."""
+    plan = Plan(
+        seed=1,
+        extra_nodes=2,
+        extra_seconds=14,
+        extra_producers=2,
+        async_pct=30,
+        explore=3,
+        admin_mask=(1 << len(ADMIN_ACTIONS)) - 1,
+        aof_rewrite_kb=4,
+    )
+    outcome = execute(plan)
+    assert outcome.ok, outcome.violations
+    probes = outcome.world.probes
+    wanted = [p for p in COMMAND_PROBES if p.startswith(("admin-", "model-", "async-"))]
+    assert [p for p in wanted if not probes[p]] == []
+    assert probes["leaving-refused-getjob"] > 0
 
 
 def test_failing_run_prints_violation_trace_and_replay(tmp_path: Path) -> None:
