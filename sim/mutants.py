@@ -260,7 +260,8 @@ def leaving_serves_nothing() -> contextlib.AbstractContextManager[None]:
     serving them until they move on)."""
 
     def getjob(node: Node, argv: list[bytes]) -> Any:
-        if node.leaving:
+        # A GETJOB that would block still gets -LEAVING; NOHANG gets nothing.
+        if node.leaving and any(a.lower() == b"nohang" for a in argv):
             return NULL_ARRAY
         return queuecmds.getjob(node, argv)
 
