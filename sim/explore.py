@@ -282,6 +282,7 @@ class Explorer:
             (self._m_pause, 1),
             (self._w_add, 3),
             (self._w_get, 3),
+            (self._w_peek_ack, 2),
             (self._w_pause, 1),
             (self._a_add, 2),
             (self._reads_anywhere, 2),
@@ -605,6 +606,26 @@ class Explorer:
         else:
             await self.call(i, "WORKING", jid)
             self.probe("cmd-working")
+
+    async def _w_peek_ack(self, i: int) -> None:
+        """Ack a job QPEEK shows queued, then look again: a job whose ack
+        the node answered is never listed as queued there."""
+        node = self.world.nodes[i]
+        incarnation = node.incarnation
+        reply = rows(await self.call(i, "QPEEK", WILD, 1))
+        self.probe("cmd-qpeek")
+        if not reply:
+            return
+        jid = text(reply[0][1])
+        if await self.call(i, "ACKJOB", jid) != 1:
+            return
+        self.answered_ack(i, jid)
+        self.probe("cmd-ackjob-delivering-node")
+        again = rows(await self.call(i, "QPEEK", WILD, -100))
+        # (Unless another holder sent it again since: news to this node.)
+        still = self.answered.get(node.name, {}).get(jid) == incarnation == node.incarnation
+        if still and jid in {text(r[1]) for r in again}:
+            self.violate(f"absurd: n{i} QPEEK {WILD} lists {jid}, whose ack it answered")
 
     async def _w_pause(self, i: int) -> None:
         how = self.rng.choice(("in", "out", "all", "none", "none", "none"))

@@ -22,6 +22,7 @@ from disque_trio.core import jobcmds, queuecmds
 from disque_trio.core import node as core_node
 from disque_trio.core import records as core_records
 from disque_trio.core.commands import CORE_COMMANDS, Command
+from disque_trio.core.effects import Persist
 from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import aof as aof_records
@@ -268,6 +269,29 @@ def leaving_serves_nothing() -> contextlib.AbstractContextManager[None]:
     return command("getjob", getjob)
 
 
+def ack_leaves_queued() -> contextlib.AbstractContextManager[None]:
+    """ACKJOB acknowledges a queued job without taking it out of its queue
+    (absurd reads: QPEEK lists a job whose ack the node answered)."""
+
+    def acknowledge(self: Node, job: Job) -> None:
+        if job.state == JobState.ACKED:
+            return
+        in_queue = job.state == JobState.QUEUED
+        self.dequeue(job)
+        if in_queue:
+            q = self.queues.get(job.queue)
+            if q is not None:
+                q.jobs.add(job)  # back in the queue's list, the state says acked
+        job.state = JobState.ACKED
+        job.nodes_confirmed = None
+        self.update_awake(job)
+        if self.persisting and job.body is not None:
+            self.effects.append(Persist(aof_records.ackjob(job.id)))
+        self._notify("acked", job)
+
+    return patched(Node, "acknowledge", acknowledge)
+
+
 def ack_not_persisted() -> contextlib.AbstractContextManager[None]:
     """Acks and deletions write no AOF record: a restarted node loads acked
     and collected jobs back as live ones (acked-survives-restart)."""
@@ -320,6 +344,7 @@ EXPLORER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]
     "pause-out-ignored": pause_out_ignored,
     "leaving-getjob-blocks": leaving_getjob_blocks,
     "leaving-serves-nothing": leaving_serves_nothing,
+    "ack-leaves-queued": ack_leaves_queued,
     "ack-not-persisted": ack_not_persisted,
     "async-one-copy-short": async_one_copy_short,
     "shutdown-rewrite-drops-active": shutdown_rewrite_drops_active,
