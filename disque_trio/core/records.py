@@ -14,7 +14,14 @@ from collections.abc import Iterable
 
 from ..protocol import aof, bus
 from .host import JobHost
-from .job import FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, TIME_ERROR_MS, Job, JobState
+from .job import (
+    FLAG_BCAST_QUEUED,
+    FLAG_BCAST_WILLQUEUE,
+    FLAG_DELIVERED,
+    TIME_ERROR_MS,
+    Job,
+    JobState,
+)
 
 
 def job_record(job: Job) -> aof.JobRecord:
@@ -129,6 +136,12 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
         # first queueing set the flag, and the job may have been acked
         # elsewhere while we were down (a holder that knows answers SETACK).
         job.flags |= FLAG_BCAST_WILLQUEUE
+        if not rec.delay:
+            # Queued when it was added (here or by the holder told to): the
+            # record was written just before, without the flag. Queued
+            # again, it counts as an additional delivery and is announced
+            # (QUEUED), as the original, which writes it after, does.
+            job.flags |= FLAG_BCAST_QUEUED
     else:
         job.qtime = 0
     return job
@@ -174,6 +187,8 @@ def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) ->
     if enqueue_once and JobState(rec.state) == JobState.QUEUED:
         job.qtime = job.qtime or now
         job.flags &= ~FLAG_DELIVERED  # not delivered yet: it was waiting in the queue
+        # Put back where it was, not queued again: no delivery counted.
+        job.flags &= ~FLAG_BCAST_QUEUED
         node.enqueue(job, now=now)
 
 

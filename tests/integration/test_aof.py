@@ -407,6 +407,28 @@ async def test_a_reloaded_job_announces_its_requeue(
         assert job.state == JobState.ACTIVE and job.flags & FLAG_BCAST_WILLQUEUE
 
 
+async def test_a_reloaded_job_queued_again_counts_an_additional_delivery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulator seed 91 (issue #16 explorer): a job added and delivered,
+    reloaded after a restart, then ENQUEUEd: SHOW said 0 additional
+    deliveries, as if it had never been queued (its record is written just
+    before its first queueing). A job still in its DELAY was never queued:
+    its first queueing after a reload is no additional delivery."""
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        job_id = str(await c.call("ADDJOB", "q", "b", 0, "RETRY", 60))
+        delayed = str(await c.call("ADDJOB", "d", "b", 0, "RETRY", 60, "DELAY", 30))
+        [[_, got, _]] = await c.call("GETJOB", "NOHANG", "FROM", "q")
+        assert got.decode() == job_id
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        assert await c.call("ENQUEUE", job_id, delayed) == 2
+        for jid, want in ((job_id, 1), (delayed, 0)):
+            show = await c.call("SHOW", jid)
+            assert show[show.index(b"additional-deliveries") + 1] == want, jid
+
+
 async def test_reload_on_a_clock_that_went_back_keeps_timers_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
