@@ -25,10 +25,25 @@ FLUSHALL, SHUTDOWN REWRITE-AOF with a controlled restart, CLUSTER LEAVING
 flush or a reset removes are recorded as forgotten by that node (the loss
 checker's ``amnesia``), exactly those and no others.
 
-White-box, over every job (the workload's too): ``acked-survives-restart``,
-a node that answered an ACKJOB or FASTACK for a job never queues it again
-in a later incarnation, unless a crash (not a controlled restart) lost the
-record under ``appendfsync`` everysec or no.
+Its checks (violations name them):
+
+* ``model-read``: an answer that differs from the model of a model queue
+  (QLEN, QPEEK, QSTAT, SHOW's state and counters, JSCAN completeness, QSCAN
+  listing it, GETJOB's count and counters, what the job commands return).
+* ``pause-out``: a queue paused out (or all) delivers nothing.
+* ``leaving``: a leaving node answers a GETJOB that would block with
+  ``-LEAVING``, and still delivers the jobs it holds to GETJOB NOHANG.
+* ``async-replicated``: an ASYNC job added in a healthy cluster has its
+  REPLICATE count of holders 3 s later, the cluster still healthy.
+* ``shutdown-no-amnesia``: a node restarted after SHUTDOWN REWRITE-AOF has
+  every job it held (whatever the fsync policy).
+* ``acked-survives-restart`` (white-box, over every job, the workload's
+  too): a node that answered an ACKJOB or FASTACK for a job never queues it
+  again in a later incarnation, unless a crash (not a controlled restart)
+  lost the record under ``appendfsync`` everysec or no.
+* ``absurd``: any other read (any queue, any node, faults or not) with an
+  impossible answer: a negative or non-integer length, more than asked, an
+  unknown job state, a job listed as queued where its ack was answered.
 """
 
 from __future__ import annotations
