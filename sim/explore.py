@@ -758,7 +758,7 @@ class Explorer:
         fsync = self.world.appendfsync
         stronger = {"no": "everysec", "everysec": "always", "always": "always"}[fsync]
         sets = [
-            ("maxmemory", rng.choice(("1gb", "100mb")), "0", "admin-config-maxmemory"),
+            ("maxmemory", rng.choice(("1gb", "100mb")), None, "admin-config-maxmemory"),
             ("appendfsync", stronger, fsync, "admin-config-appendfsync"),
             (
                 "cluster-node-timeout",
@@ -779,7 +779,9 @@ class Explorer:
             restore.append((name, back))
         await trio.sleep(rng.uniform(1, 4))
         for name, back in restore:
-            await self.call(i, "CONFIG", "SET", name, back)
+            reply = await self.call(i, "CONFIG", "SET", name, back)
+            if text(reply) != "OK":
+                self.violate(f"absurd: n{i} CONFIG SET {name} {back} answered {text(reply)!r}")
 
     async def _admin_bgrewriteaof(self, i: int, start: float) -> None:
         self.bg_pending.add(i)
