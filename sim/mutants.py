@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from disque_trio.protocol import bus
 from disque_trio.protocol.replies import NULL_ARRAY
 from disque_trio.server.aof import AppendOnlyFile
 
-from .sweep import run_seed_process
+from .sweep import SEED_WALL_LIMIT_S, SeedWorker, run_seed_process
 
 DEFAULT_SEEDS = tuple(range(1, 61))
 
@@ -378,12 +379,22 @@ def applied(name: str | None) -> Iterator[None]:
         yield
 
 
-def run_mutant(name: str, seeds: tuple[int, ...] = DEFAULT_SEEDS) -> tuple[int | None, list[str]]:
+def run_mutant(
+    name: str, seeds: tuple[int, ...] = DEFAULT_SEEDS, worker: SeedWorker | None = None
+) -> tuple[int | None, list[str]]:
     """The first seed at which the mutant is caught (and why), or None.
-    Each seed runs in a worker process under the wall-clock guard."""
+    Each seed runs under the wall-clock guard: in a sweep worker (a child
+    forked per seed, so the patch dies with it) when one is given, else in
+    a process of its own."""
     for seed in seeds:
-        cmd = [sys.executable, "-m", "sim", "run", "--seed", str(seed), "--quiet"]
-        rc, lines = run_seed_process([*cmd, "--mutant", name])
+        if worker is not None:
+            if not worker.alive:  # the guard killed it: a fresh one
+                worker = SeedWorker()
+            request = {"seed": seed, "nodes": None, "duration": None, "mutant": name}
+            rc, lines = worker.run(request, SEED_WALL_LIMIT_S)
+        else:
+            cmd = [sys.executable, "-m", "sim", "run", "--seed", str(seed), "--quiet"]
+            rc, lines = run_seed_process([*cmd, "--mutant", name])
         if rc != 0:
             violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
             return seed, violations or lines[-5:]
@@ -397,19 +408,32 @@ def main(
     names = names or list(MUTANTS)
     caught = 0
 
+    local = threading.local()
+    workers: list[SeedWorker] = []
+
     def one(name: str) -> tuple[str, int | None, list[str], float]:
+        # One sweep worker per thread: the interpreter and the node code
+        # are imported once, not once per seed.
+        worker: SeedWorker | None = getattr(local, "worker", None)
+        if worker is None or not worker.alive:
+            worker = local.worker = SeedWorker()
+            workers.append(worker)
         t0 = time.perf_counter()
-        seed, violations = run_mutant(name, seeds)
+        seed, violations = run_mutant(name, seeds, worker)
         return name, seed, violations, time.perf_counter() - t0
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for name, seed, violations, wall in pool.map(one, names):
-            if seed is None:
-                print(f"{name}: NOT caught ({len(seeds)} seeds, {wall:.1f}s)", flush=True)
-            else:
-                caught += 1
-                first = violations[0] if violations else "?"
-                print(f"{name}: caught at seed {seed} ({wall:.1f}s): {first}", flush=True)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for name, seed, violations, wall in pool.map(one, names):
+                if seed is None:
+                    print(f"{name}: NOT caught ({len(seeds)} seeds, {wall:.1f}s)", flush=True)
+                else:
+                    caught += 1
+                    first = violations[0] if violations else "?"
+                    print(f"{name}: caught at seed {seed} ({wall:.1f}s): {first}", flush=True)
+    finally:
+        for worker in workers:
+            worker.close()
     print(f"wall time {time.perf_counter() - started:.1f}s", file=sys.stderr)
     print(f"mutants: caught {caught}/{len(names)}")
     return 0 if caught == len(names) else 1
