@@ -13,17 +13,45 @@ from .world import World
 
 # Bus chaos probabilities by the fault's arg (drop, duplicate, delay).
 CHAOS_LEVELS = ((0.05, 0.05, 0.05), (0.15, 0.1, 0.1), (0.3, 0.1, 0.2), (0.0, 0.3, 0.0))
+# Faults that cut the victim from every other node (for fail-detected).
+CUT_OFF = ("crash", "wipe", "torn-crash", "isolate", "pause")
+# An instantaneous fault disturbs the run this long (links re-made, timers
+# following a jumped clock).
+AFTERMATH_S = {"reset": 2.0, "clock-jump": 5.0}
+
+
+def detection_bound(timeout_ms: int) -> float:
+    """How long after a cut the majority must flag the victim FAIL: a PING
+    within half the timeout, PFAIL a timeout later, then the others' reports
+    by gossip (heartbeats every half timeout) and the FAIL broadcast."""
+    return 3.0 * timeout_ms / 1000 + 2.0
 
 
 async def run_fault(world: World, fault: Fault, start: float) -> None:
     await trio.sleep_until(start + fault.start / 10)
     i = fault.victim % world.count
     node = world.nodes[i]
-    length = max(0.1, fault.length / 10)
+    length = max(0.1, fault.length / 10) * (1 + world.plan.fault_stretch)
     ports = world.ports()
     others = [p for p in ports if p != node.port]
     name = fault.name
     world.trace.record("fault", "begin", {"fault": fault.describe()})
+    window = world.fault_begin()
+    try:
+        if name in CUT_OFF and world.count >= 3 and world.nursery is not None:
+            bound = detection_bound(world.plan.node_timeout_ms)
+            if length > bound:
+                world.nursery.start_soon(world.check_detection, i, window, bound)
+        await _run_fault(world, fault, i, length, ports, others)
+    finally:
+        world.fault_end(window, AFTERMATH_S.get(name, 0.0))
+
+
+async def _run_fault(
+    world: World, fault: Fault, i: int, length: float, ports: list[int], others: list[int]
+) -> None:
+    node = world.nodes[i]
+    name = fault.name
     if name in ("crash", "wipe", "torn-crash"):
         if not node.up:
             return
@@ -45,6 +73,7 @@ async def run_fault(world: World, fault: Fault, start: float) -> None:
         assert node.clock is not None
         node.clock.jump(ms)
         world.jumps_ms += size
+        world.last_jump_at = trio.current_time()
         world.probes["clock-jump"] += 1
         world.trace.record(node.name, "fault", {"ev": "clock-jump", "ms": ms})
         return
@@ -92,6 +121,8 @@ async def heal_all(world: World) -> None:
     wiped identities forgotten."""
     world.net.heal()
     world.chaos.clear()
+    for window in world.fault_windows:
+        world.fault_end(window)
     for node in world.nodes:
         if not node.up:
             await world.restart(node.index)

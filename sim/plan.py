@@ -68,6 +68,14 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("explore", 3),  # 0: off; 1..3: how busy its command client is
     ("admin_mask", 63),  # a bit per admin action of sim.explore.ADMIN_ACTIONS
     ("aof_rewrite_kb", 64),  # auto-aof-rewrite-min-size in KB (0: the default, 64 MB)
+    ("node_timeout", 20),  # cluster-node-timeout in half seconds; 0: the default 15 s
+    ("fault_stretch", 3),  # fault lengths multiplied by 1 + fault_stretch
+    ("hold_pct", 40),  # deliveries held past RETRY, WORKING sent every RETRY/3
+    ("cross_ack_pct", 60),  # acks sent to another node or over a fresh connection
+    ("share_pct", 40),  # deliveries handed to another consumer, who acks them
+    ("vanish_pct", 20),  # the consumer drops its connection, job unacked
+    ("short_pct", 40),  # jobs with RETRY 1 and a TTL of 3..6 s
+    ("pinned_producers", 1),  # 1: one more producer on each node
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -122,6 +130,14 @@ class Plan:
     explore: int = 0
     admin_mask: int = 0
     aof_rewrite_kb: int = 0
+    node_timeout: int = 0
+    fault_stretch: int = 0
+    hold_pct: int = 0
+    cross_ack_pct: int = 0
+    share_pct: int = 0
+    vanish_pct: int = 0
+    short_pct: int = 0
+    pinned_producers: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -141,6 +157,11 @@ class Plan:
     @property
     def consumers(self) -> int:
         return 1 + self.extra_consumers
+
+    @property
+    def node_timeout_ms(self) -> int:
+        """cluster-node-timeout: the node's default (15 s) unless drawn."""
+        return self.node_timeout * 500 if self.node_timeout else 15000
 
     @property
     def appendfsync(self) -> str:
@@ -241,7 +262,7 @@ class Plan:
         explore = more.choice((0, 1, 2, 3, 3))
         admin_mask = sum(1 << bit for bit in range(6) if more.random() < 0.3)
         aof_rewrite_kb = more.randint(4, 64) if more.random() < 0.4 else 0
-        return cls(
+        plan = cls(
             seed=seed,
             extra_nodes=max(0, min(6, n - 1)),
             extra_seconds=max(0, min(20, secs - 2)),
@@ -266,6 +287,18 @@ class Plan:
             admin_mask=admin_mask,
             aof_rewrite_kb=aof_rewrite_kb,
             faults=tuple(faults[:MAX_FAULTS]),
+        )
+        # Drawn after the fields above, so that those stay what they were.
+        return attrs.evolve(
+            plan,
+            node_timeout=rng.randint(2, 8) if rng.random() < 0.6 else 0,
+            fault_stretch=rng.choice((0, 0, 1, 1, 2, 3)),
+            hold_pct=pct(0.4, 30),
+            cross_ack_pct=pct(0.5, 50),
+            share_pct=pct(0.3, 30),
+            vanish_pct=pct(0.3, 15),
+            short_pct=pct(0.4, 40),
+            pinned_producers=rng.choice((0, 1)),
         )
 
 

@@ -1,11 +1,16 @@
 """The workload a plan asks for, in three phases.
 
 * safety: producers ADDJOB (a mix of REPLICATE, RETRY incl. 0, ASYNC,
-  DELAY, short TTL), consumers GETJOB then ACKJOB / FASTACK / NACK /
-  WORKING or forget the job; the plan's faults run meanwhile;
+  DELAY, short TTL; optionally one more producer pinned to each node),
+  consumers GETJOB then ACKJOB / FASTACK / NACK / WORKING or forget the
+  job; some hold a job past its RETRY sending WORKING, ack on another node
+  or over a fresh connection, hand a job to another consumer who acks it,
+  or drop their connection with the job unacked; the plan's faults run
+  meanwhile;
 * liveness: every fault undone, every node back, membership must converge;
-* drain and settle: consumers take every job still owed, then the cluster
-  is left alone so acks are collected everywhere.
+* drain and settle: consumers take every job still owed until each one's
+  last delivery is acked, then the cluster is left alone so acks are
+  collected everywhere.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
@@ -75,6 +80,14 @@ class Workload:
     _retry_of: dict[str, int] = attrs.field(factory=dict)  # job id -> RETRY (added OK)
     _paused_node: int | None = None  # a node whose queue may still be paused in
     explorer: Explorer | None = None  # sim/explore.py, when the plan runs it
+    # RETRY > 0 jobs without a TTL, added OK, whose last delivery (if any)
+    # has no ack attempt yet: the drain also waits for it to empty.
+    _owed: set[str] = attrs.field(factory=set)
+    _tracked: set[str] = attrs.field(factory=set)
+    _acked_ids: set[str] = attrs.field(factory=set)
+    acked_all: bool = False
+    _shared: list[tuple[str, str]] = attrs.field(factory=list)  # (consumer, job id)
+    _nursery: trio.Nursery | None = None  # the consumers' (hold tasks run there)
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -84,6 +97,10 @@ class Workload:
             self.explorer.on_record(op, data)
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
+            if data["retry"] and not data.get("ttl"):
+                self._tracked.add(data["reply"])
+                if data["reply"] not in self._acked_ids:
+                    self._owed.add(data["reply"])
             if data["retry"] and not data["async"] and data["copies"] > 1:
                 self._world.watch_holders(data["reply"])
         if op == "add" and data["ok"] and data["retry"] > 0 and not data.get("ttl"):
@@ -92,7 +109,12 @@ class Workload:
         elif op == "get":
             self._delivered.add(data["body"])
             self._undelivered.discard(data["body"])
-        if self._stop_producing.is_set() and not self._undelivered:
+            if data["id"] in self._tracked:
+                self._owed.add(data["id"])
+        elif op == "ack":
+            self._owed.discard(data["id"])
+            self._acked_ids.add(data["id"])
+        if self._stop_producing.is_set() and not self._undelivered and not self._owed:
             self._all_delivered.set()
 
     async def __call__(self, world: World) -> None:
@@ -110,12 +132,17 @@ class Workload:
         world.trace.record("workload", "phase", {"ev": "safety"})
         world.phase = "safety"
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for i in range(plan.consumers):
                 rng = rngs[plan.producers + i]
                 nursery.start_soon(self._consumer, world, f"c{i}", i % world.count, rng)
             async with trio.open_nursery() as producers:
                 for i in range(plan.producers):
                     producers.start_soon(self._producer, world, f"p{i}", rngs[i])
+                if plan.pinned_producers:
+                    for i in range(world.count):
+                        rng = world.child_rng()
+                        producers.start_soon(self._producer, world, f"pn{i}", rng, i)
                 if plan.consumer_pause:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
@@ -144,15 +171,20 @@ class Workload:
             world.phase = "liveness: forget wiped ids"
             await world.forget_wiped()
             world.trace.record("workload", "phase", {"ev": "drain"})
+            self.record("workload", "phase", {"ev": "drain"})
             world.phase = "drain"
             # Afresh: an answer that came in while producers were stopping
             # may have set it before the last jobs were added.
             self._all_delivered = trio.Event()
-            if not self._undelivered:
+            if not self._undelivered and not self._owed:
                 self._all_delivered.set()
             with trio.move_on_after(self.drain_timeout):
                 await self._all_delivered.wait()
-                self.drained = True
+            # Every job delivered once (as before), and each one's last
+            # delivery acked (a forgotten job delivered again).
+            self.drained = not self._undelivered
+            self.acked_all = not self._owed
+            self.record("workload", "phase", {"ev": "settle", "owed": sorted(self._owed)})
             world.trace.record("workload", "phase", {"ev": "settle", "drained": self.drained})
             nursery.cancel_scope.cancel()
         world.phase = "settle"
@@ -165,8 +197,10 @@ class Workload:
         self._consumers_on = trio.Event()
         assert self._world is not None
         self._world.trace.record("workload", "phase", {"ev": "consumers-off"})
+        self.record("workload", "consumers-off", {})
         await trio.sleep(self.plan.consumer_pause)
         self._consumers_on.set()
+        self.record("workload", "consumers-on", {})
 
     async def _pause_queue(self, world: World, start: float, rng: random.Random) -> None:
         """One node pauses the queue in input (no BCAST), then resumes it."""
@@ -202,12 +236,14 @@ class Workload:
             self._paused_node = None
         return True
 
-    async def _producer(self, world: World, name: str, rng: random.Random) -> None:
+    async def _producer(
+        self, world: World, name: str, rng: random.Random, pinned: int | None = None
+    ) -> None:
         plan = self.plan
         clients: dict[int, RespClient] = {}
         n = 0
         while not self._stop_producing.is_set():
-            index = rng.randrange(world.count)
+            index = rng.randrange(world.count) if pinned is None else pinned
             body = f"{name}-{n}"
             n += 1
             retry = 0 if rng.randrange(100) < plan.retry0_pct else rng.randint(1, 3)
@@ -217,6 +253,10 @@ class Workload:
             is_async = rng.randrange(100) < plan.async_pct
             delay = rng.randint(1, 3) if rng.randrange(100) < plan.delay_pct else 0
             ttl = rng.randint(4 + delay, 15) if rng.randrange(100) < plan.ttl_pct else 0
+            if retry and plan.short_pct and rng.randrange(100) < plan.short_pct:
+                # Short RETRY and TTL: timers fire within the safety phase.
+                retry, ttl = 1, rng.randint(3 + delay, 6 + delay)
+                args[3] = retry
             if is_async:
                 args.append("ASYNC")
             if delay:
@@ -247,31 +287,47 @@ class Workload:
                 reply = f"connection error: {type(e).__name__}"
             ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
             self.record(name, "add", {**invoke, "ok": ok, "reply": _text(reply)})
-            await trio.sleep(rng.uniform(0.05, 0.2))
+            await trio.sleep(rng.uniform(0.05, 0.2) * (1 if pinned is None else 3))
 
     async def _consumer(self, world: World, name: str, index: int, rng: random.Random) -> None:
-        plan = self.plan
         client: RespClient | None = None
         while True:
             await self._consumers_on.wait()
             try:
                 if client is None:
                     client = await world.client(index)
+                if self._shared:
+                    await self._ack_shared(world, client, name, index)
                 reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
                 if isinstance(reply, ReplyError):
                     await trio.sleep(0.2)  # -LEAVING: this node is leaving the cluster
                 if not isinstance(reply, list) or not reply:
                     continue
+                conn = client
                 for _queue, job_id, body in reply:
                     jid, text = _text(job_id), _text(body)
                     self.record(name, "get", {"node": index, "id": jid, "body": text})
-                    await self._handle(world, client, name, index, jid, rng, plan)
+                    if await self._handle(world, conn, name, index, jid, rng):
+                        # Vanished: the connection goes, the job unacked.
+                        client = None
+                        await conn.aclose()
+                        await trio.sleep(rng.uniform(0.1, 0.5))
+                        break
             except CONN_ERRORS as e:
                 # Its node crashed: consume from another node meanwhile.
                 self.record(name, "error", {"node": index, "error": type(e).__name__})
                 client = None
                 index = (index + 1) % world.count
                 await trio.sleep(rng.uniform(0.1, 0.3))
+
+    async def _ack_shared(self, world: World, client: RespClient, name: str, index: int) -> None:
+        """Ack a job another consumer handed over (it knows only the ID),
+        on this consumer's own node."""
+        pick = next((k for k, (who, _) in enumerate(self._shared) if who != name), 0)
+        _who, jid = self._shared.pop(pick)
+        await self._ack(world, client, name, index, jid, False)
+        if _who != name:
+            world.probes["acked-by-other-consumer"] += 1
 
     async def _handle(
         self,
@@ -281,10 +337,12 @@ class Workload:
         index: int,
         jid: str,
         rng: random.Random,
-        plan: Plan,
-    ) -> None:
+    ) -> bool:
         """What the consumer does with a job: forget it (redelivered after
-        RETRY), NACK it, WORKING then ack, or ack (ACKJOB or FASTACK)."""
+        RETRY), vanish with it, NACK it, hand it to another consumer, hold
+        it past RETRY, WORKING then ack, or ack (ACKJOB or FASTACK, maybe
+        on another node). True: the consumer drops its connection."""
+        plan = self.plan
         draining = self._stop_producing.is_set()
         # Only jobs known to be RETRY > 0 are forgotten or NACKed: a NACKed
         # RETRY 0 job is legitimately delivered again.
@@ -293,18 +351,99 @@ class Workload:
         # queued again (a node reloading it from its AOF must not either).
         if jid in self._retry_of and not draining and rng.randrange(100) < plan.noack_pct:
             self.record(name, "forget", {"node": index, "id": jid})
-            return
+            return False
+        if again and not draining and plan.vanish_pct and rng.randrange(100) < plan.vanish_pct:
+            self.record(name, "vanish", {"node": index, "id": jid})
+            world.probes["consumer-vanished"] += 1
+            return True
         if again and not draining and rng.randrange(100) < plan.nack_pct:
             reply = await client.call("NACK", jid)
             self.record(name, "nack", {"node": index, "id": jid, "reply": _text(reply)})
-            return
+            if _text(reply) == "1":
+                world.probes["nack-requeued"] += 1
+            return False
+        if again and not draining and plan.share_pct and rng.randrange(100) < plan.share_pct:
+            self.record(name, "share", {"node": index, "id": jid})
+            self._shared.append((name, jid))
+            return False
+        if jid in self._tracked and plan.hold_pct and rng.randrange(100) < plan.hold_pct:
+            assert self._nursery is not None
+            retry = self._retry_of[jid]
+            hold = rng.uniform(1.5, 3.0) * retry
+            self._nursery.start_soon(self._hold, world, name, index, jid, retry, hold)
+            return False
         await trio.sleep(rng.uniform(0.0, 0.05))
         if rng.randrange(100) < plan.working_pct:
             reply = await client.call("WORKING", jid)
             self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
             await trio.sleep(rng.uniform(0.0, 0.5))
         fast = rng.randrange(100) < plan.fastack_pct
-        acked = await client.call("FASTACK" if fast else "ACKJOB", jid)
+        if plan.cross_ack_pct and rng.randrange(100) < plan.cross_ack_pct:
+            # Another node (maybe one without the job: a dummy ack), or the
+            # same node over a fresh connection.
+            other = rng.randrange(world.count)
+            try:
+                fresh = await world.client(other)
+            except CONN_ERRORS as e:
+                self.record(
+                    name,
+                    "ack",
+                    {
+                        "node": other,
+                        "id": jid,
+                        "fast": fast,
+                        "reply": f"connection error: {type(e).__name__}",
+                    },
+                )
+                return False
+            try:
+                world.probes["acked-elsewhere"] += 1
+                await self._ack(world, fresh, name, other, jid, fast)
+            except CONN_ERRORS:
+                pass  # recorded by _ack; this consumer's own link is fine
+            finally:
+                await fresh.aclose()
+            return False
+        await self._ack(world, client, name, index, jid, fast)
+        return False
+
+    async def _ack(
+        self, world: World, client: RespClient, name: str, index: int, jid: str, fast: bool
+    ) -> None:
+        """ACKJOB or FASTACK; a connection lost meanwhile leaves the outcome
+        unknown (recorded as such, then raised)."""
+        data = {"node": index, "id": jid, "fast": fast}
+        try:
+            acked = await client.call("FASTACK" if fast else "ACKJOB", jid)
+        except CONN_ERRORS as e:
+            self.record(name, "ack", {**data, "reply": f"connection error: {type(e).__name__}"})
+            raise
         if world.net.faulty or world.chaos:
             world.acked_in_fault.add(jid)
-        self.record(name, "ack", {"node": index, "id": jid, "fast": fast, "reply": _text(acked)})
+        self.record(name, "ack", {**data, "reply": _text(acked)})
+
+    async def _hold(
+        self, world: World, name: str, index: int, jid: str, retry: int, hold: float
+    ) -> None:
+        """Hold a job past its RETRY, sending WORKING every RETRY/3 s over a
+        connection of its own, then ack it (a consumer doing long work)."""
+        start = trio.current_time()
+        try:
+            client = await world.client(index)
+        except CONN_ERRORS:
+            return  # forgotten: re-queued at RETRY
+        try:
+            while trio.current_time() < start + hold:
+                reply = await client.call("WORKING", jid)
+                self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
+                if not isinstance(reply, int):
+                    return  # NOJOB: acked elsewhere (a duplicate delivery)
+                await trio.sleep(min(retry / 3, start + hold - trio.current_time()))
+            await self._ack(world, client, name, index, jid, False)
+            if trio.current_time() - start > retry:
+                world.probes["held-past-retry"] += 1
+            self.record(name, "hold", {"node": index, "id": jid, "start": start, "retry": retry})
+        except CONN_ERRORS:
+            pass
+        finally:
+            await client.aclose()

@@ -27,6 +27,9 @@ sampling monitor (``World.violations``):
 * ``holders-know-holders``: see ``World.watch_holders``.
 * ``single-queued``: while the network is healthy and every node up, no job
   stays queued on two nodes for more than ``DOUBLE_QUEUED_S``.
+* ``ttl-expires``: see ``World.check_ttl``.
+* ``fail-detected``: see ``World.check_detection``.
+* ``everysec-window``: see ``World.restart``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import trio._core._run as trio_run
 import trio.testing
 
 from disque_trio.config import Config
+from disque_trio.core import cluster as cluster_flags
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.queue import PAUSED_IN
 from disque_trio.env import Env
@@ -65,7 +69,7 @@ CORE_PROBES = (
     "yourjobs-moved-a-job",
     "ack-collected",
 )
-PROBES = (
+PROBES: tuple[str, ...] = (
     *CORE_PROBES,
     "one-way-partition",
     "crash",
@@ -76,8 +80,32 @@ PROBES = (
     "wipe",
     *COMMAND_PROBES,
 )
+# Coverage of the timers, NACK/WORKING paths, failure detector, ack
+# collection and fsync policy (issue #15), merged into PROBES.
+TIMING_PROBES = (
+    "pfail-set",  # a node flagged a peer PFAIL
+    "fail-set",  # a node flagged a peer FAIL
+    "fail-everywhere",  # every other node saw the same peer FAIL at once
+    "fail-cleared",  # a FAIL flag went away (the peer came back)
+    "fail-detection-checked",  # a cut outlasted the detection bound (checked)
+    "dummy-ack-created",
+    "dummy-ack-collected",
+    "nack-requeued",
+    "held-past-retry",  # a consumer held a job past RETRY with WORKING
+    "acked-elsewhere",  # an ack sent to another node or a fresh connection
+    "acked-by-other-consumer",
+    "consumer-vanished",
+    "everysec-crash-checked",  # an everysec crash with writes older than its window
+)
+PROBES = (*PROBES, *TIMING_PROBES)
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
+# everysec: a write is fsynced by the next cron second, and the writer does
+# it in its next round; what a crash may lose is this much, with margin.
+EVERYSEC_WINDOW_S = 2.5
+# A job's timer fires at its etime + 1 s; the timer task looks at the clock
+# at least once a second (a jump is noticed); the monitor samples.
+TTL_SLACK_MS = 3000
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
@@ -142,6 +170,8 @@ class SimNode:
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
+        self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
+        self.crashed_at = 0.0
 
 
 class World:
@@ -189,6 +219,16 @@ class World:
         self._storming = False
         # More observers of every node's job events: (node, event, job, loading).
         self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
+        # Fault windows [start, end] (end inf while in force), for calm().
+        self.fault_windows: list[list[float]] = []
+        self._seen_before_crash: dict[str, dict[str, float]] = {}
+        self.last_jump_at = -1e9
+        self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """The nursery of the run's background tasks (checks, late frames)."""
+        return self._nursery
 
     def child_rng(self) -> random.Random:
         """A new generator derived from the root (workload, faults)."""
@@ -251,6 +291,8 @@ class World:
         ]
         if self.plan.aof_rewrite_kb:
             pairs.append(("auto-aof-rewrite-min-size", [f"{self.plan.aof_rewrite_kb}kb"]))
+        if self.plan.node_timeout:
+            pairs.append(("cluster-node-timeout", [str(self.plan.node_timeout_ms)]))
         pairs += [(k.replace("_", "-"), [str(v)]) for k, v in sorted(self.config.items())]
         config = Config.load(None, pairs)
         if i < len(self.nodes):
@@ -282,6 +324,7 @@ class World:
         node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
+        node.seen_at = {}
         server.node.observers.append(self._observer(node, server))
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
@@ -324,6 +367,7 @@ class World:
         (no shutdown code runs). ``wipe``: its disk is lost too."""
         node = self.nodes[i]
         assert node.up and node.scope is not None and node.handle is not None
+        self._seen_before_crash[node.name] = dict(node.seen_at)
         node.held_at_crash = {
             job.id: job.etime
             for job in node.server.node.jobs.values()
@@ -345,6 +389,7 @@ class World:
                 if job.state == JobState.ACKED and job.id not in acked_elsewhere
             )
         node.up = False
+        node.crashed_at = trio.current_time()
         node.handle.alive = False
         kept = node.disk.crash(torn)
         if wipe:
@@ -385,8 +430,28 @@ class World:
                     f"always-no-amnesia: {node.name} restarted without {forgot[:3]} "
                     f"({len(forgot)} jobs)"
                 )
+        if self.appendfsync == "everysec" and not node.wiped:
+            self._check_everysec(node, forgot)
         if node.wiped:
             await self.introduce(i)
+
+    def _check_everysec(self, node: SimNode, forgot: list[str]) -> None:
+        """everysec-window: with ``appendfsync everysec`` a crash loses at
+        most the writes of the last ``EVERYSEC_WINDOW_S`` (the jobs a node
+        held at the crash and registered before that are loaded back)."""
+        old = node.crashed_at - EVERYSEC_WINDOW_S
+        # Held at the crash, registered by that incarnation before the
+        # window (its seen_at dict is gone with it: rebuilt here).
+        seen = self._seen_before_crash.pop(node.name, {})
+        checked = [j for j in node.held_at_crash if seen.get(j, old + 1) <= old]
+        if checked:
+            self.probes["everysec-crash-checked"] += 1
+        lost = [j for j in forgot if seen.get(j, old + 1) <= old]
+        if lost:
+            self._violate(
+                f"everysec-window: {node.name} lost {len(lost)} jobs written more than "
+                f"{EVERYSEC_WINDOW_S}s before its crash, e.g. {lost[:3]}"
+            )
 
     async def introduce(self, i: int) -> None:
         """CLUSTER MEET from node i to the first other node that is up,
@@ -517,6 +582,9 @@ class World:
             loading = server.aof.loading
             reloaded_before = job.id in node.reloaded
             if event == "registered":
+                node.seen_at[job.id] = -1e9 if loading else trio.current_time()
+                if job.body is None and job.state == JobState.ACKED and not loading:
+                    self.probes["dummy-ack-created"] += 1
                 self.holders.setdefault(job.id, set()).add(name)
                 at = self.registered_at.setdefault(job.id, {})
                 at.setdefault(name, trio.current_time())
@@ -530,6 +598,8 @@ class World:
                 if node.handling is bus.ReplJob and q is not None and q.pause & PAUSED_IN:
                     self._violate(f"pause-in: {name} stored a copy of {job.id} while paused in")
             elif event == "deleted":
+                if job.body is None and job.is_dummy_ack and not loading:
+                    self.probes["dummy-ack-collected"] += 1
                 if loading:
                     node.loaded.discard(job.id)
                     node.reloaded.discard(job.id)
@@ -673,6 +743,8 @@ class World:
                     f"at t={now:.2f} (limit {STORM_FRAMES_PER_S}/s per node)"
                 )
                 raise StormError(self.violations[-1])
+            self.check_ttl(now)
+            self._sample_flags()
             where: Counter[str] = Counter()
             for n in self.nodes:
                 if not n.up:
@@ -702,6 +774,97 @@ class World:
                         f"single-queued: {j} queued on 2+ nodes for more than "
                         f"{DOUBLE_QUEUED_S:.0f}s (since t={start:.2f})"
                     )
+
+    def check_ttl(self, now: float) -> None:
+        """ttl-expires: no node holds a job whose TTL ran out, by its own
+        clock, more than ``TTL_SLACK_MS`` ago (queued, active or acked)."""
+        if now - self.last_jump_at < 5.0:
+            return
+        for n in self.nodes:
+            if not n.up:
+                continue
+            core = n.server.node
+            wall = core.now_ms()
+            for job in core.jobs.values():
+                if job.etime and wall > job.etime * 1000 + TTL_SLACK_MS:
+                    self._violate(
+                        f"ttl-expires: {n.name} still holds {job.id} ({job.state.name}) "
+                        f"{(wall - job.etime * 1000) / 1000:.1f}s after its TTL"
+                    )
+
+    def _sample_flags(self) -> None:
+        """Failure detector coverage: PFAIL and FAIL set, FAIL everywhere,
+        FAIL cleared (sampled)."""
+        fail_seen: Counter[str] = Counter()
+        up = [n for n in self.nodes if n.up]
+        for n in up:
+            for peer in n.server.node.cluster.others():
+                key = (n.name, peer.node_id)
+                flags = peer.flags & (cluster_flags.PFAIL | cluster_flags.FAIL)
+                before = self.flags_seen.get(key, 0)
+                if flags & cluster_flags.PFAIL and not before & cluster_flags.PFAIL:
+                    self.probes["pfail-set"] += 1
+                if flags & cluster_flags.FAIL:
+                    fail_seen[peer.node_id] += 1
+                    if not before & cluster_flags.FAIL:
+                        self.probes["fail-set"] += 1
+                elif before & cluster_flags.FAIL:
+                    self.probes["fail-cleared"] += 1
+                self.flags_seen[key] = flags
+        for peer_id, count in fail_seen.items():
+            others = sum(1 for n in up if n.server.node.node_id != peer_id)
+            if count >= 2 and count == others:
+                self.probes["fail-everywhere"] += 1
+
+    # -------------------------------------------------------- fault windows
+
+    def fault_begin(self) -> list[float]:
+        window = [trio.current_time(), float("inf")]
+        self.fault_windows.append(window)
+        return window
+
+    def fault_end(self, window: list[float], extra: float = 0.0) -> None:
+        window[1] = min(window[1], trio.current_time() + extra)
+
+    def calm(self, start: float, end: float, margin: float = LINK_SETTLE_S) -> bool:
+        """No fault in force in [start - margin, end] (nor ended less than
+        ``margin`` before ``start``: links take that long to come back)."""
+        return all(
+            w_end + margin < start or w_start > end for w_start, w_end in self.fault_windows
+        )
+
+    async def check_detection(self, victim: int, window: list[float], bound: float) -> None:
+        """fail-detected: a node cut off from every other (isolated, frozen,
+        down) for longer than ``bound`` (derived from cluster-node-timeout)
+        is flagged FAIL by a majority of the others by then, when nothing
+        else went wrong meanwhile and they are a majority of the cluster."""
+        node = self.nodes[victim]
+        victim_id = node.server.node.node_id
+        await trio.sleep_until(window[0] + bound)
+        if window[1] < trio.current_time() or self.phase != "safety":
+            return  # the cut ended first
+        others = [n for n in self.nodes if n is not node]
+        quiet = all(
+            w is window or w[0] > window[0] + bound or w[1] + LINK_SETTLE_S < window[0]
+            for w in self.fault_windows
+        )
+        if not quiet or not all(n.up for n in others) or len(others) < self.count // 2 + 1:
+            return
+        if self.last_jump_at >= window[0] - 5.0:
+            return
+        self.probes["fail-detection-checked"] += 1
+        failed = [
+            n.name
+            for n in others
+            if (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
+            and peer.flags & cluster_flags.FAIL
+        ]
+        if len(failed) < len(others) // 2 + 1:
+            self._violate(
+                f"fail-detected: {node.name} cut off since t={window[0]:.2f}, "
+                f"{bound:.1f}s later (node timeout {self.plan.node_timeout_ms} ms) "
+                f"only {failed or 'no node'} of {len(others)} flag it FAIL"
+            )
 
     async def _progress(self) -> None:
         """A progress line on stderr every 5 virtual seconds (if asked for;
