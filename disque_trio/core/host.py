@@ -39,6 +39,7 @@ class JobHost(Protocol):
     repl_waiters: dict[str, Waiter]
     deleted_ids: dict[str, int]
     deleted_acked: set[str]
+    deleted_expired: set[str]
 
     def now_ms(self) -> int: ...
 

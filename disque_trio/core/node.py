@@ -127,6 +127,8 @@ class Node:
         # Those of them that were acked (ACKJOB, FASTACK): a holder that
         # missed the ack and still announces the job is told (SETACK).
         self.deleted_acked: set[str] = set()
+        # Of those, the ones this node expired (TTL): a late copy is refused.
+        self.deleted_expired: set[str] = set()
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -308,6 +310,7 @@ class Node:
                 break
             del deleted[oldest]
             self.deleted_acked.discard(oldest)
+            self.deleted_expired.discard(oldest)
 
     def _notify(self, event: str, job: Job) -> None:
         for observer in self.observers:
@@ -636,6 +639,8 @@ class Node:
         if job.etime * 1000 <= now:
             self.stats.expired_jobs += 1
             self.unregister(job)
+            if job.id in self.deleted_ids:
+                self.deleted_expired.add(job.id)
             return
         if job.state == JobState.WAIT_REPL:
             if job.qtime <= now:

@@ -550,3 +550,22 @@ def test_a_lone_pair_of_holders_sends_no_list() -> None:
     cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
     assert THIRD_ID in job(node, job_id).nodes_delivered
     assert not [m for _, m in sent(node) if isinstance(m, bus.ReplJob)]
+
+
+def test_a_late_yourjobs_does_not_bring_back_a_job_expired_here() -> None:
+    """The TTL travels as what is left of it: a YOURJOBS the network held
+    back past the job's expiry would give it a new life on a node that had
+    already expired it (simulator seed 20)."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 1, "TTL", 4)
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, msg)
+    assert job_id in node.jobs
+    elapse(node, clock, 6000)
+    assert job_id not in node.jobs  # expired here
+    cj.receive(node, OTHER_ID, msg)  # the same frame, late
+    assert job_id not in node.jobs
