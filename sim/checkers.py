@@ -4,7 +4,8 @@ to Disque's guarantees), plus the end-of-run liveness checks."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -139,3 +140,170 @@ def check(
     if not drained and not report.violations and not report.excused:
         report.violations.append("drain phase timed out")
     return report
+
+
+# ------------------------------------------------- timing checks (issue #15)
+
+Calm = Callable[[float, float], bool]  # no fault in force over [start, end]
+# What a re-queue at RETRY may take beyond RETRY itself: the WILLQUEUE
+# advance and the time error (0.5 s each), the timer's and the consumers'
+# polling, a backlog of re-queued jobs in the drain.
+REQUEUE_SLACK_S = 5.0
+# A NACKed job goes back to its queue at once; a consumer polls every
+# 0.2 s at most and NACKed jobs keep their place (creation time).
+NACK_PROMPT_S = 1.0
+# A delivery this soon after a hold began (or an ack) may have raced it.
+RACE_S = 1.0
+
+
+def _phase_times(history: list[Event]) -> tuple[float | None, float | None]:
+    """When the drain began (everything healed) and when the consumers stopped."""
+    drain = settle = None
+    for e in history:
+        if e.op == "phase" and e.data.get("ev") == "drain":
+            drain = e.t
+        elif e.op == "phase" and e.data.get("ev") == "settle":
+            settle = e.t
+    return drain, settle
+
+
+def _consumers_off(history: list[Event]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    off: float | None = None
+    for e in history:
+        if e.op == "consumers-off":
+            off = e.t
+        elif e.op == "consumers-on" and off is not None:
+            out.append((off, e.t))
+            off = None
+    if off is not None:
+        out.append((off, float("inf")))
+    return out
+
+
+def _acked(e: Event) -> bool:
+    """An ack the node answered (not a connection lost meanwhile)."""
+    return e.op == "ack" and not str(e.data.get("reply", "")).startswith(("ERR", "conn"))
+
+
+def check_requeue(
+    history: list[Event], allowance_s: float, crashes: Crashes | None = None
+) -> tuple[list[str], list[str]]:
+    """requeue-timely: every RETRY > 0 job ADDJOB acknowledged is, after
+    heal, acked, expired by its TTL, or delivered again within RETRY plus
+    an allowance after its last delivery (or the heal, if later); jobs that
+    consumers forgot, NACKed, handed over or vanished with included.
+    Returns (violations, excused): a job every holder of which lost it in a
+    crash (unsynced AOF, wiped disk) is excused, as in ``check``."""
+    crashes = crashes or Crashes()
+    healed, stopped = _phase_times(history)
+    if healed is None or stopped is None:
+        return [], []
+    added: dict[str, tuple[float, dict[str, Any]]] = {}
+    last_get: dict[str, float] = {}
+    answered: set[str] = set()  # ack attempted (answered or not)
+    for e in history:
+        if e.op == "add" and e.data["ok"] and e.data["retry"] > 0:
+            added[e.data["reply"]] = (e.t, e.data)
+        elif e.op == "get":
+            last_get[e.data["id"]] = e.t
+        elif e.op == "ack":
+            answered.add(e.data["id"])
+    out: list[str] = []
+    excused: list[str] = []
+    for job_id, (ok_t, spec) in sorted(added.items()):
+        got = last_get.get(job_id)
+        if got is None or job_id in answered:
+            # Never delivered (the loss check's business), or acked (an
+            # ack may reach the holders after a later delivery).
+            continue
+        retry = _int_option(spec, "retry", 1)
+        due = max(got, healed) + retry + REQUEUE_SLACK_S + allowance_s
+        ttl = _int_option(spec, "ttl", 0)
+        if ttl and ok_t + ttl <= due + allowance_s:
+            continue  # may have expired first
+        if due >= stopped:
+            continue  # the consumers stopped before it was due
+        forgot = crashes.amnesia.get(job_id, set())
+        kept = crashes.holders.get(job_id, set()) - forgot
+        if forgot and len(kept) < _int_option(spec, "copies", 1):
+            excused.append(f"job {job_id} not delivered again: holders forgot {sorted(forgot)}")
+            continue
+        out.append(
+            f"requeue-timely: {job_id} (RETRY {retry}) last delivered at t={got:.2f}, "
+            f"not acked, not delivered again by t={due:.2f} (healed at t={healed:.2f})"
+        )
+    return out, excused
+
+
+def check_nack(history: list[Event], calm: Calm) -> list[str]:
+    """nack-prompt: a NACKed job (NACK answered 1) is delivered again within
+    ``NACK_PROMPT_S`` while no fault is in force and consumers are on."""
+    _healed, stopped = _phase_times(history)
+    off = _consumers_off(history)
+    gets: dict[str, list[float]] = {}
+    for e in history:
+        if e.op == "get":
+            gets.setdefault(e.data["id"], []).append(e.t)
+    out = []
+    for e in history:
+        if e.op != "nack" or e.data.get("reply") != "1":
+            continue
+        end = e.t + NACK_PROMPT_S
+        if stopped is not None and end >= stopped:
+            continue
+        if any(a <= end and e.t <= b for a, b in off) or not calm(e.t, end):
+            continue
+        if not any(e.t < t <= end for t in gets.get(e.data["id"], [])):
+            again = [t for t in gets.get(e.data["id"], []) if t > e.t]
+            when = f"at t={again[0]:.2f}" if again else "never"
+            out.append(
+                f"nack-prompt: {e.data['id']} NACKed at t={e.t:.2f} on n{e.data['node']}, "
+                f"delivered again {when} (bound {NACK_PROMPT_S}s)"
+            )
+    return out
+
+
+def check_working(history: list[Event], calm: Calm) -> list[str]:
+    """working-holds: no job is delivered again while a consumer holds it
+    and keeps sending WORKING (every RETRY/3), in a cluster without faults."""
+    gets: dict[str, list[float]] = {}
+    for e in history:
+        if e.op == "get":
+            gets.setdefault(e.data["id"], []).append(e.t)
+    out = []
+    for e in history:
+        if e.op != "hold":
+            continue
+        start, retry = float(e.data["start"]), _int_option(e.data, "retry", 1)
+        if not calm(start - retry - 1, e.t):
+            continue
+        during = [t for t in gets.get(e.data["id"], []) if start + RACE_S < t < e.t]
+        if during:
+            out.append(
+                f"working-holds: {e.data['id']} held with WORKING from t={start:.2f} "
+                f"to t={e.t:.2f} (RETRY {retry}) delivered again at t={during[0]:.2f}"
+            )
+    return out
+
+
+def check_acked(history: list[Event], calm: Calm) -> list[str]:
+    """ack-final: a job acked (ACKJOB or FASTACK answered, on any node, over
+    any connection, a dummy ack included) while no fault is in force is not
+    delivered again."""
+    gets: dict[str, list[float]] = {}
+    for e in history:
+        if e.op == "get":
+            gets.setdefault(e.data["id"], []).append(e.t)
+    out = []
+    for e in history:
+        if not _acked(e):
+            continue
+        later = [t for t in gets.get(e.data["id"], []) if t > e.t + RACE_S]
+        if later and calm(e.t - RACE_S, later[0]):
+            out.append(
+                f"ack-final: {e.data['id']} acked at t={e.t:.2f} on n{e.data['node']} "
+                f"({'FASTACK' if e.data.get('fast') else 'ACKJOB'}), "
+                f"delivered again at t={later[0]:.2f}"
+            )
+    return out

@@ -10,7 +10,7 @@ import attrs
 
 from disque_trio.core.job import JobState
 
-from .checkers import Crashes, Report, check
+from .checkers import Crashes, Report, check, check_acked, check_nack, check_requeue, check_working
 from .plan import Plan
 from .workload import Workload
 from .world import StormError, World
@@ -93,5 +93,13 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
     world.wall_seconds = time.perf_counter() - started
     crashes = Crashes(world.appendfsync, world.holders, world.amnesia)
     report = check(workload.history, workload.drained, crashes, allowance_s(world))
-    violations = report.violations + world.violations + end_checks(world, workload)
+    requeue, excused = check_requeue(workload.history, allowance_s(world), crashes)
+    report.excused += excused
+    timing = (
+        requeue
+        + check_nack(workload.history, world.calm)
+        + check_working(workload.history, world.calm)
+        + check_acked(workload.history, world.calm)
+    )
+    violations = report.violations + world.violations + end_checks(world, workload) + timing
     return Outcome(plan, world, workload, report, violations)

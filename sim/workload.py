@@ -109,7 +109,7 @@ class Workload:
         elif op == "get":
             self._delivered.add(data["body"])
             self._undelivered.discard(data["body"])
-            if data["id"] in self._tracked:
+            if data["id"] in self._tracked and data["id"] not in self._acked_ids:
                 self._owed.add(data["id"])
         elif op == "ack":
             self._owed.discard(data["id"])
@@ -380,8 +380,13 @@ class Workload:
         fast = rng.randrange(100) < plan.fastack_pct
         if plan.cross_ack_pct and rng.randrange(100) < plan.cross_ack_pct:
             # Another node (maybe one without the job: a dummy ack), or the
-            # same node over a fresh connection.
+            # same node over a fresh connection. Only a RETRY > 0 job goes
+            # to another node: a node without the job makes no dummy ack for
+            # an at-most-once ID (it is never re-queued; its holder keeps it
+            # until its TTL), as in Disque.
             other = rng.randrange(world.count)
+            if not again:
+                other = index
             try:
                 fresh = await world.client(other)
             except CONN_ERRORS as e:
@@ -438,7 +443,7 @@ class Workload:
                 self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
                 if not isinstance(reply, int):
                     return  # NOJOB: acked elsewhere (a duplicate delivery)
-                await trio.sleep(min(retry / 3, start + hold - trio.current_time()))
+                await trio.sleep(max(0.0, min(retry / 3, start + hold - trio.current_time())))
             await self._ack(world, client, name, index, jid, False)
             if trio.current_time() - start > retry:
                 world.probes["held-past-retry"] += 1
