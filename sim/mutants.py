@@ -22,9 +22,10 @@ from disque_trio.core import clusterjobs as cj
 from disque_trio.core import jobcmds, queuecmds
 from disque_trio.core import node as core_node
 from disque_trio.core import records as core_records
+from disque_trio.core.cluster import FAIL, PFAIL, ClusterTable, PeerNode
 from disque_trio.core.commands import CORE_COMMANDS, Command
 from disque_trio.core.effects import Persist
-from disque_trio.core.job import FLAG_DELIVERED, Job, JobState
+from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobState
 from disque_trio.core.node import Node
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
@@ -202,13 +203,11 @@ def pause_in_ignored() -> contextlib.AbstractContextManager[None]:
 # ------------------------------------- issue #16: the explorer's checks
 
 
-def command(
-    name: str, fn: Callable[[Node, list[bytes]], Any]
-) -> contextlib.AbstractContextManager[None]:
+def command(name: str, fn: Callable[..., Any]) -> contextlib.AbstractContextManager[None]:
     """Replace a core command's handler (each NodeServer copies the table
     when it starts: the mutant is applied before the World is built)."""
     old = CORE_COMMANDS[name]
-    return patched_item(CORE_COMMANDS, name, Command(old.name, old.arity, old.flags, fn))
+    return patched_item(CORE_COMMANDS, name, Command(old.name, old.arity, old.flags, fn, old.core))
 
 
 @contextlib.contextmanager
@@ -350,6 +349,177 @@ EXPLORER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]
     "async-one-copy-short": async_one_copy_short,
     "shutdown-rewrite-drops-active": shutdown_rewrite_drops_active,
 }
+# ------------------------------------------ timers, NACK/WORKING, failure
+# detector, ack collection, fsync policy (issue #15)
+
+
+def requeue_skips_deliverer() -> contextlib.AbstractContextManager[None]:
+    """The node that delivered a job never re-queues it at RETRY."""
+    original = Node._requeue
+
+    def _requeue(self: Node, job: Job, now: int) -> None:
+        if job.flags & FLAG_DELIVERED and job.retry:
+            job.qtime = now + job.retry * 1000
+            return
+        original(self, job, now)
+
+    return patched(Node, "_requeue", _requeue)
+
+
+def nack_waits_retry() -> contextlib.AbstractContextManager[None]:
+    """NACK takes effect only at RETRY (it pushes the timer, no re-queue)."""
+    original = Node.enqueue
+
+    def enqueue(self: Node, job: Job, nack: bool = False, now: int = 0) -> bool:
+        if not nack:
+            return original(self, job, nack, now)
+        if job.state != JobState.ACTIVE or not job.retry:
+            return False
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        self.set_requeue_time(job, self.now_ms() + job.retry * 1000)
+        return True
+
+    return patched(Node, "enqueue", enqueue)
+
+
+def working_no_postpone() -> contextlib.AbstractContextManager[None]:
+    """WORKING answers and tells the other holders, but does not postpone
+    the re-queue on the node it was sent to."""
+    original = jobcmds.working
+
+    def working(node: Node, argv: list[bytes]) -> Any:
+        job = node.lookup(argv[1].decode()) if len(argv) > 1 else None
+        qtime = job.qtime if job is not None else 0
+        reply = original(node, argv)
+        if job is not None and job.qtime != qtime:
+            node.set_requeue_time(job, qtime)
+        return reply
+
+    return command("working", working)
+
+
+def working_not_broadcast() -> contextlib.AbstractContextManager[None]:
+    """WORKING postpones the local re-queue only: the other holders re-queue
+    at their RETRY."""
+    return patched(cj, "broadcast_working", lambda node, job: None)
+
+
+def pfail_never_set() -> contextlib.AbstractContextManager[None]:
+    """The failure detector never flags a peer PFAIL (so never FAIL)."""
+    original = ClusterTable._check_node
+
+    def check_node(self: ClusterTable, node: PeerNode, now: int) -> None:
+        before = node.flags & PFAIL
+        original(self, node, now)
+        if not before:
+            node.flags &= ~PFAIL
+
+    return patched(ClusterTable, "_check_node", check_node)
+
+
+def fail_needs_every_report() -> contextlib.AbstractContextManager[None]:
+    """FAIL needs a report from every other node, the failing one included:
+    a node cut off is never flagged FAIL."""
+
+    def maybe_mark_failed(self: ClusterTable, node: PeerNode, now: int) -> None:
+        if not node.flags & PFAIL or node.flags & FAIL:
+            return
+        reports = [r for r in node.fail_reports if r != node.node_id]
+        if len(reports) + 1 < self.size:
+            return
+        node.flags = (node.flags & ~PFAIL) | FAIL
+        node.fail_time = now
+
+    return patched(ClusterTable, "_maybe_mark_failed", maybe_mark_failed)
+
+
+def fail_never_cleared() -> contextlib.AbstractContextManager[None]:
+    """A node flagged FAIL stays FAIL when it is heard from again."""
+    heard, link = ClusterTable.heard_from, ClusterTable.link_changed
+
+    def heard_from(self: ClusterTable, sender: PeerNode, now: int) -> None:
+        failed = sender.flags & FAIL
+        heard(self, sender, now)
+        sender.flags |= failed
+
+    def link_changed(self: ClusterTable, node_id: str, up: bool, now: int) -> None:
+        node = self.nodes.get(node_id)
+        failed = node.flags & FAIL if node is not None else 0
+        link(self, node_id, up, now)
+        if node is not None:
+            node.flags |= failed
+
+    @contextlib.contextmanager
+    def both() -> Iterator[None]:
+        with (
+            patched(ClusterTable, "heard_from", heard_from),
+            patched(ClusterTable, "link_changed", link_changed),
+        ):
+            yield
+
+    return both()
+
+
+def ackjob_no_dummy() -> contextlib.AbstractContextManager[None]:
+    """An ACKJOB to a node that lacks the job makes no dummy ack."""
+    return patched(jobcmds, "_dummy_ack", lambda node, job_id: None)
+
+
+def dummy_ack_never_collected() -> contextlib.AbstractContextManager[None]:
+    """A dummy ack keeps telling the cluster, but is never collected."""
+    original = Node.try_gc
+
+    def try_gc(self: Node, job: Job) -> None:
+        if job.state == JobState.ACKED and job.is_dummy_ack:
+            cj.send_setack(self, job)
+            return
+        original(self, job)
+
+    return patched(Node, "try_gc", try_gc)
+
+
+def everysec_never_fsyncs() -> contextlib.AbstractContextManager[None]:
+    """appendfsync everysec never fsyncs."""
+    return patched(AppendOnlyFile, "fsync_if_due", lambda self: None)
+
+
+def everysec_lazy() -> contextlib.AbstractContextManager[None]:
+    """appendfsync everysec fsyncs every 8 seconds."""
+    original = AppendOnlyFile.fsync_if_due
+    calls: dict[int, int] = {}
+
+    def fsync_if_due(self: AppendOnlyFile) -> None:
+        calls[id(self)] = calls.get(id(self), 0) + 1
+        if calls[id(self)] % 8 == 0:
+            original(self)
+
+    return patched(AppendOnlyFile, "fsync_if_due", fsync_if_due)
+
+
+def ttl_skips_queued() -> contextlib.AbstractContextManager[None]:
+    """The expiry timer skips queued jobs."""
+    original = Node.process_job
+
+    def process_job(self: Node, job: Job, now: int) -> None:
+        if job.state == JobState.QUEUED and job.etime * 1000 <= now:
+            self.update_awake(job, at=now + 1000)
+            return
+        original(self, job, now)
+
+    return patched(Node, "process_job", process_job)
+
+
+def ttl_misread_on_reload() -> contextlib.AbstractContextManager[None]:
+    """An AOF reload reads the expire time as a TTL from now."""
+    original = core_records.job_from_record
+
+    def job_from_record(node: Any, rec: Any, now: int) -> Job | None:
+        job = original(node, rec, now)
+        if job is not None:
+            job.etime = now // 1000 + max(60, job.etime - job.ctime // 1_000_000_000)
+        return job
+
+    return patched(core_records, "job_from_record", job_from_record)
 
 
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
@@ -363,6 +533,19 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "gc-skips-deljob": gc_skips_deljob,
     "ack-not-marked": ack_not_marked,
     "setack-not-answered": setack_not_answered,
+    "requeue-skips-deliverer": requeue_skips_deliverer,
+    "nack-waits-retry": nack_waits_retry,
+    "working-no-postpone": working_no_postpone,
+    "working-not-broadcast": working_not_broadcast,
+    "pfail-never-set": pfail_never_set,
+    "fail-needs-every-report": fail_needs_every_report,
+    "fail-never-cleared": fail_never_cleared,
+    "ackjob-no-dummy": ackjob_no_dummy,
+    "dummy-ack-never-collected": dummy_ack_never_collected,
+    "everysec-never-fsyncs": everysec_never_fsyncs,
+    "everysec-lazy": everysec_lazy,
+    "ttl-skips-queued": ttl_skips_queued,
+    "ttl-misread-on-reload": ttl_misread_on_reload,
 }
 MUTANTS.update(EXPLORER_MUTANTS)
 

@@ -64,6 +64,11 @@ class _Pipe:
                 await trio.sleep_until(due)
                 while self.net.stalled(*self.owners):
                     await self.net.wait_change()
+                late = trio.current_time() - due
+                if late > 0 and self.owners[1] is not None:
+                    # Held back by a fault: when, and how long (sim/world.py
+                    # counts it on the job copies the bytes carried).
+                    self.net.held_back[self.owners[1]] = (trio.current_time(), late)
                 if data is None:
                     self.receiver.put_eof()
                     return
@@ -175,6 +180,7 @@ class SimNet:
         self._rule_ids = 0
         self.resets = 0  # connection resets so far (frames in flight lost)
         self.changed_at = 0.0  # virtual time of the last fault change
+        self.held_back: dict[int, tuple[float, float]] = {}  # receiver -> (at, seconds)
 
     def view(self, owner: Owner) -> NodeNet:
         return NodeNet(self, owner)

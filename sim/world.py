@@ -29,7 +29,9 @@ sampling monitor (``World.violations``):
   stays queued on two nodes for more than ``DOUBLE_QUEUED_S``.
 * ``ttl-expires``: see ``World.check_ttl``.
 * ``fail-detected``: see ``World.check_detection``.
-* ``everysec-window``: see ``World.restart``.
+* ``everysec-window``: see ``World._check_everysec``.
+* ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
+  the expire time it had when the node crashed.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ EVERYSEC_WINDOW_S = 2.5
 # A job's timer fires at its etime + 1 s; the timer task looks at the clock
 # at least once a second (a jump is noticed); the monitor samples.
 TTL_SLACK_MS = 3000
+# A copy registered this soon after held-back bytes reached its node came
+# with them.
+HELD_BACK_RECENT_S = 0.1
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
@@ -221,6 +226,7 @@ class World:
         self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
         # Fault windows [start, end] (end inf while in force), for calm().
         self.fault_windows: list[list[float]] = []
+        self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
@@ -432,6 +438,14 @@ class World:
                 )
         if self.appendfsync == "everysec" and not node.wiped:
             self._check_everysec(node, forgot)
+        # aof-keeps-ttl: a job loaded back expires when it did before.
+        for job_id in sorted(node.loaded & node.held_at_crash.keys()):
+            job = node.server.node.jobs.get(job_id)
+            if job is not None and job.etime != node.held_at_crash[job_id]:
+                self._violate(
+                    f"aof-keeps-ttl: {node.name} reloaded {job_id} expiring at "
+                    f"{job.etime}, not {node.held_at_crash[job_id]}"
+                )
         if node.wiped:
             await self.introduce(i)
 
@@ -583,6 +597,13 @@ class World:
             reloaded_before = job.id in node.reloaded
             if event == "registered":
                 node.seen_at[job.id] = -1e9 if loading else trio.current_time()
+                held = self.net.held_back.get(node.port)
+                if held is not None and node.handling in (bus.ReplJob, bus.YourJobs):
+                    held_at, late = held
+                    if trio.current_time() - held_at <= HELD_BACK_RECENT_S:
+                        # A copy from bytes a fault held back: its TTL (sent
+                        # as what was left of it) runs that much longer.
+                        self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), late)
                 if job.body is None and job.state == JobState.ACKED and not loading:
                     self.probes["dummy-ack-created"] += 1
                 self.holders.setdefault(job.id, set()).add(name)
