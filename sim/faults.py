@@ -24,7 +24,7 @@ def detection_bound(timeout_ms: int) -> float:
     """How long after a cut the majority must flag the victim FAIL: a PING
     within half the timeout, PFAIL a timeout later, then the others' reports
     by gossip (heartbeats every half timeout) and the FAIL broadcast."""
-    return 3.0 * timeout_ms / 1000 + 2.0
+    return 2.0 * timeout_ms / 1000 + 2.0
 
 
 async def run_fault(world: World, fault: Fault, start: float) -> None:
@@ -36,7 +36,7 @@ async def run_fault(world: World, fault: Fault, start: float) -> None:
     others = [p for p in ports if p != node.port]
     name = fault.name
     world.trace.record("fault", "begin", {"fault": fault.describe()})
-    window = world.fault_begin()
+    window = world.fault_begin(-1 if name == "halves" else i)
     try:
         if name in CUT_OFF and world.count >= 3 and world.nursery is not None:
             bound = detection_bound(world.plan.node_timeout_ms)

@@ -76,6 +76,7 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("vanish_pct", 20),  # the consumer drops its connection, job unacked
     ("short_pct", 40),  # jobs with RETRY 1 and a TTL of 3..6 s
     ("pinned_producers", 1),  # 1: one more producer on each node
+    ("long_cut", 2),  # one more fault: 1 isolates, 2 freezes the last node from +1 s to the end
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -138,6 +139,7 @@ class Plan:
     vanish_pct: int = 0
     short_pct: int = 0
     pinned_producers: int = 0
+    long_cut: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -177,7 +179,14 @@ class Plan:
             # One node: only what needs no peer.
             keep = {"crash", "clock-jump", "wipe", "torn-crash"}
             return [f for f in self.faults if f.name in keep]
-        return [f for f in self.faults if f.kind]
+        out = [f for f in self.faults if f.kind]
+        if self.long_cut:
+            # Longer than the node timeout (when drawn short): FAIL is
+            # reached, spread, and cleared after heal (fail-detected).
+            kind = FAULT_KINDS.index(("isolate", "pause")[self.long_cut - 1])
+            length = max(1, int(self.duration * 10) - 10)
+            out.append(Fault(kind=kind, victim=self.nodes - 1, start=10, length=length))
+        return out
 
     def swarm(self) -> dict[str, Any]:
         """The swarm parameters, for trace headers and reports."""
@@ -299,6 +308,7 @@ class Plan:
             vanish_pct=pct(0.3, 15),
             short_pct=pct(0.4, 40),
             pinned_producers=rng.choice((0, 1)),
+            long_cut=rng.choice((0, 0, 1, 2)),
         )
 
 

@@ -296,7 +296,7 @@ class Workload:
             try:
                 if client is None:
                     client = await world.client(index)
-                if self._shared:
+                if any(who != name or self._stop_producing.is_set() for who, _ in self._shared):
                     await self._ack_shared(world, client, name, index)
                 reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
                 if isinstance(reply, ReplyError):
@@ -323,6 +323,7 @@ class Workload:
     async def _ack_shared(self, world: World, client: RespClient, name: str, index: int) -> None:
         """Ack a job another consumer handed over (it knows only the ID),
         on this consumer's own node."""
+        # Its own only once producers stopped (maybe no other consumer).
         pick = next((k for k, (who, _) in enumerate(self._shared) if who != name), 0)
         _who, jid = self._shared.pop(pick)
         await self._ack(world, client, name, index, jid, False)

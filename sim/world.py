@@ -839,8 +839,9 @@ class World:
 
     # -------------------------------------------------------- fault windows
 
-    def fault_begin(self) -> list[float]:
-        window = [trio.current_time(), float("inf")]
+    def fault_begin(self, victim: int = -1) -> list[float]:
+        """A fault's window [start, end, victim] (victim -1: every node)."""
+        window = [trio.current_time(), float("inf"), float(victim)]
         self.fault_windows.append(window)
         return window
 
@@ -850,9 +851,7 @@ class World:
     def calm(self, start: float, end: float, margin: float = LINK_SETTLE_S) -> bool:
         """No fault in force in [start - margin, end] (nor ended less than
         ``margin`` before ``start``: links take that long to come back)."""
-        return all(
-            w_end + margin < start or w_start > end for w_start, w_end in self.fault_windows
-        )
+        return all(w[1] + margin < start or w[0] > end for w in self.fault_windows)
 
     async def check_detection(self, victim: int, window: list[float], bound: float) -> None:
         """fail-detected: a node cut off from every other (isolated, frozen,
@@ -864,27 +863,33 @@ class World:
         await trio.sleep_until(window[0] + bound)
         if window[1] < trio.current_time() or self.phase != "safety":
             return  # the cut ended first
-        others = [n for n in self.nodes if n is not node]
-        quiet = all(
-            w is window or w[0] > window[0] + bound or w[1] + LINK_SETTLE_S < window[0]
+        # Nodes another fault touched meanwhile (crashed, cut, frozen,
+        # clock jumped) are not asked; a fault on every node voids the check.
+        disturbed = {
+            int(w[2])
             for w in self.fault_windows
-        )
-        if not quiet or not all(n.up for n in others) or len(others) < self.count // 2 + 1:
+            if w is not window
+            and w[0] <= window[0] + bound
+            and w[1] + LINK_SETTLE_S >= window[0] - LINK_SETTLE_S
+        }
+        if -1 in disturbed:
             return
-        if self.last_jump_at >= window[0] - 5.0:
+        asked = [n for n in self.nodes if n is not node and n.index not in disturbed and n.up]
+        # FAIL takes reports from a majority of the cluster.
+        if len(asked) < self.count // 2 + 1:
             return
         self.probes["fail-detection-checked"] += 1
         failed = [
             n.name
-            for n in others
+            for n in asked
             if (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
             and peer.flags & cluster_flags.FAIL
         ]
-        if len(failed) < len(others) // 2 + 1:
+        if len(failed) < len(asked) // 2 + 1:
             self._violate(
                 f"fail-detected: {node.name} cut off since t={window[0]:.2f}, "
                 f"{bound:.1f}s later (node timeout {self.plan.node_timeout_ms} ms) "
-                f"only {failed or 'no node'} of {len(others)} flag it FAIL"
+                f"only {failed or 'no node'} of {[n.name for n in asked]} flag it FAIL"
             )
 
     async def _progress(self) -> None:
