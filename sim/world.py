@@ -30,6 +30,8 @@ sampling monitor (``World.violations``):
 * ``ttl-expires``: see ``World.check_ttl``.
 * ``fail-detected``: see ``World.check_detection``.
 * ``everysec-window``: see ``World._check_everysec``.
+* ``expired-stays-expired``: a node (one incarnation) that expired a job
+  never takes a copy of it again from a peer (a late REPLJOB, YOURJOBS).
 * ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
   the expire time it had when the node crashed.
 """
@@ -176,6 +178,7 @@ class SimNode:
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
         self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
+        self.expired: set[str] = set()  # jobs this incarnation expired (TTL)
         self.crashed_at = 0.0
 
 
@@ -330,7 +333,7 @@ class World:
         node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
-        node.seen_at = {}
+        node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
@@ -596,6 +599,11 @@ class World:
             loading = server.aof.loading
             reloaded_before = job.id in node.reloaded
             if event == "registered":
+                if job.id in node.expired and node.handling is not None:
+                    self._violate(
+                        f"expired-stays-expired: {name} took a copy of {job.id} "
+                        f"({node.handling.__name__}) after its TTL ran out there"
+                    )
                 node.seen_at[job.id] = -1e9 if loading else trio.current_time()
                 held = self.net.held_back.get(node.port)
                 if held is not None and node.handling in (bus.ReplJob, bus.YourJobs):
@@ -619,6 +627,8 @@ class World:
                 if node.handling is bus.ReplJob and q is not None and q.pause & PAUSED_IN:
                     self._violate(f"pause-in: {name} stored a copy of {job.id} while paused in")
             elif event == "deleted":
+                if not loading and job.etime * 1000 <= server.node.now_ms():
+                    node.expired.add(job.id)
                 if job.body is None and job.is_dummy_ack and not loading:
                     self.probes["dummy-ack-collected"] += 1
                 if loading:
