@@ -301,14 +301,14 @@ class Plan:
         return attrs.evolve(
             plan,
             node_timeout=rng.randint(2, 8) if rng.random() < 0.6 else 0,
-            fault_stretch=rng.choice((0, 0, 1, 1, 2, 3)),
+            fault_stretch=rng.choice((0, 0, 0, 1, 1, 2, 3)),
             hold_pct=pct(0.4, 30),
             cross_ack_pct=pct(0.5, 50),
             share_pct=pct(0.3, 30),
             vanish_pct=pct(0.3, 15),
             short_pct=pct(0.4, 40),
             pinned_producers=rng.choice((0, 1)),
-            long_cut=rng.choice((0, 0, 1, 2)),
+            long_cut=rng.choice((0, 0, 0, 0, 1, 2)),
         )
 
 
