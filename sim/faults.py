@@ -24,7 +24,7 @@ def detection_bound(timeout_ms: int) -> float:
     """How long after a cut the majority must flag the victim FAIL: a PING
     within half the timeout, PFAIL a timeout later, then the others' reports
     by gossip (heartbeats every half timeout) and the FAIL broadcast."""
-    return 2.0 * timeout_ms / 1000 + 2.0
+    return 3.0 * timeout_ms / 1000 + 3.0
 
 
 async def run_fault(world: World, fault: Fault, start: float) -> None:
