@@ -76,7 +76,7 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("vanish_pct", 20),  # the consumer drops its connection, job unacked
     ("short_pct", 40),  # jobs with RETRY 1 and a TTL of 3..6 s
     ("pinned_producers", 1),  # 1: one more producer on each node
-    ("long_cut", 2),  # one more fault: 1 isolates, 2 freezes the last node from +1 s to the end
+    ("long_cut", 2),  # one more fault: 1 isolates, 2 freezes the last node from +0.5 s to the end
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -184,8 +184,8 @@ class Plan:
             # Longer than the node timeout (when drawn short): FAIL is
             # reached, spread, and cleared after heal (fail-detected).
             kind = FAULT_KINDS.index(("isolate", "pause")[self.long_cut - 1])
-            length = max(1, int(self.duration * 10) - 10)
-            out.append(Fault(kind=kind, victim=self.nodes - 1, start=10, length=length))
+            length = max(1, int(self.duration * 10) - 5)
+            out.append(Fault(kind=kind, victim=self.nodes - 1, start=5, length=length))
         return out
 
     def swarm(self) -> dict[str, Any]:
@@ -300,7 +300,7 @@ class Plan:
         # Drawn after the fields above, so that those stay what they were.
         return attrs.evolve(
             plan,
-            node_timeout=rng.randint(2, 8) if rng.random() < 0.6 else 0,
+            node_timeout=rng.randint(1, 6) if rng.random() < 0.6 else 0,
             fault_stretch=rng.choice((0, 0, 0, 1, 1, 2, 3)),
             hold_pct=pct(0.4, 30),
             cross_ack_pct=pct(0.5, 50),
