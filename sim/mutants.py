@@ -460,8 +460,9 @@ def ackjob_no_dummy() -> contextlib.AbstractContextManager[None]:
 
 
 def dummy_ack_never_collected() -> contextlib.AbstractContextManager[None]:
-    """A dummy ack keeps telling the cluster, but is never collected."""
-    original = Node.try_gc
+    """A dummy ack keeps telling the cluster, but is never collected (not
+    by its timer, not when the answers come back)."""
+    original, on_gotack = Node.try_gc, cj._on_gotack
 
     def try_gc(self: Node, job: Job) -> None:
         if job.state == JobState.ACKED and job.is_dummy_ack:
@@ -469,7 +470,18 @@ def dummy_ack_never_collected() -> contextlib.AbstractContextManager[None]:
             return
         original(self, job)
 
-    return patched(Node, "try_gc", try_gc)
+    def gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.state == JobState.ACKED and job.is_dummy_ack:
+            return
+        on_gotack(node, sender, msg)
+
+    @contextlib.contextmanager
+    def both() -> Iterator[None]:
+        with patched(Node, "try_gc", try_gc), handler(bus.GotAck, gotack):
+            yield
+
+    return both()
 
 
 def everysec_never_fsyncs() -> contextlib.AbstractContextManager[None]:
