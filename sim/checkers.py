@@ -283,7 +283,7 @@ def check_working(history: list[Event], calm: Calm) -> list[str]:
         if e.op != "hold":
             continue
         start, retry = float(e.data["start"]), _int_option(e.data, "retry", 1)
-        if not calm(start - retry - 1, e.t):
+        if not calm(start, e.t):  # calm() keeps a margin before start
             continue
         during = [t for t in gets.get(e.data["id"], []) if start + RACE_S < t < e.t]
         if during:
