@@ -77,6 +77,7 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("short_pct", 40),  # jobs with RETRY 1 and a TTL of 3..6 s
     ("pinned_producers", 1),  # 1: one more producer on each node
     ("long_cut", 2),  # one more fault: 1 isolates, 2 freezes the last node from +0.5 s to the end
+    ("coda", 1),  # 1: after the drain, a few seconds of jobs in a cluster without faults
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -140,6 +141,7 @@ class Plan:
     short_pct: int = 0
     pinned_producers: int = 0
     long_cut: int = 0
+    coda: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -309,6 +311,7 @@ class Plan:
             short_pct=pct(0.4, 40),
             pinned_producers=rng.choice((0, 1)),
             long_cut=rng.choice((0, 0, 0, 0, 1, 2)),
+            coda=rng.choice((0, 1, 1)),
         )
 
 

@@ -9,8 +9,9 @@
   meanwhile;
 * liveness: every fault undone, every node back, membership must converge;
 * drain and settle: consumers take every job still owed until each one's
-  last delivery is acked, then the cluster is left alone so acks are
-  collected everywhere.
+  last delivery is acked (with ``plan.coda``, then a few seconds of new
+  jobs in the healed cluster and a second drain), then the cluster is
+  left alone so acks are collected everywhere.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
@@ -35,6 +36,7 @@ from .world import World
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
 CONVERGE_S = 30.0
+CODA_S = 4.0  # the calm coda's producing time (plan.coda)
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
     EOFError,
@@ -88,6 +90,7 @@ class Workload:
     acked_all: bool = False
     _shared: list[tuple[str, str]] = attrs.field(factory=list)  # (consumer, job id)
     _nursery: trio.Nursery | None = None  # the consumers' (hold tasks run there)
+    _coda: bool = False  # the calm coda is on: consumers act as in the safety phase
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -180,6 +183,8 @@ class Workload:
                 self._all_delivered.set()
             with trio.move_on_after(self.drain_timeout):
                 await self._all_delivered.wait()
+            if plan.coda:
+                await self._run_coda(world)
             # Every job delivered once (as before), and each one's last
             # delivery acked (a forgotten job delivered again).
             self.drained = not self._undelivered
@@ -191,6 +196,59 @@ class Workload:
         await trio.sleep(self.settle)
         self.converged = world.converged()
         world.trace.record("workload", "phase", {"ev": "end", "converged": not self.converged})
+
+    async def _run_coda(self, world: World) -> None:
+        """A calm coda: every fault healed, a producer adds jobs (RETRY > 0,
+        no TTL) for a few seconds and the consumers do all they do in the
+        safety phase (hold, NACK, ack elsewhere, forget...), so that the
+        timing checks see each path without faults; then drain again."""
+        self.record("workload", "phase", {"ev": "coda"})
+        world.phase = "coda"
+        self._coda = True
+        rng = world.child_rng()
+        n = 0
+        end = trio.current_time() + CODA_S
+        clients: dict[int, RespClient] = {}
+        try:
+            while trio.current_time() < end:
+                index = rng.randrange(world.count)
+                body = f"coda-{n}"
+                n += 1
+                retry = rng.randint(1, 3)
+                copies = rng.randint(1, self.plan.max_replicate)
+                invoke = {
+                    "node": index,
+                    "body": body,
+                    "retry": retry,
+                    "copies": copies,
+                    "async": False,
+                    "delay": 0,
+                    "ttl": 0,
+                }
+                self.record("coda", "invoke", invoke)
+                try:
+                    client = clients.get(index)
+                    if client is None:
+                        client = clients[index] = await world.client(index)
+                    reply: Any = await client.call(
+                        "ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, "REPLICATE", copies, "RETRY", retry
+                    )
+                except CONN_ERRORS as e:
+                    clients.pop(index, None)
+                    reply = f"connection error: {type(e).__name__}"
+                ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
+                self.record("coda", "add", {**invoke, "ok": ok, "reply": _text(reply)})
+                await trio.sleep(rng.uniform(0.1, 0.3))
+        finally:
+            self._coda = False
+            for client in clients.values():
+                await client.aclose()
+        world.phase = "drain after coda"
+        self._all_delivered = trio.Event()
+        if not self._undelivered and not self._owed:
+            self._all_delivered.set()
+        with trio.move_on_after(self.drain_timeout):
+            await self._all_delivered.wait()
 
     async def _pause_consumers(self, start: float) -> None:
         await trio.sleep_until(start + self.plan.duration * 0.3)
@@ -344,7 +402,7 @@ class Workload:
         it past RETRY, WORKING then ack, or ack (ACKJOB or FASTACK, maybe
         on another node). True: the consumer drops its connection."""
         plan = self.plan
-        draining = self._stop_producing.is_set()
+        draining = self._stop_producing.is_set() and not self._coda
         # Only jobs known to be RETRY > 0 are forgotten or NACKed: a NACKed
         # RETRY 0 job is legitimately delivered again.
         again = self._retry_of.get(jid, 0) > 0
