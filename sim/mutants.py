@@ -398,6 +398,12 @@ def working_no_postpone() -> contextlib.AbstractContextManager[None]:
     return command("working", working)
 
 
+def working_not_broadcast() -> contextlib.AbstractContextManager[None]:
+    """WORKING postpones the local re-queue only: the other holders are not
+    told and re-queue at their RETRY."""
+    return patched(cj, "broadcast_working", lambda node, job: None)
+
+
 def pfail_never_set() -> contextlib.AbstractContextManager[None]:
     """The failure detector never flags a peer PFAIL (so never FAIL)."""
     original = ClusterTable._check_node
@@ -542,6 +548,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "requeue-skips-deliverer": requeue_skips_deliverer,
     "nack-waits-retry": nack_waits_retry,
     "working-no-postpone": working_no_postpone,
+    "working-not-broadcast": working_not_broadcast,
     "pfail-never-set": pfail_never_set,
     "fail-needs-every-report": fail_needs_every_report,
     "fail-never-cleared": fail_never_cleared,
