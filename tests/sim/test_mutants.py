@@ -9,7 +9,7 @@ from .conftest import SUMMARY, sim_cli
 
 # Seeds tried per mutant: every mutant is caught well within this range
 # (the slowest are caught in the twenties and thirties; its runs stop at
-# the first).
+# the first; the 32 mutants take about 2 min on 2 jobs).
 MUTANT_SEEDS = "1..60"
 CI_SEEDS = 200
 
