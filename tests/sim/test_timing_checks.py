@@ -1,0 +1,94 @@
+"""The timing checkers of sim/checkers.py on hand-made histories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.checkers import (
+    Crashes,
+    check_acked,
+    check_nack,
+    check_requeue,
+    check_working,
+)
+from sim.workload import Event
+
+JOB = "D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+
+
+def calm(start: float, end: float) -> bool:
+    return True
+
+
+def never_calm(start: float, end: float) -> bool:
+    return False
+
+
+def ev(t: float, op: str, **data: Any) -> Event:
+    return Event(t, "c0", op, data)
+
+
+def added(t: float = 0.0, retry: int = 2, ttl: int = 0) -> list[Event]:
+    spec = {"node": 0, "body": "b", "retry": retry, "copies": 1, "ttl": ttl}
+    return [ev(t, "invoke", **spec), ev(t, "add", **spec, ok=True, reply=JOB)]
+
+
+def phases(drain: float, settle: float) -> list[Event]:
+    return [ev(drain, "phase", ev="drain"), ev(settle, "phase", ev="settle")]
+
+
+def test_requeue_timely_wants_a_forgotten_job_back() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), ev(1.0, "forget", id=JOB)]
+    late, _ = check_requeue([*base, *phases(2.0, 60.0)], allowance_s=0.5)
+    assert late and late[0].startswith("requeue-timely:")
+    back = [*base, ev(4.0, "get", node=0, id=JOB, body="b"), ev(4.1, "ack", node=0, id=JOB)]
+    assert check_requeue([*back, *phases(2.0, 60.0)], allowance_s=0.5) == ([], [])
+    # Acked before (the ack may reach the holders after a later delivery).
+    acked = [*added(), ev(0.5, "ack", node=1, id=JOB, reply="0"), *base[2:]]
+    assert check_requeue([*acked, *phases(2.0, 60.0)], allowance_s=0.5) == ([], [])
+
+
+def test_requeue_timely_excuses_a_job_every_holder_forgot() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), *phases(2.0, 60.0)]
+    crashes = Crashes("everysec", {JOB: {"n0"}}, {JOB: {"n0"}})
+    violations, excused = check_requeue(base, 0.5, crashes)
+    assert not violations and excused
+
+
+def test_nack_prompt() -> None:
+    base = [
+        *added(),
+        ev(1.0, "get", node=0, id=JOB, body="b"),
+        ev(1.1, "nack", node=0, id=JOB, reply="1"),
+    ]
+    slow = [*base, ev(3.2, "get", node=0, id=JOB, body="b"), *phases(0.0, 60.0)]
+    assert check_nack(slow, calm)[0].startswith("nack-prompt:")
+    assert check_nack(slow, never_calm) == []
+    quick = [*base, ev(1.15, "get", node=0, id=JOB, body="b"), *phases(0.0, 60.0)]
+    assert check_nack(quick, calm) == []
+
+
+def test_working_holds() -> None:
+    hold = ev(7.0, "hold", node=0, id=JOB, start=1.0, retry=2)
+    again = [
+        *added(),
+        ev(1.0, "get", node=0, id=JOB, body="b"),
+        ev(4.0, "get", node=1, id=JOB, body="b"),
+        hold,
+    ]
+    assert check_working(again, calm)[0].startswith("working-holds:")
+    assert check_working(again, never_calm) == []
+    assert check_working([*added(), ev(1.0, "get", node=0, id=JOB, body="b"), hold], calm) == []
+
+
+def test_ack_final() -> None:
+    history = [
+        *added(),
+        ev(1.0, "get", node=0, id=JOB, body="b"),
+        ev(1.1, "ack", node=2, id=JOB, fast=False, reply="0"),
+        ev(4.0, "get", node=0, id=JOB, body="b"),
+    ]
+    assert check_acked(history, calm)[0].startswith("ack-final:")
+    assert check_acked(history, never_calm) == []
+    lost = [*history[:3], ev(1.1, "ack", node=2, id=JOB, reply="connection error: EOFError")]
+    assert check_acked([*lost[:2], lost[3], history[3]], calm) == []
