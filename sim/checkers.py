@@ -248,10 +248,10 @@ def check_nack(history: list[Event], calm: Calm) -> list[str]:
     ``NACK_PROMPT_S`` while no fault is in force and consumers are on."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
-    gets: dict[str, list[float]] = {}
+    gets: dict[str, list[tuple[float, str]]] = {}
     for e in history:
         if e.op == "get":
-            gets.setdefault(e.data["id"], []).append(e.t)
+            gets.setdefault(e.data["id"], []).append((e.t, e.client))
     out = []
     for e in history:
         if e.op != "nack" or e.data.get("reply") != "1":
@@ -261,8 +261,13 @@ def check_nack(history: list[Event], calm: Calm) -> list[str]:
             continue
         if any(a <= end and e.t <= b for a, b in off) or not calm(e.t, end):
             continue
-        if not any(e.t < t <= end for t in gets.get(e.data["id"], [])):
-            again = [t for t in gets.get(e.data["id"], []) if t > e.t]
+        # The delivery NACKed: the consumer's last one before; the job may
+        # be delivered again before the NACK's answer is read.
+        got = max(
+            (t for t, c in gets.get(e.data["id"], []) if c == e.client and t <= e.t), default=-1.0
+        )
+        if not any(got < t <= end for t, _ in gets.get(e.data["id"], [])):
+            again = [t for t, _ in gets.get(e.data["id"], []) if t > e.t]
             when = f"at t={again[0]:.2f}" if again else "never"
             out.append(
                 f"nack-prompt: {e.data['id']} NACKed at t={e.t:.2f} on n{e.data['node']}, "

@@ -66,6 +66,9 @@ def test_nack_prompt() -> None:
     assert check_nack(slow, never_calm) == []
     quick = [*base, ev(1.15, "get", node=0, id=JOB, body="b"), *phases(0.0, 60.0)]
     assert check_nack(quick, calm) == []
+    # Delivered to another consumer before the NACK's answer was read.
+    raced = [*base[:3], Event(1.05, "c1", "get", {"node": 0, "id": JOB, "body": "b"}), base[3]]
+    assert check_nack([*raced, *phases(0.0, 60.0)], calm) == []
 
 
 def test_working_holds() -> None:
