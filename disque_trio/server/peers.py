@@ -127,6 +127,7 @@ class PeerLink:
         # Set to cut a reconnection back-off short: the node just connected
         # to us, so it is up and listening again.
         self.retry_now = trio.Event()
+        self.ended = False  # the link task returned (its node left the table)
 
 
 class Bus:
@@ -184,7 +185,13 @@ class Bus:
         # order in which tasks start.
         wanted = [n.node_id for n in self.table.wanted_links()]
         for node_id in wanted:
-            if node_id not in self.links:
+            old = self.links.get(node_id)
+            # A link whose task ended: its node left the table (a gossiped
+            # node that never answered our handshake is dropped by the cron)
+            # and came back before this sync (the next gossip names it
+            # again). Kept, it would leave that node without a link for
+            # ever (simulator seed 645595158, a 1 s node timeout).
+            if old is None or old.ended:
                 link = self.links[node_id] = PeerLink(node_id)
                 self._nursery.start_soon(self._link_task, link)
         keep = set(wanted)
@@ -244,6 +251,12 @@ class Bus:
     # ------------------------------------------------------------ outbound
 
     async def _link_task(self, link: PeerLink) -> None:
+        try:
+            await self._run_link(link)
+        finally:
+            link.ended = True
+
+    async def _run_link(self, link: PeerLink) -> None:
         backoff = BACKOFF_MIN_S
         with link.cancel_scope:
             while True:
