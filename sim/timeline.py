@@ -8,8 +8,9 @@ runs left to right in virtual seconds. The page shows
   restart), partitions, one-way partitions, clogs and pauses (the side the
   rule names first), bus chaos; clock jumps and resets as thin marks;
 * one lane per client, each operation a bar from call to reply coloured by
-  its result. Only ADDJOB records its call ("invoke"); a consumer's GETJOB,
-  ACKJOB, NACK... record their reply only and are drawn as ticks there;
+  its result. ADDJOB records its call as an "invoke" event; a consumer's
+  GETJOB, ACKJOB, NACK and WORKING carry their call's time (``t0``) in the
+  reply's record; an operation with neither (forget, share) is a tick;
 * the jobs the violations name (by id ``D-...`` or by body ``p0-12``): their
   operations outlined, their state changes marked on the node lanes, and
   the bus messages about them (``cat bus``, send then recv) as arrows from
@@ -239,7 +240,10 @@ def client_ops(events: list[Event]) -> list[Op]:
         if op == "invoke":
             called[client] = t
             continue
-        t0 = called.pop(client, t) if op == "add" else t
+        if op == "add":
+            t0 = called.pop(client, t)
+        else:  # consumers record their call's time with the reply
+            t0 = float(data["t0"]) if isinstance(data.get("t0"), int | float) else t
         job = str(data.get("id") or (data["reply"] if data.get("ok") else data.get("body", "")))
         title = f"{client} {op} " + " ".join(f"{k}={v}" for k, v in sorted(data.items()))
         out.append(Op(client, op, _result(op, data), job, t0, t, title))

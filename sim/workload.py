@@ -356,6 +356,7 @@ class Workload:
                     client = await world.client(index)
                 if any(who != name or self._stop_producing.is_set() for who, _ in self._shared):
                     await self._ack_shared(world, client, name, index)
+                called = trio.current_time()
                 reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
                 if isinstance(reply, ReplyError):
                     await trio.sleep(0.2)  # -LEAVING: this node is leaving the cluster
@@ -364,7 +365,9 @@ class Workload:
                 conn = client
                 for _queue, job_id, body in reply:
                     jid, text = _text(job_id), _text(body)
-                    self.record(name, "get", {"node": index, "id": jid, "body": text})
+                    self.record(
+                        name, "get", {"node": index, "id": jid, "body": text, "t0": called}
+                    )
                     if await self._handle(world, conn, name, index, jid, rng):
                         # Vanished: the connection goes, the job unacked.
                         client = None
@@ -416,8 +419,10 @@ class Workload:
             world.probes["consumer-vanished"] += 1
             return True
         if again and not draining and rng.randrange(100) < plan.nack_pct:
+            called = trio.current_time()
             reply = await client.call("NACK", jid)
-            self.record(name, "nack", {"node": index, "id": jid, "reply": _text(reply)})
+            data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
+            self.record(name, "nack", data)
             if _text(reply) == "1":
                 world.probes["nack-requeued"] += 1
             return False
@@ -433,8 +438,10 @@ class Workload:
             return False
         await trio.sleep(rng.uniform(0.0, 0.05))
         if rng.randrange(100) < plan.working_pct:
+            called = trio.current_time()
             reply = await client.call("WORKING", jid)
-            self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
+            data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
+            self.record(name, "working", data)
             await trio.sleep(rng.uniform(0.0, 0.5))
         fast = rng.randrange(100) < plan.fastack_pct
         if plan.cross_ack_pct and rng.randrange(100) < plan.cross_ack_pct:
@@ -476,7 +483,7 @@ class Workload:
     ) -> None:
         """ACKJOB or FASTACK; a connection lost meanwhile leaves the outcome
         unknown (recorded as such, then raised)."""
-        data = {"node": index, "id": jid, "fast": fast}
+        data: dict[str, Any] = {"node": index, "id": jid, "fast": fast, "t0": trio.current_time()}
         try:
             acked = await client.call("FASTACK" if fast else "ACKJOB", jid)
         except CONN_ERRORS as e:
@@ -498,8 +505,10 @@ class Workload:
             return  # forgotten: re-queued at RETRY
         try:
             while trio.current_time() < start + hold:
+                called = trio.current_time()
                 reply = await client.call("WORKING", jid)
-                self.record(name, "working", {"node": index, "id": jid, "reply": _text(reply)})
+                data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
+                self.record(name, "working", data)
                 if not isinstance(reply, int):
                     return  # NOJOB: acked elsewhere (a duplicate delivery)
                 await trio.sleep(max(0.0, min(retry / 3, start + hold - trio.current_time())))

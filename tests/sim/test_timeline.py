@@ -118,6 +118,28 @@ def test_operations_are_bars_coloured_by_result() -> None:
     }
 
 
+def test_consumer_operations_span_their_call_to_their_reply() -> None:
+    """GETJOB, ACKJOB, NACK and WORKING records carry their call's time
+    (``t0``): bars from call to reply; a record without it is a tick."""
+    events = [
+        *small_trace()[:-1],
+        ev(4.2, "c1", "client", op="get", node=1, id=OTHER, body="p0-7", t0=4.0),
+        ev(4.35, "c1", "client", op="working", node=1, id=OTHER, reply="3", t0=4.3),
+        ev(4.6, "c1", "client", op="nack", node=1, id=OTHER, reply="1", t0=4.5),
+        ev(4.8, "c1", "client", op="ack", node=1, id=OTHER, fast=True, reply="1", t0=4.7),
+        ev(5.0, "workload", "phase", ev="end", converged=True),
+    ]
+    spans = {o.op: (o.t0, o.t1) for o in timeline.client_ops(events) if o.client == "c1"}
+    assert spans == {
+        "get": (4.0, 4.2),
+        "working": (4.3, 4.35),
+        "nack": (4.5, 4.6),
+        "ack": (4.7, 4.8),
+    }
+    c0 = [o for o in timeline.client_ops(events) if o.client == "c0"]
+    assert all(o.t0 == o.t1 for o in c0)  # no t0 recorded: ticks
+
+
 def test_the_violating_job_is_highlighted_with_its_bus_messages() -> None:
     violation = "lost: p0-0 added OK, never delivered"
     page = Elements(render(small_trace(), Meta("seed 9", "python -m sim run", (violation,))))
