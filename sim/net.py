@@ -2,10 +2,11 @@
 
 Every connection is two one-way pipes. A sender's bytes go into its pipe's
 queue with a delivery time (now + a delay drawn from the net's seeded
-random.Random, never earlier than the previous chunk: TCP keeps order); a
-delivery task per pipe sleeps until then and hands them to the receiver.
-So ``send_all`` never blocks on the peer, and under MockClock delays cost
-no wall time.
+random.Random, never earlier than the previous chunk: TCP keeps order); one
+delivery task for the whole net sleeps until the earliest chunk due (a heap
+holds the head chunk of each pipe) and hands it to its receiver. So
+``send_all`` never blocks on the peer, and under MockClock delays cost no
+wall time.
 
 Endpoints are owned by nodes (identified by their client port) or by
 nobody (workload clients, which partitions do not touch).
@@ -21,8 +22,10 @@ listeners and refuses connections to or from it until ``unfence(port)``.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
+from collections import deque
 from collections.abc import Sequence
 
 import trio
@@ -44,45 +47,59 @@ class _Pipe:
         self.dst = dst
         self.owners = owners  # (sender, receiver)
         self.receiver = trio.testing.MemoryReceiveStream()
-        # Unbounded: this queue is the data in flight on the wire; the
-        # sender must not block on it (a real socket buffer is large, and
-        # bus outboxes bound what nodes send).
-        self._send, self._recv = trio.open_memory_channel[tuple[float, bytes | None]](math.inf)
+        # Unbounded: this queue is the data in flight on the wire (due time,
+        # bytes or None for FIN); the sender must not block on it (a real
+        # socket buffer is large, and bus outboxes bound what nodes send).
+        self.wire: deque[tuple[float, bytes | None]] = deque()
         self._last_due = 0.0
-        self.scope = trio.CancelScope()
         self.broken = False
+        self.done = False  # FIN delivered or the receiver closed: nothing more arrives
 
     def push(self, data: bytes | None) -> None:
         delay = self.net.rng.uniform(self.net.min_delay, self.net.max_delay)
         due = max(self._last_due, trio.current_time() + delay)
         self._last_due = due
-        self._send.send_nowait((due, data))
+        if self.broken or self.done:
+            return
+        self.wire.append((due, data))
+        if len(self.wire) == 1:
+            self.net.schedule(due, self)
 
-    async def run(self) -> None:
-        with self.scope:
-            async for due, data in self._recv:
-                await trio.sleep_until(due)
-                while self.net.stalled(*self.owners):
-                    await self.net.wait_change()
-                late = trio.current_time() - due
-                if late > 0 and self.owners[1] is not None:
-                    # Held back by a fault: when, and how long (sim/world.py
-                    # counts it on the job copies the bytes carried).
-                    self.net.held_back[self.owners[1]] = (trio.current_time(), late)
-                if data is None:
-                    self.receiver.put_eof()
-                    return
-                self.net.trace.record(
-                    "net", "deliver", {"src": self.src, "dst": self.dst, "len": len(data)}
-                )
-                try:
-                    self.receiver.put_data(data)
-                except trio.ClosedResourceError:
-                    return  # the receiving side closed its end
+    def deliver(self) -> None:
+        """Hand the head chunk (due now) to the receiver, unless the pipe is
+        stalled (then the net holds it until the rules change)."""
+        if self.broken or self.done:
+            self.wire.clear()
+            return
+        if self.net.stalled(*self.owners):
+            self.net.held.append(self)
+            return
+        due, data = self.wire.popleft()
+        late = trio.current_time() - due
+        if late > 0 and self.owners[1] is not None:
+            # Held back by a fault: when, and how long (sim/world.py counts
+            # it on the job copies the bytes carried).
+            self.net.held_back[self.owners[1]] = (trio.current_time(), late)
+        if data is None:
+            self.done = True
+            self.wire.clear()
+            self.receiver.put_eof()
+            return
+        self.net.trace.record(
+            "net", "deliver", {"src": self.src, "dst": self.dst, "len": len(data)}
+        )
+        try:
+            self.receiver.put_data(data)
+        except trio.ClosedResourceError:
+            self.done = True  # the receiving side closed its end
+            self.wire.clear()
+            return
+        if self.wire:
+            self.net.schedule(self.wire[0][0], self)
 
     def break_(self) -> None:
         self.broken = True
-        self.scope.cancel()
+        self.wire.clear()
         try:
             self.receiver.put_eof()
         except trio.ClosedResourceError:
@@ -174,8 +191,16 @@ class SimNet:
         self.clogged: set[tuple[Owner, Owner]] = set()  # (a, b): a -> b is held back
         self.hang: dict[tuple[Owner, Owner], float] = {}
         self.fenced: set[int] = set()
-        self._changed = trio.Event()
         self.nursery: trio.Nursery | None = None
+        # Chunks in flight: (due, order, pipe) for the head chunk of each
+        # pipe with data on the wire; the delivery task sleeps in ``_wake``
+        # until the first is due. ``held``: pipes whose head chunk is due
+        # but stalled, in the order they stalled.
+        self._due: list[tuple[float, int, _Pipe]] = []
+        self._order = 0
+        self._wake: trio.CancelScope | None = None
+        self._delivering = False
+        self.held: list[_Pipe] = []
         self._conn_ids = 0
         self._rule_ids = 0
         self.resets = 0  # connection resets so far (frames in flight lost)
@@ -190,8 +215,24 @@ class SimNet:
         """Any partition or clog in force, or a node fenced."""
         return bool(self.rules or self.fenced)
 
-    async def wait_change(self) -> None:
-        await self._changed.wait()
+    def schedule(self, due: float, pipe: _Pipe) -> None:
+        """Deliver ``pipe``'s head chunk at ``due``."""
+        self._order += 1
+        heapq.heappush(self._due, (due, self._order, pipe))
+        if self._wake is not None and due < self._wake.deadline:
+            self._wake.deadline = due
+
+    async def _deliveries(self) -> None:
+        """The delivery task: sleep until the first chunk is due, deliver
+        every chunk due by then, in due order."""
+        due = self._due
+        while True:
+            with trio.CancelScope(deadline=due[0][0] if due else math.inf) as self._wake:
+                await trio.sleep_forever()
+            self._wake = None
+            now = trio.current_time()
+            while due and due[0][0] <= now:
+                heapq.heappop(due)[2].deliver()
 
     def _cut(self, a: Owner, b: Owner) -> bool:
         """No connection can be made or kept between a and b."""
@@ -240,8 +281,9 @@ class SimNet:
         src, dst = f"{owner}#{cid}", f"{port}#{cid}"
         there = _Pipe(self, src, dst, (owner, listener.owner))
         back = _Pipe(self, dst, src, (listener.owner, owner))
-        self.nursery.start_soon(there.run)
-        self.nursery.start_soon(back.run)
+        if not self._delivering:
+            self._delivering = True
+            self.nursery.start_soon(self._deliveries)
         ours, theirs = SimStream(there, back), SimStream(back, there)
         try:
             listener.send_channel.send_nowait(theirs)
@@ -287,8 +329,10 @@ class SimNet:
             if hang_s:
                 for pair in pairs:
                     self.hang[pair] = max(hang_s, self.hang.get(pair, 0.0))
-        self._changed.set()
-        self._changed = trio.Event()
+        held, self.held = self.held, []
+        for pipe in held:  # those still stalled come back to ``held``
+            if pipe.wire:
+                self.schedule(pipe.wire[0][0], pipe)
         self.mark_changed()
 
     def partition(self, a_ports: list[int], b_ports: list[int]) -> str:
