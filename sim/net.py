@@ -4,7 +4,8 @@ Every connection is two one-way pipes. A sender's bytes go into its pipe's
 queue with a delivery time (now + a delay drawn from the net's seeded
 random.Random, never earlier than the previous chunk: TCP keeps order); one
 delivery task for the whole net sleeps until the earliest chunk due (a heap
-holds the head chunk of each pipe) and hands it to its receiver. So
+holds the head chunk of each pipe) and hands it to its receiver; under the
+World's clock, its timers (``sim.clock``) do that without a task. So
 ``send_all`` never blocks on the peer, and under MockClock delays cost no
 wall time.
 
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 import trio
 import trio.testing
 
+from .clock import Timers
 from .trace import Trace
 
 Owner = int | None
@@ -178,9 +180,17 @@ class SimNet:
     """
 
     def __init__(
-        self, rng: random.Random, trace: Trace, min_delay: float = 0.0005, max_delay: float = 0.005
+        self,
+        rng: random.Random,
+        trace: Trace,
+        min_delay: float = 0.0005,
+        max_delay: float = 0.005,
+        timers: Timers | None = None,
     ) -> None:
         self.rng = rng
+        # With the clock's timers (the World's) chunks are delivered by
+        # them, with no task; otherwise by the delivery task.
+        self.timers = timers
         self.trace = trace
         self.min_delay = min_delay
         self.max_delay = max_delay
@@ -217,6 +227,9 @@ class SimNet:
 
     def schedule(self, due: float, pipe: _Pipe) -> None:
         """Deliver ``pipe``'s head chunk at ``due``."""
+        if self.timers is not None:
+            self.timers.call_at(due, pipe.deliver)
+            return
         self._order += 1
         heapq.heappush(self._due, (due, self._order, pipe))
         if self._wake is not None and due < self._wake.deadline:
@@ -281,7 +294,7 @@ class SimNet:
         src, dst = f"{owner}#{cid}", f"{port}#{cid}"
         there = _Pipe(self, src, dst, (owner, listener.owner))
         back = _Pipe(self, dst, src, (listener.owner, owner))
-        if not self._delivering:
+        if not self._delivering and self.timers is None:
             self._delivering = True
             self.nursery.start_soon(self._deliveries)
         ours, theirs = SimStream(there, back), SimStream(back, there)

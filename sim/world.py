@@ -5,7 +5,8 @@ Every source of randomness derives from the plan (``sim.plan``) and its
 seed: each node's rng, clock skew and drift, the network delays, bus chaos,
 the workload and Trio's own scheduler (the ``_ALLOW_DETERMINISTIC_SCHEDULING``
 hook that Hypothesis uses). Time is ``MockClock(autojump_threshold=0)``:
-whenever every task is blocked, virtual time jumps to the next deadline.
+whenever every task is blocked, virtual time jumps to the next deadline
+(or to the next network delivery: ``sim.clock.Timers``).
 
 The World also runs the white-box checks, from node observers and a
 sampling monitor (``World.violations``):
@@ -58,6 +59,7 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
+from .clock import Timers
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
@@ -191,7 +193,14 @@ class World:
         self.root = random.Random(plan.seed)
         self.trace = Trace()
         max_delay = 0.005 + plan.latency_ms / 1000
-        self.net = SimNet(random.Random(self.root.getrandbits(64)), self.trace, 0.0005, max_delay)
+        self.clock = trio.testing.MockClock(autojump_threshold=0)
+        self.net = SimNet(
+            random.Random(self.root.getrandbits(64)),
+            self.trace,
+            0.0005,
+            max_delay,
+            Timers(self.clock),
+        )
         self.node_seeds = [self.root.getrandbits(64) for _ in range(self.count)]
         self.skews_ms = [self.root.randint(-plan.skew_ms, plan.skew_ms) for _ in range(self.count)]
         self.drifts_ppm = [
@@ -255,7 +264,7 @@ class World:
         trio_run._r.seed(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
         try:
-            trio.run(self._main, body, clock=trio.testing.MockClock(autojump_threshold=0))
+            trio.run(self._main, body, clock=self.clock)
         finally:
             trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
             trio_run._r.setstate(saved_state)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.checkers import Crashes, check
+from sim.clock import Timers
 from sim.disk import DiskHandle, SimDisk
 from sim.explore import ADMIN_ACTIONS
 from sim.net import SimNet
@@ -35,10 +36,10 @@ def with_connection(
     body: Callable[[SimNet, trio.abc.Stream, trio.abc.Stream], Awaitable[None]],
 ) -> None:
     """Run ``body(net, client, server)`` under MockClock: node 2's connection
-    to node 1's listener on port 10001."""
+    to node 1's listener on port 10001. Twice: chunks delivered by the net's
+    delivery task, then by the clock's timers (as in a World)."""
 
-    async def main() -> None:
-        net = SimNet(random.Random(1), Trace())
+    async def main(net: SimNet) -> None:
         async with trio.open_nursery() as nursery:
             net.nursery = nursery
             [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
@@ -47,7 +48,10 @@ def with_connection(
             await body(net, client, server)
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    for with_timers in (False, True):
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        timers = Timers(clock) if with_timers else None
+        trio.run(main, SimNet(random.Random(1), Trace(), timers=timers), clock=clock)
 
 
 def run(seed: int, nodes: int | None = None, duration: int | None = None) -> Outcome:
@@ -157,6 +161,36 @@ def test_regression_corpus_passes(path: Path) -> None:
     assert mutant is None
     outcome = execute(plan)
     assert outcome.ok, outcome.violations
+
+
+def test_clock_timers_run_at_their_time_without_a_task() -> None:
+    """Canary for ``sim.clock``: Trio's run loop calls the MockClock's
+    private ``_autojump`` when every task is blocked, and the timers the
+    network delivers by run there, at their virtual time, in order, while
+    sleeps still end on time."""
+    import inspect
+
+    import trio._core._run as trio_run
+
+    assert "clock._autojump()" in inspect.getsource(trio_run.unrolled_run)
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    timers = Timers(clock)
+    fired: list[float] = []
+
+    async def main() -> None:
+        timers.call_at(2.5, lambda: fired.append(trio.current_time()))
+        timers.call_at(1.0, lambda: fired.append(trio.current_time()))
+        event = trio.Event()
+        timers.call_at(3.0, event.set)
+        await trio.sleep(2.0)
+        assert fired == [1.0] and trio.current_time() == 2.0
+        await event.wait()
+        assert fired == [1.0, 2.5] and trio.current_time() == 3.0
+        await trio.sleep(10)
+        assert trio.current_time() == 13.0
+
+    trio.run(main, clock=clock)
+    assert fired == [1.0, 2.5]
 
 
 def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> None:
