@@ -142,6 +142,10 @@ class Explorer:
         self.leaving: set[int] = set()  # nodes told LEAVING yes (and not yet no)
         self.ever_left: set[int] = set()
         self.replaced: set[int] = set()
+        # node index -> (old id, incarnation) of a CLUSTER RESET HARD sent
+        # and not yet run: sent to a frozen node, it may run after the
+        # explorer gave up on it (seed 84), even in the liveness phase.
+        self.resetting: dict[int, tuple[str, int]] = {}
         self.controlled: set[tuple[str, int]] = set()  # (node, incarnation) of controlled restarts
         # node name -> job id -> incarnation that answered its ACKJOB/FASTACK.
         self.answered: dict[str, dict[str, int]] = {}
@@ -149,6 +153,7 @@ class Explorer:
         self.aof_seen: dict[int, tuple[int, int]] = {}
         self.n = 0
         world.observers.append(self.observe)
+        world.flush_observers.append(self.flushed)
 
     # ---------------------------------------------------------- plumbing
 
@@ -790,24 +795,33 @@ class Explorer:
         if not text(reply).startswith(("Background", "ERR Background")):
             self.violate(f"absurd: n{i} BGREWRITEAOF answered {text(reply)!r}")
 
-    def _forgotten(self, node: SimNode, before: set[str], sent: float) -> None:
-        """The jobs a flush or reset of ``node`` dropped: those it held when
-        the command was sent and those it registered until the reply."""
+    def flushed(self, node: SimNode) -> None:
+        """``node`` runs a DEBUG FLUSHALL or CLUSTER RESET now (its jobs
+        still there), whenever the explorer sent it: the jobs it holds are
+        forgotten by it, the acks only it knew of lost, its model unknown.
+        A CLUSTER RESET HARD took a new ID: the replacement happened (the
+        old ID is forgotten everywhere and the node met again, by the
+        explorer or, if it gave up on the reply, by its liveness phase)."""
         world = self.world
-        gone = set(before)
-        for jid, at in world.registered_at.items():
-            if at.get(node.name, -1.0) >= sent:
-                gone.add(jid)
-        for jid in sorted(gone):
-            world.amnesia.setdefault(jid, set()).add(node.name)
-        world.trace.record(node.name, "node", {"ev": "flushed", "ids": len(gone)})
-
-    def _held(self, node: SimNode) -> set[str]:
-        return {
+        self._acks_only_here(node)
+        gone = sorted(
             job.id
             for job in node.server.node.jobs.values()
-            if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
-        }
+            if job.body is not None and job.state != JobState.ACKED
+        )
+        for jid in gone:
+            world.amnesia.setdefault(jid, set()).add(node.name)
+        self.disturbed[node.index] += 1
+        world.trace.record(node.name, "node", {"ev": "flushed", "ids": len(gone)})
+        pending = self.resetting.get(node.index)
+        if pending is None:
+            return
+        old, incarnation = pending
+        if incarnation == node.incarnation and node.server.node.node_id != old:
+            del self.resetting[node.index]
+            node.old_ids.append(old)
+            self.replaced.add(node.index)
+            world.trace.record(node.name, "node", {"ev": "replaced", "old": old[:8]})
 
     def _acks_only_here(self, node: SimNode) -> None:
         """Acks only this node knew of die with its flush (as with a crash)."""
@@ -826,14 +840,10 @@ class Explorer:
         )
 
     async def _admin_flushall(self, i: int, start: float) -> None:
-        node = self.world.nodes[i]
-        before, sent = self._held(node), trio.current_time()
-        self._acks_only_here(node)
         self.disturbed[i] += 1
         try:
-            reply = await self.call(i, "DEBUG", "FLUSHALL")
+            reply = await self.call(i, "DEBUG", "FLUSHALL")  # see flushed()
         finally:
-            self._forgotten(node, before, sent)
             self.disturbed[i] += 1
         self.probe("admin-flushall")
         if text(reply) != "OK":
@@ -959,18 +969,13 @@ class Explorer:
             return
         node = world.nodes[i]
         old = node.server.node.node_id
-        before, sent = self._held(node), trio.current_time()
-        self._acks_only_here(node)
         self.disturbed[i] += 1
-        try:
-            reply = await self.call(i, "CLUSTER", "RESET", "HARD")
-        finally:
-            self._forgotten(node, before, sent)
+        # flushed() sees it run (now, later or never) and marks i replaced.
+        self.resetting[i] = (old, node.incarnation)
+        reply = await self.call(i, "CLUSTER", "RESET", "HARD")
         if text(reply) != "OK":
             self.violate(f"absurd: n{i} CLUSTER RESET HARD answered {text(reply)!r}")
             return
-        node.old_ids.append(old)
-        self.replaced.add(i)
         for j in world.up_indexes():
             if j == i:
                 continue

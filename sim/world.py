@@ -236,6 +236,10 @@ class World:
         self._storming = False
         # More observers of every node's job events: (node, event, job, loading).
         self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
+        # Called when a node is about to drop every job (DEBUG FLUSHALL,
+        # CLUSTER RESET), at the moment it runs the command: a command sent
+        # to a frozen node may run long after its client gave up.
+        self.flush_observers: list[Callable[[SimNode], None]] = []
         # Fault windows [start, end] (end inf while in force), for calm().
         self.fault_windows: list[list[float]] = []
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
@@ -344,6 +348,7 @@ class World:
         node.loaded, node.reloaded = set(), set()
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
+        server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
         self.net.unfence(port)
@@ -668,6 +673,14 @@ class World:
                 self._nursery.start_soon(self._check_collected, name, job.id)
 
         return observe
+
+    def _observed_flush(self, node: SimNode, flush_all: Callable[[], None]) -> Callable[[], None]:
+        def flush() -> None:
+            for observe in self.flush_observers:
+                observe(node)
+            flush_all()
+
+        return flush
 
     def _storm_now(self) -> None:
         """message-storm within one sampling window: a storm that grows
