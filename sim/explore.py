@@ -23,7 +23,10 @@ FLUSHALL, SHUTDOWN REWRITE-AOF with a controlled restart, CLUSTER LEAVING
 (the node leaves while clients run, then returns) and a node replacement
 (CLUSTER RESET HARD, FORGET of the old identity everywhere, MEET). Jobs a
 flush or a reset removes are recorded as forgotten by that node (the loss
-checker's ``amnesia``), exactly those and no others.
+checker's ``amnesia``), exactly those and no others, when the node runs the
+command: sent to a frozen node, it may run long after the explorer gave up
+on its reply. A replace whose reset ran so is finished by the liveness
+phase (MEET, FORGET of the old identity), as an operator would.
 
 Its checks (violations name them):
 
