@@ -591,11 +591,24 @@ class World:
         sender: str,
         msg: object,
     ) -> None:
+        """A frame bus chaos held back arrives now. The node's bus reads a
+        frame from a node it does not know (any more) and drops it, unless
+        it is a MEET (never held back); the chaos hook sits after that
+        check, so it is made again here, at arrival (seed 1191: a NEEDJOBS
+        from a replaced node's old ID, held back past the CLUSTER FORGET of
+        that ID, was served and put the forgotten ID in a job's holder
+        list, where no GOTACK could ever come from)."""
         incarnation = node.incarnation
         await trio.sleep(delay)
-        if node.up and node.incarnation == incarnation:
-            deliver(sender, msg)
-            node.server.after_bus_event()
+        if not node.up or node.incarnation != incarnation:
+            return
+        if sender not in node.server.node.cluster.nodes:
+            self.trace.record(
+                node.name, "chaos", {"ev": "late-stranger", "msg": type(msg).__name__}
+            )
+            return
+        deliver(sender, msg)
+        node.server.after_bus_event()
 
     # ------------------------------------------------------------ observers
 

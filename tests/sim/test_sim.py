@@ -163,6 +163,20 @@ def test_regression_corpus_passes(path: Path) -> None:
     assert outcome.ok, outcome.violations
 
 
+def test_a_late_chaos_frame_from_a_forgotten_node_is_dropped_on_arrival() -> None:
+    """Seed 1191: bus chaos held a NEEDJOBS from n1's old ID back past the
+    CLUSTER FORGET of that ID on n2. The node's bus drops a frame from a
+    node it does not know when it reads it; the late frame gets the same
+    check when it arrives, instead of being served (which listed the
+    forgotten ID as a holder of an acked job that was then never
+    collected)."""
+    plan, _ = load_plan(str(REGRESSIONS / "seed-1191.json"))
+    outcome = execute(plan)
+    late = [line for line in outcome.world.trace.lines if '"late-stranger"' in line]
+    assert any('"NeedJobs"' in line and '"n2"' in line for line in late), late
+    assert outcome.ok, outcome.violations
+
+
 def test_clock_timers_run_at_their_time_without_a_task() -> None:
     """Canary for ``sim.clock``: Trio's run loop calls the MockClock's
     private ``_autojump`` when every task is blocked, and the timers the
