@@ -193,6 +193,17 @@ def _acked(e: Event) -> bool:
     return e.op == "ack" and not str(e.data.get("reply", "")).startswith(("ERR", "conn"))
 
 
+def _acked_nothing_leaving(e: Event) -> bool:
+    """An ACKJOB answered 0 by a node that was leaving when it was sent or
+    answered: it knew no unacked copy, and made no dummy ack."""
+    return (
+        e.op == "ack"
+        and not e.data.get("fast")
+        and bool(e.data.get("leaving"))
+        and str(e.data.get("reply")) == "0"
+    )
+
+
 def check_requeue(
     history: list[Event], allowance_s: float, crashes: Crashes | None = None
 ) -> tuple[list[str], list[str]]:
@@ -302,14 +313,16 @@ def check_working(history: list[Event], calm: Calm) -> list[str]:
 def check_acked(history: list[Event], calm: Calm) -> list[str]:
     """ack-final: a job acked (ACKJOB or FASTACK answered, on any node, over
     any connection, a dummy ack included) while no fault is in force is not
-    delivered again."""
+    delivered again. Not an ACKJOB a leaving node answered 0: a node told
+    CLUSTER LEAVING yes makes no dummy ack for an ID it does not hold (SPEC
+    section 4, Disque's ackjobCommand), so that ACKJOB acked nothing."""
     gets: dict[str, list[float]] = {}
     for e in history:
         if e.op == "get":
             gets.setdefault(e.data["id"], []).append(e.t)
     out = []
     for e in history:
-        if not _acked(e):
+        if not _acked(e) or _acked_nothing_leaving(e):
             continue
         later = [t for t in gets.get(e.data["id"], []) if t > e.t + RACE_S]
         if later and calm(e.t - RACE_S, later[0]):

@@ -62,6 +62,12 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _leaving(world: World, index: int) -> bool:
+    """The node in slot ``index`` is up and told CLUSTER LEAVING yes."""
+    node = world.nodes[index]
+    return node.up and node.server.node.leaving
+
+
 @attrs.define
 class Workload:
     plan: Plan
@@ -484,11 +490,16 @@ class Workload:
         """ACKJOB or FASTACK; a connection lost meanwhile leaves the outcome
         unknown (recorded as such, then raised)."""
         data: dict[str, Any] = {"node": index, "id": jid, "fast": fast, "t0": trio.current_time()}
+        leaving = _leaving(world, index)
         try:
             acked = await client.call("FASTACK" if fast else "ACKJOB", jid)
         except CONN_ERRORS as e:
             self.record(name, "ack", {**data, "reply": f"connection error: {type(e).__name__}"})
             raise
+        if leaving or _leaving(world, index):
+            # CLUSTER LEAVING yes when sent or answered: the node makes no
+            # dummy ack for an ID it does not hold (ack-final's business).
+            data["leaving"] = True
         if world.net.faulty or world.chaos:
             world.acked_in_fault.add(jid)
         self.record(name, "ack", {**data, "reply": _text(acked)})

@@ -95,3 +95,20 @@ def test_ack_final() -> None:
     assert check_acked(history, never_calm) == []
     lost = [*history[:3], ev(1.1, "ack", node=2, id=JOB, reply="connection error: EOFError")]
     assert check_acked([*lost[:2], lost[3], history[3]], calm) == []
+
+
+def test_ack_final_skips_only_an_ackjob_a_leaving_node_answered_0() -> None:
+    """A node told CLUSTER LEAVING yes makes no dummy ack (seed 1163: the
+    consumer acked on leaving n0, which never held the job, and the holder
+    re-queued it); any other ack on it stays final."""
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b")]
+    again = ev(4.0, "get", node=0, id=JOB, body="b")
+
+    def ack(**data: Any) -> list[Event]:
+        return [*base, ev(1.1, "ack", node=2, id=JOB, **data), again]
+
+    assert check_acked(ack(fast=False, reply="0", leaving=True), calm) == []
+    # It held the job (answered 1), or was not leaving, or FASTACKed: final.
+    assert check_acked(ack(fast=False, reply="1", leaving=True), calm)
+    assert check_acked(ack(fast=False, reply="0"), calm)
+    assert check_acked(ack(fast=True, reply="0", leaving=True), calm)
