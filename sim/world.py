@@ -182,6 +182,7 @@ class SimNode:
         self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
         self.expired: set[str] = set()  # jobs this incarnation expired (TTL)
         self.crashed_at = 0.0
+        self.restart_lock = trio.Lock()  # one restart at a time (World.restart)
 
 
 class World:
@@ -434,8 +435,13 @@ class World:
         """A fresh NodeServer on node i's SimDisk and ports (AOF reloaded).
         A wiped node has a new identity and is introduced again by MEET."""
         node = self.nodes[i]
-        assert not node.up
-        await self._start_node(i)
+        async with node.restart_lock:
+            if node.up:
+                # Another caller (a crash fault, the liveness phase, the
+                # explorer's controlled restart) restarted it meanwhile: two
+                # starts raced for its ports (seed 3245).
+                return
+            await self._start_node(i)
         # A job whose TTL ran out while the node was down is rightly not
         # loaded back (the same rule as the AOF load and the expiry timer).
         now = node.server.node.now_ms()
