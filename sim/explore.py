@@ -102,6 +102,12 @@ def fields(reply: Any) -> dict[str, Any]:
 @attrs.define
 class MJob:
     seq: int
+    # The job's ctime (ms * 1e6 + counter on node i's clock): a queue is
+    # ordered by it (SPEC section 1, Disque's skiplist), not by add order: a
+    # job made before a backward clock jump, or before a restart after one,
+    # sorts after later ones (seed 3176); a job active when the model was read
+    # back goes to its ctime's place when NACKed (seed 5057).
+    ctime: int
     state: str = "queued"  # "queued" | "active"
     nacks: int = 0
     adds: int = 0  # additional deliveries
@@ -120,7 +126,7 @@ class Model:
     def queued(self) -> list[str]:
         return sorted(
             (j for j, m in self.jobs.items() if m.state == "queued"),
-            key=lambda j: self.jobs[j].seq,
+            key=lambda j: (self.jobs[j].ctime, self.jobs[j].seq),
         )
 
 
@@ -350,7 +356,9 @@ class Explorer:
                 continue
             jid = text(f["id"])
             m.seq += 1
-            jobs[jid] = MJob(m.seq, state, int(f["nacks"]), int(f["additional-deliveries"]))
+            jobs[jid] = MJob(
+                m.seq, int(f["ctime"]), state, int(f["nacks"]), int(f["additional-deliveries"])
+            )
         m.jobs = dict(sorted(jobs.items(), key=lambda kv: text(kv[0])))
         # Queue order is ctime order; ids do not sort that way: take QPEEK's.
         peek = await self.call(i, "QPEEK", f"xm{i}", 10_000)
@@ -393,8 +401,15 @@ class Explorer:
                 self.probe("cmd-addjob-maxlen-refused")
             return
         if isinstance(reply, Status) and text(reply).startswith("D-"):
+            # The ctime node i gave it (white-box: ADDJOB answers only the
+            # ID, and a SHOW would change every run's timing). Read at the
+            # reply, the epoch unchanged: only the explorer touches the job.
+            job = self.world.nodes[i].server.node.jobs.get(text(reply))
+            if job is None:
+                self.violate(f"model-read: n{i} ADDJOB answered {text(reply)!r}, not held")
+                return
             m.seq += 1
-            m.jobs[text(reply)] = MJob(m.seq)
+            m.jobs[text(reply)] = MJob(m.seq, job.ctime)
         else:
             self.violate(f"model-read: n{i} ADDJOB REPLICATE 1 answered {text(reply)!r}")
 
@@ -507,8 +522,13 @@ class Explorer:
             reply = await self.call(i, "SHOW", jid)
             self.probe("cmd-show")
             f = fields(reply)
-            got = [text(f.get("state")), f.get("nacks"), f.get("additional-deliveries")]
-            self._expect(i, m, f"SHOW {jid}", got, [mj.state, mj.nacks, mj.adds])
+            got = [
+                text(f.get("state")),
+                f.get("nacks"),
+                f.get("additional-deliveries"),
+                f.get("ctime"),
+            ]
+            self._expect(i, m, f"SHOW {jid}", got, [mj.state, mj.nacks, mj.adds, mj.ctime])
         else:
             seen: set[str] = set()
             cursor: Any = 0

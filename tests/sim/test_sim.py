@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sim.checkers import Crashes, check
 from sim.clock import Timers
 from sim.disk import DiskHandle, SimDisk
-from sim.explore import ADMIN_ACTIONS
+from sim.explore import ADMIN_ACTIONS, MJob, Model
 from sim.net import SimNet
 from sim.plan import FAULT_KINDS, Fault, Plan
 from sim.probes import COMMAND_PROBES
@@ -161,6 +161,20 @@ def test_regression_corpus_passes(path: Path) -> None:
     assert mutant is None
     outcome = execute(plan)
     assert outcome.ok, outcome.violations
+
+
+def test_explorer_model_orders_its_queue_by_ctime_not_by_add_order() -> None:
+    # Seed 3176: a job made before a backward clock jump sorts after one
+    # added later; seed 5057: jobs active when the model was read back take
+    # their ctime's place when NACKed, whatever order JSCAN listed them in.
+    m = Model()
+    m.jobs["a"] = MJob(1, ctime=5_000, state="active")
+    m.jobs["b"] = MJob(2, ctime=2_000, state="active")
+    m.jobs["c"] = MJob(3, ctime=3_000)
+    m.jobs["d"] = MJob(4, ctime=1_000)
+    assert m.queued() == ["d", "c"]
+    m.jobs["a"].state = m.jobs["b"].state = "queued"
+    assert m.queued() == ["d", "b", "c", "a"]
 
 
 def test_a_late_chaos_frame_from_a_forgotten_node_is_dropped_on_arrival() -> None:
