@@ -105,6 +105,10 @@ def _reset(ctx: Context, argv: list[bytes]) -> Reply:
     if new_id is not None:
         server.node.set_node_id(new_id)
     server.node.flush_all()
+    # As DEBUG FLUSHALL: empty the AOF too, or a restart would load the jobs
+    # back, under the new ID, listing the old one as a holder (seed 3051).
+    server.aof.flushed()
+    server.release_memory_after_a_drop(now=True)
     server.bus.sync_links()
     server.after_bus_event()
     server.save_cluster_config(force=True)
