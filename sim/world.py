@@ -759,7 +759,11 @@ class World:
         that crashed meanwhile and loaded the job back from its AOF is not
         counted unless every write is fsynced: the crash lost the DELJOB
         record (legal with ``everysec`` and ``no``; an acked copy collects
-        itself, an unacked one is excused like in ``end_checks``)."""
+        itself, an unacked one is excused like in ``end_checks``). A dummy
+        ack (ACKJOB on a node that never had a copy) is no holder: no DELJOB
+        goes to it, it goes once every node answered its SETACK (the end
+        check ``acked-collected`` sees that it went; seed 5089: a node just
+        replaced, its links to two nodes not up yet, kept one 4 s)."""
         incarnations = {n.name: n.incarnation for n in self.nodes}
         disturbed = (self.net.resets, self.probes["crash"])
         since = trio.current_time()
@@ -778,6 +782,7 @@ class World:
             n.name
             for n in self.nodes
             if job_id in n.server.node.jobs
+            and not n.server.node.jobs[job_id].is_dummy_ack
             and (synced or n.incarnation == incarnations[n.name] or job_id not in n.loaded)
         ]
         if left:
