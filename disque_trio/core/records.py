@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..protocol import aof, bus
+from .cluster import HANDSHAKE
 from .host import JobHost
 from .job import (
     FLAG_BCAST_QUEUED,
@@ -67,9 +68,20 @@ def merge_holders(
 ) -> tuple[str, ...]:
     """Our holder list plus a peer's, without nodes we were told to forget
     (a peer that has not run CLUSTER FORGET yet still lists them; an ack
-    would then wait for a node that is gone)."""
+    would then wait for a node that is gone), nor nodes we only heard of by
+    gossip and that have not answered our handshake (the original's table
+    knows those under a temporary name only, so its job deserialization
+    skips them). Seed 5263: a node reset HARD heard a wiped node's old ID by
+    gossip, took it from a YOURJOBS holder list, and its ack waited for ever
+    on it (the handshake timed out, so no CLUSTER FORGET reached that node)."""
     forgotten = node.cluster.blacklist
-    return tuple(dict.fromkeys((*ours, *(n for n in theirs if n not in forgotten))))
+    known = node.cluster.nodes
+
+    def keep(n: str) -> bool:
+        peer = known.get(n)
+        return n not in forgotten and (peer is None or not peer.flags & HANDSHAKE)
+
+    return tuple(dict.fromkeys((*ours, *(n for n in theirs if keep(n)))))
 
 
 def job_from_data(node: JobHost, data: bus.JobData) -> Job:

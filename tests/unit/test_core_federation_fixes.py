@@ -8,7 +8,7 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import node as node_module
-from disque_trio.core.cluster import LEAVING
+from disque_trio.core.cluster import HANDSHAKE, LEAVING
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
@@ -443,6 +443,30 @@ def test_holder_lists_from_peers_drop_nodes_we_forgot() -> None:
     assert THIRD_ID not in job(node, job_id).nodes_delivered
     cj.receive(node, OTHER_ID, bus.ReplJob(listed, True))
     assert THIRD_ID not in job(node, job_id).nodes_delivered
+
+
+def test_holder_lists_from_peers_drop_nodes_in_handshake() -> None:
+    """Seed 5263: a node reset HARD heard a wiped node's old ID only by
+    gossip (a handshake never answered), took it from a YOURJOBS holder
+    list, and its ack waited for ever for that ID (the handshake timeout
+    dropped it from its table, so no CLUSTER FORGET reached this node). As
+    in the original, where such a node has a temporary name, a holder list
+    skips a node that has not answered our handshake."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
+    listed = attrs.evolve(data, nodes_delivered=(OTHER_ID, THIRD_ID))
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    gossiped = node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    assert gossiped is not None
+    gossiped.flags |= HANDSHAKE
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.YourJobs((listed,)))
+    assert job(node, job_id).nodes_delivered == (OTHER_ID,)
+    gossiped.flags &= ~HANDSHAKE  # it answered: a later list teaches it
+    cj.receive(node, OTHER_ID, bus.ReplJob(listed, True))
+    assert job(node, job_id).nodes_delivered == (OTHER_ID, THIRD_ID)
 
 
 def test_yourjobs_for_a_job_acked_here_lately_is_refused_and_answered() -> None:
