@@ -361,6 +361,11 @@ class Node:
         if job.retry == 0 and job.flags & FLAG_DELIVERED:
             return False
         now = now or self.now_ms()
+        # A YOURJOBS or ENQUEUE can queue our own ADDJOB's job before its
+        # replication is reached: it leaves WAIT_REPL here, and nothing
+        # else would write its record (simulator seed 4377: queued and
+        # delivered with no record, gone after SHUTDOWN REWRITE-AOF).
+        unrecorded = job.state == JobState.WAIT_REPL
         job.state = JobState.QUEUED
         if job.retry:
             job.flags |= FLAG_BCAST_WILLQUEUE
@@ -380,6 +385,8 @@ class Node:
             job.flags |= FLAG_BCAST_QUEUED
             job.flags &= ~FLAG_TOLD_QUEUED
         self.update_awake(job, now=now)
+        if unrecorded:
+            self.persist(job)
         q = self.queue(job.queue, now)
         q.push(job)
         q.atime = now // 1000

@@ -9,8 +9,10 @@ import pytest
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import node as node_module
 from disque_trio.core.cluster import HANDSHAKE, LEAVING
+from disque_trio.core.effects import Persist
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
+from disque_trio.core.records import job_data
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
 
@@ -593,3 +595,23 @@ def test_a_late_yourjobs_does_not_bring_back_a_job_expired_here() -> None:
     assert job_id not in node.jobs  # expired here
     cj.receive(node, OTHER_ID, msg)  # the same frame, late
     assert job_id not in node.jobs
+
+
+def test_own_wait_repl_job_queued_by_yourjobs_is_persisted() -> None:
+    """Seed 4377: a YOURJOBS queued our own ADDJOB's job, still waiting for
+    replication; it left WAIT_REPL with no AOF record (delivered, then gone
+    after SHUTDOWN REWRITE-AOF)."""
+    node, _ = make_node()
+    node.persisting = True
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 2, "RETRY", 1)
+    [job_id] = list(node.jobs)
+    held = node.jobs[job_id]
+    assert held.state == JobState.WAIT_REPL
+    assert not [e for e in node.effects if isinstance(e, Persist)]
+    data = job_data(held, node.now_ms())
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert held.state == JobState.QUEUED
+    [record] = [e.record for e in node.effects if isinstance(e, Persist)]
+    assert job_id.encode() in record
