@@ -243,6 +243,11 @@ class Bus:
     def secret_changed(self) -> None:
         """CONFIG SET cluster-secret: every link proved the old secret (or
         none); drop them all, so each one handshakes again with the new."""
+        self.drop_connections()
+
+    def drop_connections(self) -> None:
+        """End every bus connection, inbound and outbound; the link tasks
+        of known nodes reconnect and handshake again."""
         for scope in self._inbound_scopes:
             scope.cancel()
         for link in self.links.values():
