@@ -287,13 +287,19 @@ def check_nack(history: list[Event], calm: Calm) -> list[str]:
     return out
 
 
-def check_working(history: list[Event], calm: Calm) -> list[str]:
-    """working-holds: no job is delivered again while a consumer holds it
-    and keeps sending WORKING (every RETRY/3), in a cluster without faults."""
+def _delivery_times(history: list[Event]) -> dict[str, list[float]]:
+    """Job id -> the times it was delivered (GETJOB), in history order."""
     gets: dict[str, list[float]] = {}
     for e in history:
         if e.op == "get":
             gets.setdefault(e.data["id"], []).append(e.t)
+    return gets
+
+
+def check_working(history: list[Event], calm: Calm) -> list[str]:
+    """working-holds: no job is delivered again while a consumer holds it
+    and keeps sending WORKING (every RETRY/3), in a cluster without faults."""
+    gets = _delivery_times(history)
     out = []
     for e in history:
         if e.op != "hold":
@@ -316,10 +322,7 @@ def check_acked(history: list[Event], calm: Calm) -> list[str]:
     delivered again. Not an ACKJOB a leaving node answered 0: a node told
     CLUSTER LEAVING yes makes no dummy ack for an ID it does not hold (SPEC
     section 4, Disque's ackjobCommand), so that ACKJOB acked nothing."""
-    gets: dict[str, list[float]] = {}
-    for e in history:
-        if e.op == "get":
-            gets.setdefault(e.data["id"], []).append(e.t)
+    gets = _delivery_times(history)
     out = []
     for e in history:
         if not _acked(e) or _acked_nothing_leaving(e):

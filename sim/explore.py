@@ -826,7 +826,7 @@ class Explorer:
         old ID is forgotten everywhere and the node met again, by the
         explorer or, if it gave up on the reply, by its liveness phase)."""
         world = self.world
-        self._acks_only_here(node)
+        self.world.lose_acks_only_on(node)
         gone = sorted(
             job.id
             for job in node.server.node.jobs.values()
@@ -845,22 +845,6 @@ class Explorer:
             node.old_ids.append(old)
             self.replaced.add(node.index)
             world.trace.record(node.name, "node", {"ev": "replaced", "old": old[:8]})
-
-    def _acks_only_here(self, node: SimNode) -> None:
-        """Acks only this node knew of die with its flush (as with a crash)."""
-        world = self.world
-        elsewhere = {
-            job.id
-            for n in world.nodes
-            if n.up and n is not node
-            for job in n.server.node.jobs.values()
-            if job.state == JobState.ACKED
-        }
-        world.acks_lost.update(
-            job.id
-            for job in node.server.node.jobs.values()
-            if job.state == JobState.ACKED and job.id not in elsewhere
-        )
 
     async def _admin_flushall(self, i: int, start: float) -> None:
         self.disturbed[i] += 1

@@ -385,6 +385,22 @@ class World:
         finally:
             done.set()
 
+    def lose_acks_only_on(self, node: SimNode) -> None:
+        """Acks only this node knew of are excused as lost (``acks_lost``):
+        it is crashing, or flushing its jobs."""
+        elsewhere = {
+            job.id
+            for n in self.nodes
+            if n.up and n is not node
+            for job in n.server.node.jobs.values()
+            if job.state == JobState.ACKED
+        }
+        self.acks_lost.update(
+            job.id
+            for job in node.server.node.jobs.values()
+            if job.state == JobState.ACKED and job.id not in elsewhere
+        )
+
     async def crash(self, i: int, torn: float = 0.0, wipe: bool = False) -> None:
         """Kill node i like a power loss: its unsynced writes are gone (but
         for a ``torn`` fraction), its connections reset, its tasks cancelled
@@ -400,18 +416,7 @@ class World:
         if self.appendfsync != "always":
             # An ack only this node knew of: its AOF record and its SETACKs
             # may die with the crash (legal unless every write is fsynced).
-            acked_elsewhere = {
-                job.id
-                for n in self.nodes
-                if n.up and n is not node
-                for job in n.server.node.jobs.values()
-                if job.state == JobState.ACKED
-            }
-            self.acks_lost.update(
-                job.id
-                for job in node.server.node.jobs.values()
-                if job.state == JobState.ACKED and job.id not in acked_elsewhere
-            )
+            self.lose_acks_only_on(node)
         node.up = False
         node.crashed_at = trio.current_time()
         node.handle.alive = False

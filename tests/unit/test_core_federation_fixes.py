@@ -427,14 +427,19 @@ def test_collecting_after_forget_tells_the_holders_that_do_not_know_the_node() -
     assert job_id not in b.jobs  # told by DELJOB, not left waiting for old
 
 
+def _copy_from_other_listing_third() -> tuple[str, bus.JobData]:
+    """A job of OTHER's, as OTHER sends it, listing OTHER and THIRD as holders."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
+    return job_id, attrs.evolve(data, nodes_delivered=(OTHER_ID, THIRD_ID))
+
+
 def test_holder_lists_from_peers_drop_nodes_we_forgot() -> None:
     """Seed 12329: just after our CLUSTER FORGET of a wiped node, a peer that
     had not run it yet sent a copy listing that node; our ack then waited
     for it for ever."""
-    sender, _ = make_node(node_id=OTHER_ID)
-    job_id = add(sender, "q", "body", "RETRY", 5)
-    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
-    listed = attrs.evolve(data, nodes_delivered=(OTHER_ID, THIRD_ID))
+    job_id, listed = _copy_from_other_listing_third()
     node, _ = make_node()
     node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
     node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
@@ -454,10 +459,7 @@ def test_holder_lists_from_peers_drop_nodes_in_handshake() -> None:
     dropped it from its table, so no CLUSTER FORGET reached this node). As
     in the original, where such a node has a temporary name, a holder list
     skips a node that has not answered our handshake."""
-    sender, _ = make_node(node_id=OTHER_ID)
-    job_id = add(sender, "q", "body", "RETRY", 5)
-    data = cj.job_data(sender.jobs[job_id], sender.now_ms())
-    listed = attrs.evolve(data, nodes_delivered=(OTHER_ID, THIRD_ID))
+    job_id, listed = _copy_from_other_listing_third()
     node, _ = make_node()
     node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
     gossiped = node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
