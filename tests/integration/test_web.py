@@ -374,7 +374,12 @@ async def test_stats_and_nodes_events() -> None:
         with trio.fail_after(WAIT_S):
             while (await c.event("stats"))["jobs"]["queued"] != 3:
                 pass
-        await c.send(unsubscribe=[])
+        # Events sent before the node read the unsubscribe may still arrive
+        # ahead of its answer; none may come after it.
+        unsub = await c.send(unsubscribe=[])
+        while (message := await c.recv()).get("id") != unsub:
+            assert "event" in message, message
+        assert message == {"id": unsub, "result": "OK"}
         with trio.move_on_after(1.5):
             while True:
                 message = await c.recv()
