@@ -29,6 +29,16 @@ class Crashes:
     # bytes back): Disque sends the TTL left, so that copy lives as much
     # longer.
     held_back: dict[str, float] = attrs.field(factory=dict)
+    # job id -> times a node delivered it (GETJOB reply sent): a reply that
+    # a fault held back reaches its client after the node sent it.
+    delivered_at: dict[str, list[float]] = attrs.field(factory=dict)
+
+    def sent_at(self, job_id: str, t0: float, t: float) -> float:
+        """When the node sent the GETJOB reply a client read at ``t`` for a
+        call made at ``t0``: the last delivery of ``job_id`` in between
+        (``t`` when the node's side is unknown)."""
+        sent = [x for x in self.delivered_at.get(job_id, ()) if t0 <= x <= t]
+        return sent[-1] if sent else t
 
 
 @attrs.define
@@ -72,7 +82,9 @@ def check(
     * DELAY and TTL are measured on the nodes' wall clocks, which may be
       skewed, drift and jump: ``allowance_s`` is how far they may be off.
       A copy a fault held back in the network lives that much longer
-      (``Crashes.held_back``: the TTL travels as what is left of it).
+      (``Crashes.held_back``: the TTL travels as what is left of it). A
+      GETJOB reply a fault held back counts from when the node sent it
+      (``Crashes.delivered_at``), not from when its client read it.
     """
     report = Report()
     crashes = crashes or Crashes()
@@ -111,9 +123,10 @@ def check(
                 )
             ttl = _int_option(spec, "ttl", 0)
             held = crashes.held_back.get(e.data["id"], 0.0)
-            if ttl and body in ok_at and e.t > ok_at[body] + ttl + 1 + allowance_s + held:
+            sent = crashes.sent_at(e.data["id"], float(e.data.get("t0", e.t)), e.t)
+            if ttl and body in ok_at and sent > ok_at[body] + ttl + 1 + allowance_s + held:
                 report.violations.append(
-                    f"t={e.t:.3f} {e.data['id']} delivered {e.t - ok_at[body]:.2f}s "
+                    f"t={e.t:.3f} {e.data['id']} delivered {sent - ok_at[body]:.2f}s "
                     f"after ADDJOB, after its TTL {ttl}"
                 )
     for body, count in sorted(deliveries.items()):

@@ -91,7 +91,9 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
     except* StormError:
         pass  # recorded in world.violations; the history so far is checked
     world.wall_seconds = time.perf_counter() - started
-    crashes = Crashes(world.appendfsync, world.holders, world.amnesia, world.held_back)
+    crashes = Crashes(
+        world.appendfsync, world.holders, world.amnesia, world.held_back, world.delivered_at
+    )
     report = check(workload.history, workload.drained, crashes, allowance_s(world))
     requeue, excused = check_requeue(workload.history, allowance_s(world), crashes)
     report.excused += excused

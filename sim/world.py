@@ -244,6 +244,9 @@ class World:
         # Fault windows [start, end] (end inf while in force), for calm().
         self.fault_windows: list[list[float]] = []
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
+        # job id -> virtual times a node handed it to a client (GETJOB), so
+        # that a reply a fault held back is judged by when the node sent it
+        self.delivered_at: dict[str, list[float]] = {}
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
@@ -677,6 +680,8 @@ class World:
                 if job.id in self.acked_in_fault and not self.net.faulty:
                     self.probes["ack-crossed-healed-partition"] += 1
                     self.acked_in_fault.discard(job.id)
+            elif event == "delivered":
+                self.delivered_at.setdefault(job.id, []).append(trio.current_time())
             elif event == "queued":
                 if job.id in acked:
                     self._violate(f"acked-absorbing: {name} re-queued acked {job.id}")

@@ -6,6 +6,7 @@ from typing import Any
 
 from sim.checkers import (
     Crashes,
+    check,
     check_acked,
     check_nack,
     check_requeue,
@@ -112,3 +113,17 @@ def test_ack_final_skips_only_an_ackjob_a_leaving_node_answered_0() -> None:
     assert check_acked(ack(fast=False, reply="1", leaving=True), calm)
     assert check_acked(ack(fast=False, reply="0"), calm)
     assert check_acked(ack(fast=True, reply="0", leaving=True), calm)
+
+
+def test_ttl_judges_a_late_reply_by_when_the_node_sent_it() -> None:
+    """Seed 621213044: a TTL 3 job delivered at t=2.94, inside its TTL, by
+    a node a pause then froze; its client read the reply at t=6.17. The
+    delivery was in time. A delivery the node made after the TTL is still
+    caught, as is a late reply when the node's side is unknown."""
+    history = [*added(0.0, retry=1, ttl=3), ev(6.17, "get", node=0, id=JOB, body="b", t0=2.77)]
+    in_time = Crashes(delivered_at={JOB: [2.94]})
+    assert not check(history, crashes=in_time).violations
+    too_late = Crashes(delivered_at={JOB: [2.94, 5.9]})
+    assert any("after its TTL" in v for v in check(history, crashes=too_late).violations)
+    unknown = Crashes()
+    assert any("after its TTL" in v for v in check(history, crashes=unknown).violations)
