@@ -267,9 +267,14 @@ def check_requeue(
     return out, excused
 
 
-def check_nack(history: list[Event], calm: Calm) -> list[str]:
-    """nack-prompt: a NACKed job (NACK answered 1) is delivered again within
-    ``NACK_PROMPT_S`` while no fault is in force and consumers are on."""
+def check_nack(
+    history: list[Event], calm: Calm, queued_at: Mapping[str, list[float]] | None = None
+) -> list[str]:
+    """nack-prompt: a NACKed job (NACK answered 1) is queued again (a node
+    says so, ``queued_at``) or delivered again within ``NACK_PROMPT_S``
+    while no fault is in force and consumers are on. Queued is enough: how
+    soon a consumer then asks for it is the workload's business (seed 5124,
+    queued 4 ms after the NACK and fetched 1 s later)."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
     gets: dict[str, list[tuple[float, str]]] = {}
@@ -290,7 +295,9 @@ def check_nack(history: list[Event], calm: Calm) -> list[str]:
         got = max(
             (t for t, c in gets.get(e.data["id"], []) if c == e.client and t <= e.t), default=-1.0
         )
-        if not any(got < t <= end for t, _ in gets.get(e.data["id"], [])):
+        t0 = float(e.data.get("t0", e.t))
+        requeued = any(t0 <= t <= end for t in (queued_at or {}).get(e.data["id"], ()))
+        if not requeued and not any(got < t <= end for t, _ in gets.get(e.data["id"], [])):
             again = [t for t, _ in gets.get(e.data["id"], []) if t > e.t]
             when = f"at t={again[0]:.2f}" if again else "never"
             out.append(

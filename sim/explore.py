@@ -925,6 +925,19 @@ class Explorer:
         node = world.nodes[i]
         self.disturbed[i] += 1
         incarnation = node.incarnation
+        # Down and restarted like a crash: a fault window, so that the
+        # checks that want a calm cluster (fail-detected: a restarted node
+        # learns a peer's FAIL afresh, seed 4097) leave it out.
+        window = world.fault_begin(i)
+        try:
+            await self._shutdown_restart(i, node, incarnation, down)
+        finally:
+            world.fault_end(window)
+
+    async def _shutdown_restart(
+        self, i: int, node: SimNode, incarnation: int, down: float
+    ) -> None:
+        world = self.world
         try:
             reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
             if text(reply) != "OK":
@@ -979,6 +992,7 @@ class Explorer:
         self.disturbed[i] += 1
         # flushed() sees it run (now, later or never) and marks i replaced.
         self.resetting[i] = (old, node.incarnation)
+        split = world.split_begin(i)
         reply = await self.call(i, "CLUSTER", "RESET", "HARD")
         if text(reply) != "OK":
             self.violate(f"absurd: n{i} CLUSTER RESET HARD answered {text(reply)!r}")
@@ -997,4 +1011,5 @@ class Explorer:
             other = world.nodes[self.admin_rng.choice(others)]
             await self.call(i, "CLUSTER", "MEET", "127.0.0.1", other.port)
             self.probe("admin-meet")
+        world.split_watch(split)
         self.disturbed[i] += 1

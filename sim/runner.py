@@ -99,7 +99,7 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
     report.excused += excused
     timing = (
         requeue
-        + check_nack(workload.history, world.calm)
+        + check_nack(workload.history, world.calm, world.queued_at)
         + check_working(workload.history, world.calm)
         + check_acked(workload.history, world.calm)
     )

@@ -243,10 +243,13 @@ class World:
         self.flush_observers: list[Callable[[SimNode], None]] = []
         # Fault windows [start, end] (end inf while in force), for calm().
         self.fault_windows: list[list[float]] = []
+        self._splits: list[list[float]] = []  # open split_begin windows
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
         # job id -> virtual times a node handed it to a client (GETJOB), so
         # that a reply a fault held back is judged by when the node sent it
         self.delivered_at: dict[str, list[float]] = {}
+        # job id -> virtual times a node queued it (nack-prompt's evidence)
+        self.queued_at: dict[str, list[float]] = {}
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
@@ -478,7 +481,11 @@ class World:
                     f"{job.etime}, not {node.held_at_crash[job_id]}"
                 )
         if node.wiped:
+            # A new identity: split from the others until its MEET's
+            # handshake is through (seed 4298: the MEET met a partition).
+            split = self.split_begin(i)
             await self.introduce(i)
+            self.split_watch(split)
 
     def _check_everysec(self, node: SimNode, forgot: list[str]) -> None:
         """everysec-window: with ``appendfsync everysec`` a crash loses at
@@ -683,6 +690,8 @@ class World:
             elif event == "delivered":
                 self.delivered_at.setdefault(job.id, []).append(trio.current_time())
             elif event == "queued":
+                if not loading:
+                    self.queued_at.setdefault(job.id, []).append(trio.current_time())
                 if job.id in acked:
                     self._violate(f"acked-absorbing: {name} re-queued acked {job.id}")
                 if job.retry == 0 and not loading:
@@ -806,6 +815,8 @@ class World:
         enough that the bus links broken by the last fault are back."""
         if self.net.faulty or self.chaos or not all(n.up for n in self.nodes):
             return False
+        if any(w[1] == float("inf") for w in self._splits):
+            return False
         return not settled or trio.current_time() - self.net.changed_at >= LINK_SETTLE_S
 
     def frames_in(self) -> int:
@@ -913,6 +924,28 @@ class World:
 
     def fault_end(self, window: list[float], extra: float = 0.0) -> None:
         window[1] = min(window[1], trio.current_time() + extra)
+
+    def split_begin(self, victim: int) -> list[float]:
+        """A membership change an admin action makes (a node replaced: a
+        new ID, FORGET, MEET) is a fault window of its own until every node
+        knows every other again (``split_watch``): while the MEET's
+        handshake waits, each side is a cluster of one and, as in the
+        original, makes no dummy ack (seed 436861043)."""
+        window = self.fault_begin(victim)
+        self._splits.append(window)
+        return window
+
+    def split_watch(self, window: list[float]) -> None:
+        """Close ``window`` once the cluster is meshed again (or at heal)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._split_until_meshed, window)
+
+    async def _split_until_meshed(self, window: list[float]) -> None:
+        # Polling: the cluster table has no change notification.
+        while window[1] == float("inf") and not self.meshed():  # noqa: ASYNC110
+            await trio.sleep(0.1)
+        self.fault_end(window)
+        self._splits.remove(window)
 
     def calm(self, start: float, end: float, margin: float = LINK_SETTLE_S) -> bool:
         """No fault in force in [start - margin, end] (nor ended less than

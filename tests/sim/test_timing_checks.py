@@ -70,6 +70,10 @@ def test_nack_prompt() -> None:
     # Delivered to another consumer before the NACK's answer was read.
     raced = [*base[:3], Event(1.05, "c1", "get", {"node": 0, "id": JOB, "body": "b"}), base[3]]
     assert check_nack([*raced, *phases(0.0, 60.0)], calm) == []
+    # Seed 5124: queued again at once, fetched late: the node did its part;
+    # queued only at RETRY (the mutant nack-at-retry) it did not.
+    assert check_nack(slow, calm, {JOB: [0.0, 1.104]}) == []
+    assert check_nack(slow, calm, {JOB: [0.0, 3.1]})[0].startswith("nack-prompt:")
 
 
 def test_working_holds() -> None:
