@@ -962,6 +962,8 @@ class World:
         await trio.sleep_until(window[0] + bound)
         if window[1] < trio.current_time() or self.phase != "safety":
             return  # the cut ended first
+        if node.server.node.node_id != victim_id:
+            return  # replaced or wiped meanwhile: the others forgot that ID (seed 885581149)
         # Nodes another fault touched meanwhile (crashed, cut, frozen,
         # clock jumped) are not asked; a fault on every node voids the check.
         disturbed = {
