@@ -316,9 +316,13 @@ def _delivery_times(history: list[Event]) -> dict[str, list[float]]:
     return gets
 
 
-def check_working(history: list[Event], calm: Calm) -> list[str]:
-    """working-holds: no job is delivered again while a consumer holds it
-    and keeps sending WORKING (every RETRY/3), in a cluster without faults."""
+def check_working(
+    history: list[Event], calm: Calm, queued_at: Mapping[str, list[float]] | None = None
+) -> list[str]:
+    """working-holds: no job is queued again (a node says so, ``queued_at``)
+    or delivered again while a consumer holds it and keeps sending WORKING
+    (every RETRY/3), in a cluster without faults. The node's re-queue is the
+    evidence that does not wait for another consumer to ask in time."""
     gets = _delivery_times(history)
     out = []
     for e in history:
@@ -328,10 +332,16 @@ def check_working(history: list[Event], calm: Calm) -> list[str]:
         if not calm(start, e.t):  # calm() keeps a margin before start
             continue
         during = [t for t in gets.get(e.data["id"], []) if start + RACE_S < t < e.t]
-        if during:
+        queued = [t for t in (queued_at or {}).get(e.data["id"], ()) if start + RACE_S < t < e.t]
+        if during or queued:
+            what = (
+                f"delivered again at t={during[0]:.2f}"
+                if during
+                else f"queued again at t={queued[0]:.2f}"
+            )
             out.append(
                 f"working-holds: {e.data['id']} held with WORKING from t={start:.2f} "
-                f"to t={e.t:.2f} (RETRY {retry}) delivered again at t={during[0]:.2f}"
+                f"to t={e.t:.2f} (RETRY {retry}) {what}"
             )
     return out
 

@@ -19,9 +19,10 @@ clock; the rate must then stay 0.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import trio
 import trio.testing
@@ -60,3 +61,64 @@ class Timers:
                 heapq.heappop(heap)[2]()
         elif 0 < jump < math.inf:
             clock.jump(jump)
+
+
+# ------------------------------------------------------------ cheap sleeps
+
+# trio.sleep(s) is a cancel scope with a deadline around sleep_forever: when
+# it ends, Trio raises Cancelled into the task and unwinds the scope. In a
+# simulator run the nodes' cron tasks alone sleep fifty times a virtual
+# second; ``sleeping_on`` makes each sleep a timer that reschedules the
+# task instead (a cancel from an enclosing scope still ends it: the abort
+# callback disarms the timer). Only inside the ``with`` block, and only for
+# a deadline still ahead (a sleep already due is Trio's own checkpoint).
+_TRIO_SLEEP_UNTIL = trio.sleep_until
+_TRIO_SLEEP = trio.sleep
+_active: Timers | None = None
+
+
+async def _sleep_until(deadline: float) -> None:
+    timers = _active
+    if timers is None or deadline <= timers.clock.current_time():
+        await _TRIO_SLEEP_UNTIL(deadline)
+        return
+    task = trio.lowlevel.current_task()
+    armed = [True]
+
+    def fire() -> None:
+        if armed[0]:
+            armed[0] = False
+            trio.lowlevel.reschedule(task)
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        armed[0] = False
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    timers.call_at(deadline, fire)
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+async def _sleep(seconds: float) -> None:
+    if seconds < 0:
+        raise ValueError("duration must be non-negative")
+    timers = _active
+    if timers is None or seconds == 0:
+        await _TRIO_SLEEP(seconds)
+        return
+    await _sleep_until(timers.clock.current_time() + seconds)
+
+
+@contextlib.contextmanager
+def sleeping_on(timers: Timers) -> Iterator[None]:
+    """Inside the block, trio.sleep and trio.sleep_until use ``timers``
+    (module attributes: every ``trio.sleep(...)`` call sees them)."""
+    global _active
+    _active = timers
+    trio.sleep = _sleep
+    trio.sleep_until = _sleep_until
+    try:
+        yield
+    finally:
+        _active = None
+        trio.sleep = _TRIO_SLEEP
+        trio.sleep_until = _TRIO_SLEEP_UNTIL

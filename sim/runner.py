@@ -100,7 +100,7 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
     timing = (
         requeue
         + check_nack(workload.history, world.calm, world.queued_at)
-        + check_working(workload.history, world.calm)
+        + check_working(workload.history, world.calm, world.queued_at)
         + check_acked(workload.history, world.calm)
     )
     violations = report.violations + world.violations + end_checks(world, workload) + timing

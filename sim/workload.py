@@ -37,6 +37,7 @@ QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
 CONVERGE_S = 30.0
 CODA_S = 4.0  # the calm coda's producing time (plan.coda)
+CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
     EOFError,
@@ -436,7 +437,12 @@ class Workload:
             self.record(name, "share", {"node": index, "id": jid})
             self._shared.append((name, jid))
             return False
-        if jid in self._tracked and plan.hold_pct and rng.randrange(100) < plan.hold_pct:
+        # The calm coda holds jobs in every plan: working-holds wants holds
+        # without faults, and a hold past RETRY 2 or 3 (WORKING every
+        # RETRY/3 s, beyond the 500 ms WILLQUEUE advance) is where a node
+        # that ignored WORKING re-queues.
+        hold_pct = max(plan.hold_pct, CODA_HOLD_PCT) if self._coda else plan.hold_pct
+        if jid in self._tracked and hold_pct and rng.randrange(100) < hold_pct:
             assert self._nursery is not None
             retry = self._retry_of[jid]
             hold = rng.uniform(1.5, 3.0) * retry

@@ -59,7 +59,7 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
-from .clock import Timers
+from .clock import Timers, sleeping_on
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
@@ -195,12 +195,13 @@ class World:
         self.trace = Trace()
         max_delay = 0.005 + plan.latency_ms / 1000
         self.clock = trio.testing.MockClock(autojump_threshold=0)
+        self.timers = Timers(self.clock)
         self.net = SimNet(
             random.Random(self.root.getrandbits(64)),
             self.trace,
             0.0005,
             max_delay,
-            Timers(self.clock),
+            self.timers,
         )
         self.node_seeds = [self.root.getrandbits(64) for _ in range(self.count)]
         self.skews_ms = [self.root.randint(-plan.skew_ms, plan.skew_ms) for _ in range(self.count)]
@@ -275,7 +276,8 @@ class World:
         trio_run._r.seed(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
         try:
-            trio.run(self._main, body, clock=self.clock)
+            with sleeping_on(self.timers):
+                trio.run(self._main, body, clock=self.clock)
         finally:
             trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
             trio_run._r.setstate(saved_state)
@@ -1033,8 +1035,10 @@ class World:
             # an operator would (seed 621213159).
             current = {n.server.node.node_id for n in self.nodes if n.up}
             for n in self.nodes:
-                if n.up and n.wiped and not set(n.server.node.cluster.nodes) & (
-                    current - {n.server.node.node_id}
+                if (
+                    n.up
+                    and n.wiped
+                    and not set(n.server.node.cluster.nodes) & (current - {n.server.node.node_id})
                 ):
                     await self.introduce(n.index)
         with trio.move_on_after(timeout):

@@ -127,8 +127,9 @@ class ClusterTable:
         self.effects = Effects()
         # Nodes whose link should be re-opened (see _check_node).
         self.stuck_links: set[str] = set()
-        # Bumped on every change nodes.conf records (membership, leaving):
-        # the shell saves the file when it moves.
+        # Bumped on every change nodes.conf records (membership, addresses,
+        # leaving flags): the shell saves the file when it moves, and only
+        # then.
         self.version = 0
         self.stats_sent = 0
         self.stats_received = 0
@@ -181,6 +182,7 @@ class ClusterTable:
         if node is not None:
             if ip and (node.ip, node.port, node.cport) != (ip, port, cport):
                 node.ip, node.port, node.cport = ip, port, cport
+                self.version += 1
             return node
         if node_id in self.blacklist or len(self.nodes) >= MAX_NODES:
             return None
@@ -254,7 +256,9 @@ class ClusterTable:
         if isinstance(msg, bus.Pong):
             sender.ping_sent = 0
         self.heard_from(sender, now)
-        sender.flags = (sender.flags & ~LEAVING) | (msg.flags & LEAVING)
+        if (sender.flags ^ msg.flags) & LEAVING:
+            sender.flags ^= LEAVING
+            self.version += 1  # nodes.conf records it
         self._process_gossip(sender, msg.gossip, now)
         if isinstance(msg, bus.Ping | bus.Meet):
             self._send_heartbeat(sender, bus.Pong, now)

@@ -38,7 +38,7 @@ from ..protocol import aof
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
-from .cluster import LEAVING, ClusterTable
+from .cluster import FAIL, HANDSHAKE, LEAVING, PFAIL, ClusterTable
 from .effects import Effects, Persist, Wake, WakeQueue
 from .ids import JobIdGenerator
 from .job import (
@@ -55,6 +55,8 @@ from .records import job_record
 from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
+
+_NOT_REACHABLE = PFAIL | FAIL | LEAVING | HANDSHAKE  # as ClusterTable.reachable()
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
@@ -146,9 +148,19 @@ class Node:
         self._clock_lag = 0
 
     def refresh_cluster_view(self) -> None:
-        self.cluster_size = self.cluster.size
-        self.reachable_peers = len(self.cluster.reachable())
-        self.leaving = bool(self.cluster.myself.flags & LEAVING)
+        # One pass (this runs after every bus message): ClusterTable.size
+        # and len(ClusterTable.reachable()).
+        myself = self.cluster.myself
+        size = reachable = 0
+        for peer in self.cluster.nodes.values():
+            flags = peer.flags
+            if not flags & HANDSHAKE:
+                size += 1
+            if not flags & _NOT_REACHABLE and peer is not myself:
+                reachable += 1
+        self.cluster_size = size
+        self.reachable_peers = reachable
+        self.leaving = bool(myself.flags & LEAVING)
 
     def set_node_id(self, node_id: str) -> None:
         """A new identity (CLUSTER RESET HARD, or loaded from nodes.conf)."""

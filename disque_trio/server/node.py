@@ -147,7 +147,7 @@ class NodeServer:
         self.persist_cluster = persist_cluster
         self._saved_cluster_config = ""
         self._saved_cluster_version = -1
-        self._node_flags: dict[str, str] = {}  # last logged flags per peer
+        self._node_flags: dict[str, int] = {}  # last logged flags per peer
         node_id, peers = self._load_cluster_config()
         table = ClusterTable(
             node_id,
@@ -643,7 +643,8 @@ class NodeServer:
         del self._ops_samples[:-16]
         self.peak_memory = max(self.peak_memory, self.used_memory())
         self.release_memory_after_a_drop()
-        self.save_cluster_config()
+        if self.node.cluster.version != self._saved_cluster_version:
+            self.save_cluster_config()
         if self.aof.rewrite_due() and self.aof.claim_rewrite():
             self.spawn(self.aof.rewrite, True)
 
@@ -706,12 +707,15 @@ class NodeServer:
         self.commit()
 
     def _log_flag_changes(self) -> None:
-        """Log nodes turning fail?/fail/leaving and back, like the original."""
-        for node in self.node.cluster.others():
-            names = node.flag_names()
-            if self._node_flags.get(node.node_id, "noflags") != names:
-                self._node_flags[node.node_id] = names
-                log.info("node %s is now %s", node.node_id[:8], names)
+        """Log nodes turning fail?/fail/leaving and back, like the original.
+        Compares the flag bits (this runs after every bus message); the
+        names are built only for a change."""
+        seen = self._node_flags
+        myself = self.node.cluster.myself
+        for node in self.node.cluster.nodes.values():
+            if seen.get(node.node_id, 0) != node.flags and node is not myself:
+                seen[node.node_id] = node.flags
+                log.info("node %s is now %s", node.node_id[:8], node.flag_names())
 
     def _load_cluster_config(self) -> tuple[str, list[tuple[str, str, int, int, bool]]]:
         """Our node ID and known peers from nodes.conf, or a fresh ID."""
@@ -745,6 +749,7 @@ class NodeServer:
             self.env.disk.replace(self.config.cluster_config_file, text.encode())
             self._saved_cluster_config = text
         except OSError as e:
+            self._saved_cluster_version = -1  # the next cron tick tries again
             log.warning("could not save %s: %s", self.config.cluster_config_file, e)
 
     # ----------------------------------------------------------------- info

@@ -224,6 +224,43 @@ def test_clock_timers_run_at_their_time_without_a_task() -> None:
     assert fired == [1.0, 2.5]
 
 
+def test_cheap_sleeps_end_on_time_obey_cancels_and_are_undone() -> None:
+    """``sleeping_on``: trio.sleep and sleep_until become timers inside the
+    block (ending at their virtual time, in order with other timers, a
+    cancel from an enclosing scope still ending them, sleep(0) still a
+    checkpoint) and Trio's own outside it."""
+    from sim.clock import sleeping_on
+
+    original = trio.sleep, trio.sleep_until
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    timers = Timers(clock)
+    order: list[str] = []
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await trio.sleep(seconds)
+        order.append(f"{name}@{trio.current_time()}")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper, "b", 2.0)
+            nursery.start_soon(sleeper, "a", 1.0)
+            timers.call_at(1.5, lambda: order.append("timer@1.5"))
+        assert order == ["a@1.0", "timer@1.5", "b@2.0"]
+        with trio.move_on_after(0.5) as scope:
+            await trio.sleep(100)
+        assert scope.cancelled_caught and trio.current_time() == 2.5
+        await trio.sleep_until(4.0)
+        assert trio.current_time() == 4.0
+        await trio.sleep(0)
+        with pytest.raises(ValueError):
+            await trio.sleep(-1)
+
+    with sleeping_on(timers):
+        assert (trio.sleep, trio.sleep_until) != original
+        trio.run(main, clock=clock)
+    assert (trio.sleep, trio.sleep_until) == original
+
+
 def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> None:
     """Canary: the simulator seeds Trio's private scheduling hook. If a Trio
     upgrade moves it, runs silently stop being reproducible; fail loudly."""

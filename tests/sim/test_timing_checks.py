@@ -86,7 +86,12 @@ def test_working_holds() -> None:
     ]
     assert check_working(again, calm)[0].startswith("working-holds:")
     assert check_working(again, never_calm) == []
-    assert check_working([*added(), ev(1.0, "get", node=0, id=JOB, body="b"), hold], calm) == []
+    held = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), hold]
+    assert check_working(held, calm) == []
+    # Queued again at RETRY while held (the mutant working-no-postpone) and
+    # nobody asked for it before the ack: the node's re-queue is caught.
+    assert check_working(held, calm, {JOB: [0.0, 3.0]})[0].endswith("queued again at t=3.00")
+    assert check_working(held, calm, {JOB: [0.0, 7.5]}) == []
 
 
 def test_ack_final() -> None:

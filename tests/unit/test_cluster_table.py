@@ -1084,3 +1084,21 @@ def test_the_table_holds_at_most_max_nodes() -> None:
     assert len(table.nodes) == MAX_NODES
     table.on_heartbeat(ping(f"{1:040x}", entry(E)), START_MS)
     assert E not in table.nodes
+
+
+def test_version_moves_with_everything_nodes_conf_records() -> None:
+    """The shell saves nodes.conf only when ``version`` moved (it used to
+    rebuild the text ten times a second to compare): a peer's new address
+    and a peer's LEAVING flag (both in the text) move it; a heartbeat that
+    changes neither does not."""
+    table = with_peers(B)
+    text, version = table.to_config(), table.version
+    table.on_heartbeat(ping(B), START_MS)
+    assert (table.to_config(), table.version) == (text, version)
+    table.on_heartbeat(ping(B, flags=LEAVING), START_MS + 10)
+    assert table.to_config() != text and table.version > version
+    text, version = table.to_config(), table.version
+    table.on_heartbeat(ping(B, flags=LEAVING), START_MS + 20)
+    assert table.version == version
+    assert table.add(B, "10.0.0.99", 7712, 17712) is table.nodes[B]
+    assert table.to_config() != text and table.version > version
