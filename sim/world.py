@@ -961,6 +961,16 @@ class World:
         else went wrong meanwhile and they are a majority of the cluster."""
         node = self.nodes[victim]
         victim_id = node.server.node.node_id
+        # Only nodes that counted it as a member when the cut began can flag
+        # it (seed 20000385: replaced just before, its MEET never went
+        # through, so nobody knew its new ID).
+        knew = {
+            n.index
+            for n in self.nodes
+            if n.up
+            and (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
+            and not peer.flags & cluster_flags.HANDSHAKE
+        }
         await trio.sleep_until(window[0] + bound)
         if window[1] < trio.current_time() or self.phase != "safety":
             return  # the cut ended first
@@ -977,7 +987,11 @@ class World:
         }
         if -1 in disturbed:
             return
-        asked = [n for n in self.nodes if n is not node and n.index not in disturbed and n.up]
+        asked = [
+            n
+            for n in self.nodes
+            if n is not node and n.index not in disturbed and n.up and n.index in knew
+        ]
         # FAIL takes reports from a majority of the cluster.
         if len(asked) < self.count // 2 + 1:
             return

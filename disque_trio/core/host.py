@@ -38,7 +38,7 @@ class JobHost(Protocol):
     myself_only: tuple[str, ...]
     repl_waiters: dict[str, Waiter]
     deleted_ids: dict[str, int]
-    deleted_acked: set[str]
+    deleted_acked: dict[str, int]
     deleted_expired: set[str]
 
     def now_ms(self) -> int: ...

@@ -220,10 +220,14 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
     """
     if node.cluster_size <= 1 or node.leaving or is_at_most_once_id(job_id):
         return None
-    if job_id in node.deleted_acked:
+    if node.deleted_acked.get(job_id) == node.cluster.version:
         # Acked and deleted here lately: the ack already reached the
         # holders (a straggler is told when it announces the job), and a
         # dummy would wait for every node of the cluster, a dead one too.
+        # Not if the membership moved since: a holder this node did not
+        # know then never heard of the ack (simulator seed 20000361: a
+        # replaced node, met again after a partition, re-queued its job
+        # for ever while ACKJOBs elsewhere answered 0).
         return None
     job = Job(job_id, "", None, JobState.ACKED)
     job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60

@@ -126,9 +126,11 @@ class Node:
         # Jobs deleted here lately, ID -> wall ms, oldest first (see
         # remember_deleted).
         self.deleted_ids: dict[str, int] = {}
-        # Those of them that were acked (ACKJOB, FASTACK): a holder that
-        # missed the ack and still announces the job is told (SETACK).
-        self.deleted_acked: set[str] = set()
+        # Those of them that were acked (ACKJOB, FASTACK), with the cluster
+        # table's version then: a holder that missed the ack and still
+        # announces the job is told (SETACK); an ACKJOB for it makes no new
+        # dummy ack unless the membership moved since (jobcmds._dummy_ack).
+        self.deleted_acked: dict[str, int] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
         # Called with (event, job) on job lifecycle events; the simulator's
@@ -315,13 +317,13 @@ class Node:
         deleted.pop(job_id, None)
         deleted[job_id] = now
         if acked:
-            self.deleted_acked.add(job_id)
+            self.deleted_acked[job_id] = self.cluster.version
         while True:
             oldest, at = next(iter(deleted.items()))
             if len(deleted) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
                 break
             del deleted[oldest]
-            self.deleted_acked.discard(oldest)
+            self.deleted_acked.pop(oldest, None)
             self.deleted_expired.discard(oldest)
 
     def _notify(self, event: str, job: Job) -> None:

@@ -280,7 +280,7 @@ def test_acked_tombstones_go_with_their_deleted_ids(monkeypatch: pytest.MonkeyPa
     node.remember_deleted("b")
     node.remember_deleted("c", acked=True)
     assert list(node.deleted_ids) == ["b", "c"]
-    assert node.deleted_acked == {"c"}
+    assert list(node.deleted_acked) == ["c"]
 
 
 def test_wait_repl_job_told_queued_does_not_spin_its_timer() -> None:
@@ -338,6 +338,25 @@ def test_ackjob_of_a_job_acked_and_collected_here_makes_no_dummy_ack() -> None:
     assert run(node, "ACKJOB", job_id) == 0
     assert job_id not in node.jobs
     assert not any(isinstance(m, bus.SetAck) for _, m in sent(node))
+
+
+def test_ackjob_after_collection_makes_a_dummy_ack_once_a_node_joined() -> None:
+    # Seed 20000361: a dummy ack went to every node this node knew and was
+    # collected; the job's only holder, a node replaced during a partition,
+    # joined afterwards and never heard of the ack. The next ACKJOB here
+    # must make a dummy ack again, which reaches the newcomer.
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    cj.receive(node, OTHER_ID, bus.DelJob(job_id))
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.link_changed(THIRD_ID, True, node.now_ms())
+    node.refresh_cluster_view()
+    node.effects.clear()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
+    told = {peer for peer, m in sent(node) if isinstance(m, bus.SetAck)}
+    assert THIRD_ID in told
 
 
 def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
