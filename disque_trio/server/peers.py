@@ -47,7 +47,7 @@ from typing import Protocol, TypeVar
 import trio
 
 from ..config import Config
-from ..core.cluster import ClusterTable
+from ..core.cluster import HANDSHAKE, ClusterTable
 from ..core.job import JobState
 from ..core.node import Node
 from ..env import Env
@@ -128,6 +128,7 @@ class PeerLink:
         # to us, so it is up and listening again.
         self.retry_now = trio.Event()
         self.ended = False  # the link task returned (its node left the table)
+        self.up = False  # connected, the peer answered our handshake as itself
 
 
 class Bus:
@@ -194,6 +195,13 @@ class Bus:
             if old is None or old.ended:
                 link = self.links[node_id] = PeerLink(node_id)
                 self._nursery.start_soon(self._link_task, link)
+            elif old.up and self.table.nodes[node_id].flags & HANDSHAKE:
+                # The node left the table (a handshake timeout) and came back
+                # by gossip while our link to it stayed connected: its new
+                # entry would wait for a handshake that already happened,
+                # be dropped again 5 s later, and so on for ever (simulator
+                # seed 20000951). The link is up: say so.
+                self.table.link_changed(node_id, True, self.server.env.clock.wall_ms())
         keep = set(wanted)
         for node_id in [x for x in self.links if x not in keep]:
             self.links.pop(node_id).cancel_scope.cancel()
@@ -289,7 +297,10 @@ class Bus:
                 link.connection_scope = trio.CancelScope()
                 with link.connection_scope:
                     async with stream:
-                        await self._serve_link(link, stream)
+                        try:
+                            await self._serve_link(link, stream)
+                        finally:
+                            link.up = False
                 self.table.link_changed(link.node_id, False, self.server.env.clock.wall_ms())
                 await trio.sleep(BACKOFF_MIN_S)
 
@@ -313,6 +324,7 @@ class Bus:
             await trio.sleep(BACKOFF_MAX_S)
             return
         self.table.link_changed(link.node_id, True, self.server.env.clock.wall_ms())
+        link.up = True
         self.server.after_bus_event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
