@@ -208,11 +208,12 @@ def _acked(e: Event) -> bool:
 
 def _acked_nothing_leaving(e: Event) -> bool:
     """An ACKJOB answered 0 by a node that was leaving when it was sent or
-    answered: it knew no unacked copy, and made no dummy ack."""
+    answered, or that knew no other member then (``noop``, a cluster of
+    one): it knew no unacked copy and made no dummy ack."""
     return (
         e.op == "ack"
         and not e.data.get("fast")
-        and bool(e.data.get("leaving"))
+        and bool(e.data.get("leaving") or e.data.get("noop"))
         and str(e.data.get("reply")) == "0"
     )
 

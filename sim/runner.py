@@ -65,7 +65,9 @@ def end_checks(world: World, workload: Workload) -> list[str]:
     acked_ok = {
         e.data["id"]
         for e in workload.history
-        if e.op == "ack" and not e.data["reply"].startswith(("ERR", "conn", "NOJOB"))
+        if e.op == "ack"
+        and not e.data["reply"].startswith(("ERR", "conn", "NOJOB"))
+        and not e.data.get("noop")
     }
     for n in world.nodes:
         for job in n.server.node.jobs.values():
