@@ -40,6 +40,7 @@ class JobHost(Protocol):
     deleted_ids: dict[str, int]
     deleted_acked: dict[str, int]
     deleted_expired: set[str]
+    pending_holders: dict[str, set[str]]
 
     def now_ms(self) -> int: ...
 

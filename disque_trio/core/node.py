@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from ..protocol import aof
+from ..protocol import aof, bus
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
@@ -133,6 +133,9 @@ class Node:
         self.deleted_acked: dict[str, int] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
+        # Node id -> jobs whose holder list it belongs in once its handshake
+        # is through (records.merge_holders, adopt_pending_holders).
+        self.pending_holders: dict[str, set[str]] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -163,6 +166,31 @@ class Node:
         self.cluster_size = size
         self.reachable_peers = reachable
         self.leaving = bool(myself.flags & LEAVING)
+        if self.pending_holders:
+            self.adopt_pending_holders()
+
+    def adopt_pending_holders(self) -> None:
+        """Add to their jobs' holder lists the nodes that were still in
+        their handshake when a peer's list named them, now that they
+        answered, and tell each about a copy queued here: if it queued its
+        own, the QUEUED rule leaves one. Nodes that left the table (the
+        handshake timed out) are dropped."""
+        nodes = self.cluster.nodes
+        for peer_id in list(self.pending_holders):
+            peer = nodes.get(peer_id)
+            if peer is not None and peer.flags & HANDSHAKE:
+                continue
+            job_ids = self.pending_holders.pop(peer_id)
+            if peer is None:
+                continue
+            for job_id in sorted(job_ids):
+                job = self.jobs.get(job_id)
+                if job is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):
+                    continue
+                if peer_id not in job.nodes_delivered:
+                    job.nodes_delivered = (*job.nodes_delivered, peer_id)
+                if job.state == JobState.QUEUED and job.retry:
+                    self.effects.send(peer_id, bus.Queued(job.id, 0))
 
     def set_node_id(self, node_id: str) -> None:
         """A new identity (CLUSTER RESET HARD, or loaded from nodes.conf)."""

@@ -24,6 +24,12 @@ from .job import (
     JobState,
 )
 
+# Holders named by a peer's list while still in their handshake here, kept
+# until they answer (merge_holders): at most this many nodes, and this many
+# jobs per node; beyond, a holder is dropped as before.
+MAX_PENDING_HOLDER_NODES = 64
+MAX_PENDING_HOLDER_JOBS = 10_000
+
 
 def job_record(job: Job) -> aof.JobRecord:
     """The job as the AOF stores it."""
@@ -64,7 +70,7 @@ def job_data(job: Job, now: int) -> bus.JobData:
 
 
 def merge_holders(
-    node: JobHost, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str]
+    node: JobHost, ours: tuple[str, ...], theirs: tuple[str, ...] | list[str], job_id: str = ""
 ) -> tuple[str, ...]:
     """Our holder list plus a peer's, without nodes we were told to forget
     (a peer that has not run CLUSTER FORGET yet still lists them; an ack
@@ -73,15 +79,31 @@ def merge_holders(
     knows those under a temporary name only, so its job deserialization
     skips them). Seed 5263: a node reset HARD heard a wiped node's old ID by
     gossip, took it from a YOURJOBS holder list, and its ack waited for ever
-    on it (the handshake timed out, so no CLUSTER FORGET reached that node)."""
+    on it (the handshake timed out, so no CLUSTER FORGET reached that node).
+
+    A node still in its handshake is remembered for ``job_id`` in
+    ``node.pending_holders`` and added once it answers (Node.
+    adopt_pending_holders): a node that joined lately (a replacement) took
+    a job by YOURJOBS before its handshake with one holder was through, and
+    two queued copies that never heard of each other stayed queued both
+    (simulator seeds 20000327, 20001208, 20002084, 20002451)."""
     forgotten = node.cluster.blacklist
     known = node.cluster.nodes
-
-    def keep(n: str) -> bool:
+    kept = []
+    for n in theirs:
+        if n in forgotten:
+            continue
         peer = known.get(n)
-        return n not in forgotten and (peer is None or not peer.flags & HANDSHAKE)
-
-    return tuple(dict.fromkeys((*ours, *(n for n in theirs if keep(n)))))
+        if peer is not None and peer.flags & HANDSHAKE:
+            if job_id:
+                pending = node.pending_holders
+                if n in pending or len(pending) < MAX_PENDING_HOLDER_NODES:
+                    jobs = pending.setdefault(n, set())
+                    if len(jobs) < MAX_PENDING_HOLDER_JOBS:
+                        jobs.add(job_id)
+            continue
+        kept.append(n)
+    return tuple(dict.fromkeys((*ours, *kept)))
 
 
 def job_from_data(node: JobHost, data: bus.JobData) -> Job:
@@ -102,7 +124,7 @@ def job_from_data(node: JobHost, data: bus.JobData) -> Job:
     )
     job.nacks = data.nacks
     job.deliveries = data.deliveries
-    job.nodes_delivered = merge_holders(node, (), data.nodes_delivered)
+    job.nodes_delivered = merge_holders(node, (), data.nodes_delivered, data.id)
     if data.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         job.qtime = now + (data.delay + data.retry) * 1000 + node.time_error()

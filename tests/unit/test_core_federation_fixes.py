@@ -59,6 +59,48 @@ def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
     assert {OTHER_ID, THIRD_ID} <= told
 
 
+def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
+    # Seeds 20000327, 20001208, 20002084, 20002451: a node that joined
+    # lately took a job by YOURJOBS while its handshake with one holder
+    # (THIRD, which had queued its own copy) was not through; it dropped
+    # THIRD from the list, so the two queued copies never heard of each
+    # other. Now THIRD is added, and told QUEUED, once it answers.
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", 5)
+    sender.jobs[job_id].nodes_delivered = (OTHER_ID, THIRD_ID)
+    cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE  # known by gossip only
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, msg)
+    copy = job(node, job_id)
+    assert copy.state == JobState.QUEUED and THIRD_ID not in copy.nodes_delivered
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    sent(node)
+    node.cluster.link_changed(THIRD_ID, True, node.now_ms())  # it answered
+    node.refresh_cluster_view()
+    assert THIRD_ID in copy.nodes_delivered and not node.pending_holders
+    assert any(to == THIRD_ID and isinstance(m, bus.Queued) for to, m in sent(node))
+
+
+def test_a_pending_holder_whose_handshake_timed_out_is_dropped() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE
+    cj.receive(
+        node,
+        OTHER_ID,
+        bus.ReplJob(attrs.evolve(data, nodes_delivered=(*data.nodes_delivered, THIRD_ID)), False),
+    )
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    del node.cluster.nodes[THIRD_ID]  # the cron's handshake timeout
+    node.refresh_cluster_view()
+    assert not node.pending_holders and THIRD_ID not in job(node, job_id).nodes_delivered
+
+
 def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
     """Federation moves a job between queues; as in the original, neither
     node counts an additional delivery, and the QUEUED it announces asks
