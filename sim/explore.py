@@ -687,7 +687,11 @@ class Explorer:
 
     async def _a_add(self, i: int) -> None:
         world = self.world
-        if not world.healthy(True) or i in self.leaving:
+        # No node leaving, not only the origin: a leaving node takes no new
+        # copy, and the origin may not have heard of its flag yet (seed
+        # 20003189: the one REPLJOB of a REPLICATE 2 ASYNC job went to a
+        # node told LEAVING half a second before).
+        if not world.healthy(True) or self.leaving:
             return
         copies = self.rng.randint(1, world.count)
         self.n += 1

@@ -301,7 +301,9 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     else:
         # A copy we hold: learn the holders added since, whatever our state
         # (paused in, leaving, short of memory refuse new copies only).
-        job.nodes_delivered = merge_holders(node, job.nodes_delivered, data.nodes_delivered, job.id)
+        job.nodes_delivered = merge_holders(
+            node, job.nodes_delivered, data.nodes_delivered, job.id
+        )
     if not msg.noreply:
         node.effects.send(sender, bus.GotJob(data.id))
 
@@ -590,7 +592,9 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
         elif job.retry == 0:
             continue  # a duplicate or late copy: at most once, never again
         else:
-            job.nodes_delivered = merge_holders(node, job.nodes_delivered, data.nodes_delivered, job.id)
+            job.nodes_delivered = merge_holders(
+                node, job.nodes_delivered, data.nodes_delivered, job.id
+            )
         # A job moving between queues is not delivered again: queue it as a
         # first queueing, which counts nothing.
         job.flags &= ~FLAG_BCAST_QUEUED

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -78,6 +79,9 @@ log = logging.getLogger("disque_trio.bus")
 # burst of ASYNC replication for tens of thousands of jobs fits; beyond that
 # the peer is too slow and messages are dropped (and counted).
 OUTBOX_SIZE = 65_536
+# A YOURJOBS not on the wire this long after it was queued is dropped (its
+# jobs' TTLs travel as what is left of them; see Bus._stale).
+YOURJOBS_MAX_WAIT_S = 1.0
 # The writer sends what is queued in one system call, up to this many frames.
 SEND_BATCH = 256
 READ_SIZE = 64 * 1024
@@ -114,10 +118,10 @@ class PeerLink:
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
-        # (job id of a REPLJOB or "", frame): see Bus._stale.
-        self.send_channel, self.receive_channel = trio.open_memory_channel[tuple[str, bytes]](
-            OUTBOX_SIZE
-        )
+        # (job id of a REPLJOB or "", frame, send-by time): see Bus._stale.
+        self.send_channel, self.receive_channel = trio.open_memory_channel[
+            tuple[str, bytes, float]
+        ](OUTBOX_SIZE)
         # Cancelled when the node is forgotten: ends the link for good.
         self.cancel_scope = trio.CancelScope()
         # Cancelled to drop just the current connection (a stuck link): the
@@ -235,9 +239,13 @@ class Bus:
             # external replication (ASYNC on a leaving node, or one short of
             # memory) are of a job this node never keeps, and must go out.
             job_id = ""
+            send_by = math.inf
             if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
                 job_id = msg.job.id
-            link.send_channel.send_nowait((job_id, frame))
+            elif isinstance(msg, bus.YourJobs) and all(j.retry for j in msg.jobs):
+                # (RETRY 0 jobs left this node with the message: late, not never.)
+                send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
+            link.send_channel.send_nowait((job_id, frame, send_by))
         except trio.WouldBlock:
             link.dropped += 1
             return
@@ -330,7 +338,7 @@ class Bus:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
             try:
                 async for item in link.receive_channel:
-                    if self._stale(item[0]):
+                    if self._stale(item[0], item[2]):
                         continue
                     frame = item[1]
                     await send_all(stream, self._batch(link, frame))
@@ -343,19 +351,27 @@ class Bus:
         frames = [first]
         while len(frames) < SEND_BATCH:
             try:
-                job_id, frame = link.receive_channel.receive_nowait()
+                job_id, frame, send_by = link.receive_channel.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if not self._stale(job_id):
+            if not self._stale(job_id, send_by):
                 frames.append(frame)
         self.frames_out += len(frames)
         return b"".join(frames)
 
-    def _stale(self, job_id: str) -> bool:
+    def _stale(self, job_id: str, send_by: float = math.inf) -> bool:
         """A queued REPLJOB whose job this node held when it was queued and
         no longer holds, or holds acked, is not sent: it would resurrect a job collected meanwhile
         (queues outlive reconnections, so a partition can delay a frame
-        for as long as it lasts)."""
+        for as long as it lasts). Nor a YOURJOBS that waited past its
+        ``send_by``: its jobs carry the TTL left when it was queued, so a
+        late one would outlive their TTL on the receiver (simulator seed
+        20003187: a TTL 3 job delivered 9.5 s after ADDJOB, its YOURJOBS sent
+        7.5 s late when the link came back). The jobs stay with this node,
+        which re-queues them at their RETRY (a YOURJOBS with a RETRY 0 job,
+        which left this node with it, has no ``send_by``)."""
+        if send_by < math.inf and trio.current_time() > send_by:
+            return True
         if not job_id:
             return False
         job = self.server.node.jobs.get(job_id)
