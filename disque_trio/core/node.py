@@ -136,6 +136,10 @@ class Node:
         # Node id -> jobs whose holder list it belongs in once its handshake
         # is through (records.merge_holders, adopt_pending_holders).
         self.pending_holders: dict[str, set[str]] = {}
+        # Dummy acks held here (jobcmds._dummy_ack): when a node joins, their
+        # SETACK goes to it at once, not after a back-off grown while it
+        # was unknown (simulator seed 20003595).
+        self.dummy_acks: set[str] = set()
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -163,11 +167,24 @@ class Node:
                 size += 1
             if not flags & _NOT_REACHABLE and peer is not myself:
                 reachable += 1
+        grew = size > self.cluster_size
         self.cluster_size = size
         self.reachable_peers = reachable
         self.leaving = bool(myself.flags & LEAVING)
         if self.pending_holders:
             self.adopt_pending_holders()
+        if grew and self.dummy_acks:
+            self.retry_dummy_acks()
+
+    def retry_dummy_acks(self) -> None:
+        """A node joined: every dummy ack held here must hear from it too,
+        so each one asks again soon, its back-off started afresh."""
+        now = self.now_ms()
+        for job_id in sorted(self.dummy_acks):
+            job = self.jobs.get(job_id)
+            if job is not None and job.state == JobState.ACKED:
+                job.gc_retry = 0
+                self.update_awake(job, self.shared_int(now + 100 + self.time_error(200)))
 
     def adopt_pending_holders(self) -> None:
         """Add to their jobs' holder lists the nodes that were still in
@@ -317,6 +334,8 @@ class Node:
         bus DELJOB: the job is done for good)."""
         if self.jobs.get(job.id) is not job:
             return
+        if job.body is None:
+            self.dummy_acks.discard(job.id)
         if job.state == JobState.QUEUED:
             self.dequeue(job)
         if job.state == JobState.WAIT_REPL:

@@ -401,6 +401,29 @@ def test_ackjob_after_collection_makes_a_dummy_ack_once_a_node_joined() -> None:
     assert THIRD_ID in told
 
 
+def test_a_node_that_joins_hears_the_pending_dummy_acks_at_once() -> None:
+    # Seed 20003595: a dummy ack's SETACK retries backed off (32 s after
+    # five) while a replacement node was not known yet; the retry that
+    # would ask it came after the run. When the membership grows, each dummy
+    # ack asks again within a moment, its back-off started afresh.
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    job_id = "D-5a5a5a5a-" + "B" * 24 + "-05a1"
+    assert run(node, "ACKJOB", job_id) == 0
+    assert job_id in node.dummy_acks
+    elapse(node, clock, 20_000)  # retries back off; OTHER never answers
+    sent(node)
+    assert node.jobs[job_id].gc_retry >= 4
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    elapse(node, clock, 500)
+    told = {to for to, m in sent(node) if isinstance(m, bus.SetAck)}
+    assert THIRD_ID in told
+    node.unregister(node.jobs[job_id])
+    assert not node.dummy_acks
+
+
 def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
     node, job_id, data = _replica_of_a_job_added_on_other()
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
