@@ -512,10 +512,11 @@ class Workload:
             # CLUSTER LEAVING yes when sent or answered: the node makes no
             # dummy ack for an ID it does not hold (ack-final's business).
             data["leaving"] = True
-        if not fast and acked == 0 and (alone or _alone(world, index)):
+        if not fast and acked == 0 and (alone or _alone(world, index) or data.get("leaving")):
             # A node in a cluster of one (a new identity whose MEET has not
-            # gone through yet) makes no dummy ack, as in the original: the
-            # ACKJOB acked nothing, and the job is still owed (seed 20001659).
+            # gone through yet) or a leaving one makes no dummy ack, as in
+            # the original: the ACKJOB acked nothing, and the job is still
+            # owed (seeds 20001659, 20004591).
             data["noop"] = True
         if world.net.faulty or world.chaos:
             world.acked_in_fault.add(jid)

@@ -41,6 +41,7 @@ class JobHost(Protocol):
     deleted_acked: dict[str, int]
     deleted_expired: set[str]
     pending_holders: dict[str, set[str]]
+    pending_since: dict[str, int]
 
     def now_ms(self) -> int: ...
 

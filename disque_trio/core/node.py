@@ -51,7 +51,7 @@ from .job import (
     JobState,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
-from .records import job_record
+from .records import PENDING_HOLDERS_MS, job_record
 from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
@@ -136,6 +136,7 @@ class Node:
         # Node id -> jobs whose holder list it belongs in once its handshake
         # is through (records.merge_holders, adopt_pending_holders).
         self.pending_holders: dict[str, set[str]] = {}
+        self.pending_since: dict[str, int] = {}  # node id -> when first named
         # Dummy acks held here (jobcmds._dummy_ack): when a node joins, their
         # SETACK goes to it at once, not after a back-off grown while it
         # was unknown (simulator seed 20003595).
@@ -190,16 +191,24 @@ class Node:
         """Add to their jobs' holder lists the nodes that were still in
         their handshake when a peer's list named them, now that they
         answered, and tell each about a copy queued here: if it queued its
-        own, the QUEUED rule leaves one. Nodes that left the table (the
-        handshake timed out) are dropped."""
+        own, the QUEUED rule leaves one. A node that left the table (its
+        handshake timed out) may come back by gossip and answer (simulator
+        seed 20004545): it is dropped once forgotten (CLUSTER FORGET) or
+        PENDING_HOLDERS_MS after it was first named."""
         nodes = self.cluster.nodes
+        now = self.now_ms()
         for peer_id in list(self.pending_holders):
             peer = nodes.get(peer_id)
-            if peer is not None and peer.flags & HANDSHAKE:
+            if peer is None:
+                since = self.pending_since.get(peer_id, now)
+                if peer_id in self.cluster.blacklist or now - since > PENDING_HOLDERS_MS:
+                    del self.pending_holders[peer_id]
+                    self.pending_since.pop(peer_id, None)
+                continue
+            if peer.flags & HANDSHAKE:
                 continue
             job_ids = self.pending_holders.pop(peer_id)
-            if peer is None:
-                continue
+            self.pending_since.pop(peer_id, None)
             for job_id in sorted(job_ids):
                 job = self.jobs.get(job_id)
                 if job is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):

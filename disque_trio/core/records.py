@@ -29,6 +29,9 @@ from .job import (
 # jobs per node; beyond, a holder is dropped as before.
 MAX_PENDING_HOLDER_NODES = 64
 MAX_PENDING_HOLDER_JOBS = 10_000
+# A node that left the table before its handshake went through (timed out)
+# may come back by gossip and answer: its jobs wait this long for it.
+PENDING_HOLDERS_MS = 60_000
 
 
 def job_record(job: Job) -> aof.JobRecord:
@@ -98,6 +101,8 @@ def merge_holders(
             if job_id:
                 pending = node.pending_holders
                 if n in pending or len(pending) < MAX_PENDING_HOLDER_NODES:
+                    if n not in pending:
+                        node.pending_since[n] = node.now_ms()
                     jobs = pending.setdefault(n, set())
                     if len(jobs) < MAX_PENDING_HOLDER_JOBS:
                         jobs.add(job_id)
