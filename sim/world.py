@@ -246,6 +246,7 @@ class World:
         self.fault_windows: list[list[float]] = []
         self._splits: list[list[float]] = []  # open split_begin windows
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
+        self.amnesia_at: dict[tuple[str, str], float] = {}  # (job, node) -> first restart without it
         # job id -> virtual times a node handed it to a client (GETJOB), so
         # that a reply a fault held back is judged by when the node sent it
         self.delivered_at: dict[str, list[float]] = {}
@@ -465,6 +466,7 @@ class World:
         )
         for job_id in forgot:
             self.amnesia.setdefault(job_id, set()).add(node.name)
+            self.amnesia_at.setdefault((job_id, node.name), trio.current_time())
         if forgot:
             self.trace.record(node.name, "node", {"ev": "amnesia", "ids": forgot})
             if self.appendfsync == "always" and not node.wiped:
