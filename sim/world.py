@@ -246,9 +246,8 @@ class World:
         self.fault_windows: list[list[float]] = []
         self._splits: list[list[float]] = []  # open split_begin windows
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
-        self.amnesia_at: dict[
-            tuple[str, str], float
-        ] = {}  # (job, node) -> first restart without it
+        # (job, node) -> the first restart without it
+        self.amnesia_at: dict[tuple[str, str], float] = {}
         # job id -> virtual times a node handed it to a client (GETJOB), so
         # that a reply a fault held back is judged by when the node sent it
         self.delivered_at: dict[str, list[float]] = {}

@@ -52,6 +52,8 @@ _FLAG_NAMES = (
     (NOADDR, "noaddr"),
     (LEAVING, "leaving"),
 )
+# A node with any of these is not worth sending jobs to (reachable()).
+NOT_REACHABLE = PFAIL | FAIL | LEAVING | HANDSHAKE
 # Flags that travel in gossip (the others are local points of view).
 _GOSSIP_FLAGS = PFAIL | FAIL | LEAVING
 
@@ -156,8 +158,7 @@ class ClusterTable:
 
     def reachable(self) -> list[PeerNode]:
         """Other nodes worth sending jobs to: not failing, not leaving."""
-        bad = PFAIL | FAIL | LEAVING | HANDSHAKE
-        return [n for n in self.others() if not n.flags & bad]
+        return [n for n in self.others() if not n.flags & NOT_REACHABLE]
 
     def wanted_links(self) -> list[PeerNode]:
         """Nodes the shell should keep an outbound link to."""

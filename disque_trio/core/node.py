@@ -38,7 +38,7 @@ from ..protocol import aof, bus
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
-from .cluster import FAIL, HANDSHAKE, LEAVING, PFAIL, ClusterTable
+from .cluster import HANDSHAKE, LEAVING, NOT_REACHABLE, ClusterTable
 from .effects import Effects, Persist, Wake, WakeQueue
 from .ids import JobIdGenerator
 from .job import (
@@ -55,8 +55,6 @@ from .records import PENDING_HOLDERS_MS, job_record
 from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
-
-_NOT_REACHABLE = PFAIL | FAIL | LEAVING | HANDSHAKE  # as ClusterTable.reachable()
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
@@ -166,7 +164,7 @@ class Node:
             flags = peer.flags
             if not flags & HANDSHAKE:
                 size += 1
-            if not flags & _NOT_REACHABLE and peer is not myself:
+            if not flags & NOT_REACHABLE and peer is not myself:
                 reachable += 1
         grew = size > self.cluster_size
         self.cluster_size = size
@@ -185,7 +183,7 @@ class Node:
             job = self.jobs.get(job_id)
             if job is not None and job.state == JobState.ACKED:
                 job.gc_retry = 0
-                self.update_awake(job, self.shared_int(now + 100 + self.time_error(200)))
+                self.update_awake(job, now + 100 + self.time_error(200))
 
     def adopt_pending_holders(self) -> None:
         """Add to their jobs' holder lists the nodes that were still in

@@ -43,12 +43,19 @@ def test_yourjobs_sender_lists_the_receiver_as_a_holder() -> None:
     assert OTHER_ID in msg.jobs[0].nodes_delivered  # the copy knows both holders
 
 
-def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
+def _yourjobs_from_other_listing_third() -> tuple[str, bus.YourJobs]:
+    """A YOURJOBS from OTHER_ID moving one RETRY 5 job whose holders are
+    OTHER_ID and THIRD_ID."""
     sender, _ = make_node(node_id=OTHER_ID)
     job_id = add(sender, "q", "body", "RETRY", 5)
     sender.jobs[job_id].nodes_delivered = (OTHER_ID, THIRD_ID)
     cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    return job_id, msg
+
+
+def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
+    job_id, msg = _yourjobs_from_other_listing_third()
     node, _ = make_node()
     cj.receive(node, OTHER_ID, msg)
     copy = job(node, job_id)
@@ -65,11 +72,7 @@ def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
     # (THIRD, which had queued its own copy) was not through; it dropped
     # THIRD from the list, so the two queued copies never heard of each
     # other. Now THIRD is added, and told QUEUED, once it answers.
-    sender, _ = make_node(node_id=OTHER_ID)
-    job_id = add(sender, "q", "body", "RETRY", 5)
-    sender.jobs[job_id].nodes_delivered = (OTHER_ID, THIRD_ID)
-    cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
-    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    job_id, msg = _yourjobs_from_other_listing_third()
     node, _ = make_node()
     node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
     node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
