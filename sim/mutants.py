@@ -437,9 +437,9 @@ def fail_never_cleared() -> contextlib.AbstractContextManager[None]:
     """A node flagged FAIL stays FAIL when it is heard from again."""
     heard, link = ClusterTable.heard_from, ClusterTable.link_changed
 
-    def heard_from(self: ClusterTable, sender: PeerNode, now: int) -> None:
+    def heard_from(self: ClusterTable, sender: PeerNode) -> None:
         failed = sender.flags & FAIL
-        heard(self, sender, now)
+        heard(self, sender)
         sender.flags |= failed
 
     def link_changed(self: ClusterTable, node_id: str, up: bool, now: int) -> None:

@@ -93,7 +93,7 @@ class PeerNode:
         self.cport = cport
         self.flags = flags
         self.ping_sent = 0  # ms of the PING awaiting a PONG; 0 = none in flight
-        self.pong_received = 0  # ms of the last PONG (or any message)
+        self.pong_received = 0  # ms of the last PONG (only a PONG: pings keep their pace)
         self.link_up = False  # our outbound link is connected (shell-owned fact)
         self.link_since = 0
         self.fail_reports: dict[str, int] = {}  # reporter id -> ms of the report
@@ -239,9 +239,13 @@ class ClusterTable:
 
     # ------------------------------------------------------------ messages
 
-    def heard_from(self, sender: PeerNode, now: int) -> None:
-        """Any message proves the sender alive: clear PFAIL and FAIL now."""
-        sender.pong_received = now
+    def heard_from(self, sender: PeerNode) -> None:
+        """Any message proves the sender alive: clear PFAIL and FAIL now.
+        It leaves ``pong_received`` alone, as the original does: job traffic
+        refreshing it held back the pings every half node timeout, and with
+        them the gossip whose failure reports make a FAIL (seed 885581120:
+        five nodes busy with jobs never gathered a majority of fresh reports
+        about a sixth cut off for 6 s with a 1 s node timeout)."""
         sender.flags &= ~(PFAIL | FAIL)
         sender.fail_reports.clear()
 
@@ -256,7 +260,8 @@ class ClusterTable:
         # whose messages to the sender are lost from ever suspecting it.
         if isinstance(msg, bus.Pong):
             sender.ping_sent = 0
-        self.heard_from(sender, now)
+            sender.pong_received = now
+        self.heard_from(sender)
         if (sender.flags ^ msg.flags) & LEAVING:
             sender.flags ^= LEAVING
             self.version += 1  # nodes.conf records it
@@ -405,10 +410,18 @@ class ClusterTable:
         return kind(self.node_id, self.myself.flags & LEAVING, self.gossip())
 
     def gossip(self) -> tuple[bus.GossipEntry, ...]:
-        """A few random entries: about a tenth of the table, at least 3."""
+        """A few random entries: about a tenth of the table, at least 3,
+        failing nodes first (as the original biases them): every heartbeat
+        then carries our report on a node we suspect, and the reports of a
+        majority meet within their validity."""
         others = [n for n in self.others() if not n.flags & (HANDSHAKE | NOADDR)]
         count = min(len(others), max(3, len(self.nodes) // 10))
-        chosen = self.rng.sample(others, count) if count else []
+        failing = [n for n in others if n.flags & (PFAIL | FAIL)]
+        if len(failing) >= count:
+            chosen = self.rng.sample(failing, count)
+        else:
+            rest = [n for n in others if not n.flags & (PFAIL | FAIL)]
+            chosen = failing + self.rng.sample(rest, count - len(failing))
         return tuple(
             bus.GossipEntry(
                 n.node_id,

@@ -691,7 +691,7 @@ class NodeServer:
         else:
             peer = table.nodes.get(sender)
             if peer is not None:
-                table.heard_from(peer, now)
+                table.heard_from(peer)
             clusterjobs.receive(self.node, sender, msg)
 
     def after_bus_event(self) -> None:

@@ -11,6 +11,7 @@ messages are lost."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Callable
@@ -334,7 +335,7 @@ def test_ping_and_meet_from_a_known_node_are_answered(kind: type[bus.Heartbeat])
     assert msg.sender == ME
     assert msg.flags == 0
     assert {e.node_id for e in msg.gossip} <= {B, C}
-    assert table.nodes[B].pong_received == START_MS
+    assert table.nodes[B].pong_received == 0  # only a PONG counts as one
     assert table.stats_received == 1
     assert table.stats_sent == 1
 
@@ -365,16 +366,53 @@ def test_any_message_clears_pfail_and_fail() -> None:
     b.flags |= PFAIL
     c.flags |= FAIL
     c.fail_reports[B] = START_MS
-    table.heard_from(b, START_MS)
-    table.heard_from(c, START_MS + 1)
+    table.heard_from(b)
+    table.heard_from(c)
     assert (b.flags, c.flags) == (0, 0)
     assert c.fail_reports == {}
-    assert (b.pong_received, c.pong_received) == (START_MS, START_MS + 1)
+    # Not a PONG: the pings keep their pace (seed 885581120).
+    assert (b.pong_received, c.pong_received) == (0, 0)
     # The same through a heartbeat of any kind.
     for kind in (bus.Ping, bus.Pong, bus.Meet):
         b.flags |= FAIL
         table.on_heartbeat(kind(B, 0, ()), START_MS + 2)
         assert not b.failing
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gossip_names_every_failing_node_first(seed: int) -> None:
+    """Seed 885581120: with gossip picking 3 of 5 at random, the reports of
+    four nodes about a fifth cut off rarely met within their validity."""
+    f = "f" * 40
+    table = with_peers(B, C, D, E, f, seed=seed)
+    table.nodes[C].flags |= PFAIL
+    table.nodes[E].flags |= FAIL
+    for _ in range(20):
+        named = {e.node_id for e in table.gossip()}
+        assert len(named) == 3 and {C, E} <= named
+    # More failing nodes than entries: a sample of them only.
+    for node_id in (B, D, f):
+        table.nodes[node_id].flags |= PFAIL
+    assert all(len(table.gossip()) == 3 for _ in range(5))
+
+
+def test_job_traffic_does_not_hold_back_the_pings() -> None:
+    """A peer that sends jobs all the time is still pinged every half node
+    timeout: the pings carry the gossip failure detection lives on."""
+    table = with_peers(B)
+    table.link_changed(B, True, START_MS)
+    table.on_heartbeat(bus.Pong(B, 0, ()), START_MS)
+    sent(table)
+    pings = []
+    for ms in range(START_MS, START_MS + 5 * T, 10):
+        table.heard_from(table.nodes[B])  # a job message every 10 ms
+        table.cron(ms)
+        for _, msg in sent(table):
+            if isinstance(msg, bus.Ping):
+                pings.append(ms)
+                table.on_heartbeat(bus.Pong(B, 0, ()), ms + 1)
+    assert len(pings) >= 8
+    assert all(b - a <= T // 2 + 20 for a, b in itertools.pairwise(pings))
 
 
 # --------------------------------------------------------- failure detection
@@ -421,7 +459,7 @@ def test_only_a_pong_answers_a_ping(kind: type[bus.Heartbeat]) -> None:
     b = table.nodes[B]
     table.on_heartbeat(kind(B, 0, ()), START_MS + 10)
     assert b.ping_sent == START_MS  # still waiting for our answer
-    assert b.pong_received == START_MS + 10
+    assert b.pong_received == 0
     table.cron(START_MS + T + 1)
     assert b.flags == PFAIL
     table.on_heartbeat(bus.Pong(B, 0, ()), START_MS + T + 2)
@@ -1059,6 +1097,9 @@ def test_mesh_node_whose_messages_to_another_are_lost_suspects_it(seed: int) -> 
     # A suspects B most of the time: a message from B clears the doubt
     # until the next cron finds our ping still unanswered.
     assert a_doubts_b > 10 * T // STEP_MS
+    # Heal from a moment of doubt (the run may end on a step just after
+    # one of B's messages).
+    mesh.run_until(lambda: bool(a.nodes[b.node_id].flags & PFAIL), max_steps=T // STEP_MS)
     assert a.nodes[b.node_id].flags & PFAIL
     mesh.cut.clear()
     settle_within = 2 * T // STEP_MS
