@@ -84,12 +84,16 @@ def merge_holders(
     gossip, took it from a YOURJOBS holder list, and its ack waited for ever
     on it (the handshake timed out, so no CLUSTER FORGET reached that node).
 
-    A node still in its handshake is remembered for ``job_id`` in
-    ``node.pending_holders`` and added once it answers (Node.
-    adopt_pending_holders): a node that joined lately (a replacement) took
-    a job by YOURJOBS before its handshake with one holder was through, and
-    two queued copies that never heard of each other stayed queued both
-    (simulator seeds 20000327, 20001208, 20002084, 20002451)."""
+    A node still in its handshake, or not in our table at all, is
+    remembered for ``job_id`` in ``node.pending_holders`` and added once it
+    answers (Node.adopt_pending_holders): a node that joined lately (a
+    replacement) took a job by YOURJOBS before its handshake with one holder
+    was through, and two queued copies that never heard of each other
+    stayed queued both (simulator seeds 20000327, 20001208, 20002084,
+    20002451). An unknown holder went into the list as it was, and an ack
+    then waited for ever on a node this one never knew: a wiped node's
+    second identity, replaced before its handshake here (seed 20006028; the
+    operator's FORGET answers "Unknown node" on such a node)."""
     forgotten = node.cluster.blacklist
     known = node.cluster.nodes
     kept = []
@@ -97,7 +101,7 @@ def merge_holders(
         if n in forgotten:
             continue
         peer = known.get(n)
-        if peer is not None and peer.flags & HANDSHAKE:
+        if peer is None or peer.flags & HANDSHAKE:
             if job_id:
                 pending = node.pending_holders
                 if n in pending or len(pending) < MAX_PENDING_HOLDER_NODES:

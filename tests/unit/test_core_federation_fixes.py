@@ -49,7 +49,7 @@ def _yourjobs_from_other_listing_third() -> tuple[str, bus.YourJobs]:
     sender, _ = make_node(node_id=OTHER_ID)
     job_id = add(sender, "q", "body", "RETRY", 5)
     sender.jobs[job_id].nodes_delivered = (OTHER_ID, THIRD_ID)
-    cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))  # from the test's node
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     return job_id, msg
 
@@ -57,6 +57,9 @@ def _yourjobs_from_other_listing_third() -> tuple[str, bus.YourJobs]:
 def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
     job_id, msg = _yourjobs_from_other_listing_third()
     node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
     cj.receive(node, OTHER_ID, msg)
     copy = job(node, job_id)
     assert copy.state == JobState.QUEUED
@@ -126,6 +129,34 @@ def test_a_pending_holder_that_never_comes_back_is_dropped() -> None:
     assert THIRD_ID not in job(node, job_id).nodes_delivered
 
 
+def test_a_holder_this_node_never_heard_of_waits_as_pending() -> None:
+    """Seed 20006028: a REPLJOB listed n1's second identity, which n3 never
+    knew (n1 was wiped, came back, and was replaced before its handshake
+    with n3). n3 kept the ID as a holder, and its ack waited for ever on a
+    node no FORGET could remove ("Unknown node"). Such a holder now waits
+    in pending_holders like one in its handshake: added if it answers,
+    dropped after PENDING_HOLDERS_MS."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    clock = node.clock
+    cj.receive(
+        node,
+        OTHER_ID,
+        bus.ReplJob(attrs.evolve(data, nodes_delivered=(*data.nodes_delivered, THIRD_ID)), False),
+    )
+    copy = job(node, job_id)
+    assert THIRD_ID not in copy.nodes_delivered
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    # Acked and confirmed by every known holder: collected, not held up.
+    assert run(node, "ACKJOB", job_id) == 1
+    for holder in copy.nodes_delivered:
+        if holder != node.node_id:
+            cj.receive(node, holder, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs
+    clock.ms += PENDING_HOLDERS_MS + 1  # type: ignore[attr-defined]
+    node.refresh_cluster_view()
+    assert not node.pending_holders
+
+
 def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
     """Federation moves a job between queues; as in the original, neither
     node counts an additional delivery, and the QUEUED it announces asks
@@ -135,6 +166,8 @@ def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
     cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
     cj.receive(node, OTHER_ID, msg)
     assert (job(node, job_id).nacks, job(node, job_id).deliveries) == (0, 0)
     assert [m.flags for _, m in sent(node) if isinstance(m, bus.Queued)] == [0]
@@ -181,7 +214,7 @@ def test_dummy_ack_goes_once_every_current_node_answered() -> None:
 def test_yourjobs_for_retry0_jobs_announces_nothing() -> None:
     sender, _ = make_node(node_id=OTHER_ID)
     job_id = add(sender, "q", "body", "RETRY", 0)
-    cj.receive(sender, "f" * 40, bus.NeedJobs("q", 1))
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))  # from the test's node
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
     assert job_id not in sender.jobs  # at most once: moved, not copied
     node, _ = make_node()
@@ -249,6 +282,26 @@ def test_deleted_ids_are_bounded_in_time_and_number(monkeypatch: pytest.MonkeyPa
     alone, _ = make_node()
     alone.remember_deleted("x")  # a single node gets no REPLJOB
     assert alone.deleted_ids == {}
+
+
+def test_deleted_ids_age_on_the_monotonic_clock() -> None:
+    """Seed 20001394: a 59.5 s forward step of the wall clock aged a
+    tombstone at once; a REPLJOB a one-way partition had held back then
+    brought back a job that had expired here."""
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    node.remember_deleted("expired")
+    clock.jump(node_module.DELETED_IDS_MS + 1)  # the wall clock steps ahead
+    node.remember_deleted("later")
+    assert list(node.deleted_ids) == ["expired", "later"]
+    clock.jump(-2 * node_module.DELETED_IDS_MS)  # and back: no effect either
+    node.remember_deleted("even-later")
+    assert list(node.deleted_ids) == ["expired", "later", "even-later"]
+    # Real time still ages them.
+    clock.ms += node_module.DELETED_IDS_MS + 1
+    node.remember_deleted("last")
+    assert list(node.deleted_ids) == ["last"]
 
 
 def _pair() -> tuple[Node, Node]:
@@ -378,6 +431,9 @@ def test_paused_in_node_still_learns_new_holders_of_a_copy_it_holds() -> None:
     job_id = add(sender, "q", "body", "RETRY", 5, "REPLICATE", 1)
     data = cj.job_data(sender.jobs[job_id], sender.now_ms())
     node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
     cj.receive(
         node, OTHER_ID, bus.ReplJob(attrs.evolve(data, nodes_delivered=(OTHER_ID, NODE_ID)), False)
     )
@@ -671,6 +727,9 @@ def test_a_holder_heard_of_for_the_first_time_gets_our_holder_list(announce: typ
     assert not [m for _, m in sent(node) if isinstance(m, bus.ReplJob)]
     # The receiver, holding its own copy, learns the holders it missed.
     third, _ = make_node(node_id=THIRD_ID)
+    third.cluster.add(node.node_id, "127.0.0.1", 7711, 17711)
+    third.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    third.refresh_cluster_view()
     cj.receive(
         third, node.node_id, bus.ReplJob(cj.job_data(node.jobs[job_id], node.now_ms()), False)
     )
