@@ -30,6 +30,10 @@ class Clock(Protocol):
         """Wall-clock milliseconds since the Unix epoch (may jump)."""
         ...
 
+    def mono_ms(self) -> int:
+        """Monotonic milliseconds from an arbitrary origin (never jumps)."""
+        ...
+
 
 class Net(Protocol):
     async def open_listeners(
@@ -73,6 +77,9 @@ class SystemClock:
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    def mono_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
 
 class TrioClock:
     """Wall time that follows Trio's clock: under ``MockClock`` job timers
@@ -84,6 +91,9 @@ class TrioClock:
 
     def wall_ms(self) -> int:
         return self.base_ms + self.skew_ms + int(trio.current_time() * 1000)
+
+    def mono_ms(self) -> int:
+        return int(trio.current_time() * 1000)
 
 
 class TcpNet:

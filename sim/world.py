@@ -143,6 +143,10 @@ class SimClock:
     def wall_ms(self) -> int:
         return self.base_ms + self.offset_ms + int(trio.current_time() * 1000 * self.rate)
 
+    def mono_ms(self) -> int:
+        """Drifts with the wall clock (one oscillator), never jumps."""
+        return int(trio.current_time() * 1000 * self.rate)
+
     def jump(self, ms: int) -> None:
         self.offset_ms += ms
 

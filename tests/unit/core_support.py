@@ -28,9 +28,19 @@ class FakeClock:
 
     def __init__(self, ms: int = START_MS) -> None:
         self.ms = ms
+        self.stepped_ms = 0  # wall-clock steps (jump()): not monotonic time
 
     def wall_ms(self) -> int:
         return self.ms
+
+    def mono_ms(self) -> int:
+        return self.ms - self.stepped_ms
+
+    def jump(self, ms: int) -> None:
+        """Step the wall clock by ``ms`` (forward or back), as NTP or an
+        operator might: monotonic time does not move."""
+        self.ms += ms
+        self.stepped_ms += ms
 
 
 def make_node(seed: int = 0, node_id: str = NODE_ID) -> tuple[Node, FakeClock]:

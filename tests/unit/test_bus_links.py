@@ -53,6 +53,9 @@ def test_a_node_back_in_the_table_while_its_link_is_up_is_a_member_at_once() -> 
         def wall_ms(self) -> int:
             return 1_700_000_000_000
 
+        def mono_ms(self) -> int:
+            return 0
+
     class Host:
         env = type("Env", (), {"clock": Clock()})()
 
