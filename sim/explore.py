@@ -275,7 +275,7 @@ class Explorer:
                 for what in range(5):
                     await self._m_reads(i, what)
             with trio.move_on_after(10):
-                while not self.world.healthy(True):  # noqa: ASYNC110 (no event for it)
+                while not (self.world.healthy(True) and self.world.meshed()):  # noqa: ASYNC110
                     await trio.sleep(0.25)
             await self._a_add(self.rng.choice(self.world.up_indexes()))
         except Unknown as e:
@@ -691,7 +691,10 @@ class Explorer:
         # copy, and the origin may not have heard of its flag yet (seed
         # 20003189: the one REPLJOB of a REPLICATE 2 ASYNC job went to a
         # node told LEAVING half a second before).
-        if not world.healthy(True) or self.leaving:
+        # Meshed, too: a node that does not know the origin yet (a
+        # replacement the liveness phase has just introduced to one node)
+        # drops its REPLJOB (seed 987280060).
+        if not world.healthy(True) or self.leaving or not world.meshed():
             return
         copies = self.rng.randint(1, world.count)
         self.n += 1
