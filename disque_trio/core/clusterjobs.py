@@ -301,9 +301,16 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     else:
         # A copy we hold: learn the holders added since, whatever our state
         # (paused in, leaving, short of memory refuse new copies only).
-        job.nodes_delivered = merge_holders(
-            node, job.nodes_delivered, data.nodes_delivered, job.id
-        )
+        before = job.nodes_delivered
+        job.nodes_delivered = merge_holders(node, before, data.nodes_delivered, job.id)
+        if job.state == JobState.QUEUED and job.retry:
+            # A new holder may have queued its copy too, and not know ours
+            # (seed 20005489: a holder's list named a replacement that had
+            # queued its copy; both stayed queued until another holder's
+            # WILLQUEUE): tell it, and the QUEUED rule leaves one.
+            for node_id in job.nodes_delivered:
+                if node_id not in before:
+                    node.effects.send(node_id, bus.Queued(job.id, 0))
     if not msg.noreply:
         node.effects.send(sender, bus.GotJob(data.id))
 

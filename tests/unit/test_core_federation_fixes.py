@@ -759,7 +759,7 @@ def test_a_holder_that_missed_a_newcomer_learns_it_from_another_holder() -> None
     n2.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
     n2.refresh_cluster_view()
     cj.receive(n2, OTHER_ID, bus.ReplJob(data, False))
-    sent(n1)
+    n1.effects.clear()
     cj.receive(n1, THIRD_ID, bus.Queued(job_id, 0))  # the newcomer's QUEUED
     [to_n2] = [m for t, m in sent(n1) if t == NODE_ID and isinstance(m, bus.ReplJob)]
     cj.receive(n2, OTHER_ID, to_n2)
@@ -768,9 +768,29 @@ def test_a_holder_that_missed_a_newcomer_learns_it_from_another_holder() -> None
     n2.cluster.link_changed(THIRD_ID, True, n2.now_ms())
     n2.refresh_cluster_view()
     assert THIRD_ID in job(n2, job_id).nodes_delivered
-    sent(n2)
+    n2.effects.clear()
     n2.enqueue(job(n2, job_id))
     assert any(to == THIRD_ID and isinstance(m, bus.Queued) for to, m in sent(n2))
+
+
+def test_a_queued_holder_tells_a_holder_a_list_names_for_the_first_time() -> None:
+    """Seed 20005489: n1 had queued its copy; a list from n0 named n2, a
+    replacement that had queued its own copy, and n1 took the name without
+    a word: both stayed queued until another holder's WILLQUEUE. A queued
+    holder now tells a holder a list adds QUEUED (the rule leaves one)."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    node.enqueue(job(node, job_id))
+    node.effects.clear()
+    more = attrs.evolve(data, nodes_delivered=(*data.nodes_delivered, THIRD_ID))
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))
+    assert sent(node) == [(THIRD_ID, bus.Queued(job_id, 0))]
+    node.effects.clear()
+    # A list with nobody new: nothing to say.
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))
+    assert sent(node) == []
 
 
 def test_a_lone_pair_of_holders_sends_no_list() -> None:
