@@ -73,6 +73,7 @@ ASYNC_Q = "xa"
 EMPTY_Q = "xe"  # never gets a job: GETJOB on it blocks (or is refused while leaving)
 ASYNC_SETTLE_S = 3.0
 CALL_TIMEOUT_S = 5.0
+SHUTDOWN_WAIT_S = 5.0  # a SHUTDOWN without reply: how long to wait for the stop in line
 STATES = {"wait-repl", "active", "queued", "acked"}
 CONN_ERRORS = (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -934,61 +935,91 @@ class Explorer:
         i = self.admin_rng.choice(candidates)
         node = world.nodes[i]
         self.disturbed[i] += 1
-        incarnation = node.incarnation
+        # This incarnation's: the call may outlive it (a crash restarts the
+        # node with a new event, which this SHUTDOWN would never set).
+        incarnation, done = node.incarnation, node.done
         # Down and restarted like a crash: a fault window, so that the
         # checks that want a calm cluster (fail-detected: a restarted node
         # learns a peer's FAIL afresh, seed 4097) leave it out.
         window = world.fault_begin(i)
         try:
-            await self._shutdown_restart(i, node, incarnation, down)
-        finally:
-            world.fault_end(window)
-
-    async def _shutdown_restart(
-        self, i: int, node: SimNode, incarnation: int, down: float
-    ) -> None:
-        world = self.world
-        try:
             reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
+        except Unknown:
+            # The connection closed: no reply, as in Redis, when the node
+            # stopped. But a fault may also have held the command back (it
+            # runs later) or lost it with its connection (it never runs:
+            # seeds 20007792 and 20007818: sent to a paused node, it died in
+            # a crash, and the wait, on the next incarnation's event, held the
+            # end of the safety phase for ever). Past a few seconds, the
+            # restart waits in the run's nursery, as long as it takes, and
+            # the explorer goes on.
+            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_WAIT_S):
+                await done.wait()
+            if not done.is_set():
+                assert world.nursery is not None
+                world.nursery.start_soon(
+                    self._restart_after_shutdown, node, incarnation, done, down, window
+                )
+                return
+        else:
             if text(reply) != "OK":
                 self.violate(f"absurd: n{i} SHUTDOWN REWRITE-AOF answered {text(reply)!r}")
+                world.fault_end(window)
                 return
-        except Unknown:
-            pass  # the connection closes: no reply, as in Redis
         with trio.CancelScope(shield=True):
-            await node.done.wait()
-            if not node.up or node.incarnation != incarnation:
-                return  # a crash fault got there first and owns the restart
-            held = {
-                job.id: job.etime
-                for job in node.server.node.jobs.values()
-                if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
-            }
-            # Checked below (a clean stop excuses no amnesia, whatever the
-            # fsync policy), not by the crash bookkeeping of World.restart.
-            node.held_at_crash = {}
-            node.up = False
-            assert node.handle is not None
-            node.handle.alive = False
-            world.net.fence(node.port)
-            world.trace.record(node.name, "node", {"ev": "shutdown", "held": len(held)})
-            await trio.sleep(down)
-            node.wiped = False
-            if node.up:
-                return
-            await world.restart(i)
-            self.controlled.add((node.name, node.incarnation))
-            self.probe("admin-shutdown-restart")
-            now = node.server.node.now_ms()
-            forgot = sorted(
-                j for j, et in held.items() if j not in node.loaded and et * 1000 > now
+            await self._restart_after_shutdown(node, incarnation, done, down, window)
+
+    async def _restart_after_shutdown(
+        self,
+        node: SimNode,
+        incarnation: int,
+        done: trio.Event,
+        down: float,
+        window: list[float],
+    ) -> None:
+        """Once the node stopped (``done``: the event of the incarnation the
+        SHUTDOWN was sent to): down for ``down`` seconds, then restarted; no
+        job it held is forgotten. Ends the shutdown's fault window."""
+        world = self.world
+        try:
+            await done.wait()
+            with trio.CancelScope(shield=True):
+                if not node.up or node.incarnation != incarnation:
+                    return  # a crash fault got there first and owns the restart
+                await self._down_and_restart(node, down)
+        finally:
+            world.fault_end(window)
+            self.disturbed[node.index] += 1
+
+    async def _down_and_restart(self, node: SimNode, down: float) -> None:
+        world = self.world
+        held = {
+            job.id: job.etime
+            for job in node.server.node.jobs.values()
+            if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
+        }
+        # Checked below (a clean stop excuses no amnesia, whatever the
+        # fsync policy), not by the crash bookkeeping of World.restart.
+        node.held_at_crash = {}
+        node.up = False
+        assert node.handle is not None
+        node.handle.alive = False
+        world.net.fence(node.port)
+        world.trace.record(node.name, "node", {"ev": "shutdown", "held": len(held)})
+        await trio.sleep(down)
+        node.wiped = False
+        if node.up:
+            return
+        await world.restart(node.index)
+        self.controlled.add((node.name, node.incarnation))
+        self.probe("admin-shutdown-restart")
+        now = node.server.node.now_ms()
+        forgot = sorted(j for j, et in held.items() if j not in node.loaded and et * 1000 > now)
+        if forgot:
+            self.violate(
+                f"shutdown-no-amnesia: {node.name} restarted after SHUTDOWN REWRITE-AOF "
+                f"without {forgot[:3]} ({len(forgot)} jobs)"
             )
-            if forgot:
-                self.violate(
-                    f"shutdown-no-amnesia: {node.name} restarted after SHUTDOWN REWRITE-AOF "
-                    f"without {forgot[:3]} ({len(forgot)} jobs)"
-                )
-        self.disturbed[i] += 1
 
     async def _admin_replace(self, i: int, start: float) -> None:
         """The operator replaces node i: CLUSTER RESET HARD (every job and
