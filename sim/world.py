@@ -1054,16 +1054,16 @@ class World:
                 await first.call("CLUSTER", "MEET", "127.0.0.1", other.port)
             await first.aclose()
         else:
-            # A wiped node whose MEET at restart went to a frozen or cut-off
-            # peer knows no current node once that handshake timed out, and
-            # its peers know only its old identity: introduce it again, as
-            # an operator would (seed 621213159).
+            # A node that knows no current node: introduce it again, as an
+            # operator would. A wiped node whose MEET at restart went to a
+            # frozen or cut-off peer, once that handshake timed out (seed
+            # 621213159); or the peer of a wiped node in a cluster of two,
+            # down when that MEET came and knowing only the old identity
+            # (seed 20008535: it dropped the newcomer's pings for ever).
             current = {n.server.node.node_id for n in self.nodes if n.up}
             for n in self.nodes:
-                if (
-                    n.up
-                    and n.wiped
-                    and not set(n.server.node.cluster.nodes) & (current - {n.server.node.node_id})
+                if n.up and not set(n.server.node.cluster.nodes) & (
+                    current - {n.server.node.node_id}
                 ):
                     await self.introduce(n.index)
         with trio.move_on_after(timeout):
