@@ -387,18 +387,12 @@ def _learned_holder(node: JobHost, job: Job, sender: str) -> None:
     YOURJOBS whose announcements a partition ate. Unlike the original, send
     it our holder list (a REPLJOB without reply merges it): it may not know
     the holders we know, and two queued copies that do not know of each
-    other stay queued both (simulator seed 362). The other holders get the
-    new list too: one that does not know the newcomer yet dropped its
-    announcement, and queued its own copy later, announced to the holders
-    it listed only (seed 20000403: both copies stayed queued 4.5 s, until
-    another holder's WILLQUEUE). Merging a list sends nothing further."""
+    other stay queued both (simulator seed 362). Sending the new list to
+    every other holder as well (for seed 20000403, open) set off a message
+    storm after a partition healed (seed 20009252)."""
     job.nodes_delivered = (*job.nodes_delivered, sender)
-    others = [n for n in job.nodes_delivered if n != node.node_id and n != sender]
-    if others:
-        msg = bus.ReplJob(job_data(job, node.now_ms()), True)
-        node.effects.send(sender, msg)
-        for node_id in others:
-            node.effects.send(node_id, msg)
+    if any(n != node.node_id and n != sender for n in job.nodes_delivered):
+        node.effects.send(sender, bus.ReplJob(job_data(job, node.now_ms()), True))
 
 
 def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
