@@ -1003,8 +1003,8 @@ class World:
         # tables count it: a wiped node's old identity, not forgotten yet,
         # counts too (seed 20007813: five nodes, n1 wiped, n4 frozen; the
         # three others' tables held six nodes, so four reports were needed).
-        quorum = max(n.server.node.cluster.size for n in asked) // 2 + 1 if asked else 1
-        if len(asked) < max(self.count // 2 + 1, quorum):
+        size = max((n.server.node.cluster.size for n in asked), default=0)
+        if len(asked) < max(self.count, size) // 2 + 1:
             return
         self.probes["fail-detection-checked"] += 1
         failed = [

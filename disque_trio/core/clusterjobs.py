@@ -40,7 +40,7 @@ Rules, one per message:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..protocol import bus
@@ -226,6 +226,18 @@ def announce_queued(node: JobHost, job: Job) -> None:
             node.effects.send(node_id, msg)
 
 
+def tell_new_holders(node: JobHost, job: Job, node_ids: Iterable[str]) -> None:
+    """Holders just added to the list of a job queued here hear QUEUED: if
+    one queued its own copy without knowing ours, the QUEUED rule leaves one
+    (pending holders adopted, seeds 20000327 and others; a merged list,
+    seed 20005489)."""
+    if job.state != JobState.QUEUED or not job.retry:
+        return
+    msg = bus.Queued(job.id, 0)
+    for node_id in node_ids:
+        node.effects.send(node_id, msg)
+
+
 def send_willqueue(node: JobHost, job: Job) -> None:
     msg = bus.WillQueue(job.id)
     for node_id in job.nodes_delivered:
@@ -303,14 +315,7 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
         # (paused in, leaving, short of memory refuse new copies only).
         before = job.nodes_delivered
         job.nodes_delivered = merge_holders(node, before, data.nodes_delivered, job.id)
-        if job.state == JobState.QUEUED and job.retry:
-            # A new holder may have queued its copy too, and not know ours
-            # (seed 20005489: a holder's list named a replacement that had
-            # queued its copy; both stayed queued until another holder's
-            # WILLQUEUE): tell it, and the QUEUED rule leaves one.
-            for node_id in job.nodes_delivered:
-                if node_id not in before:
-                    node.effects.send(node_id, bus.Queued(job.id, 0))
+        tell_new_holders(node, job, (n for n in job.nodes_delivered if n not in before))
     if not msg.noreply:
         node.effects.send(sender, bus.GotJob(data.id))
 

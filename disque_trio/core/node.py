@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable
 from typing import Protocol
 
-from ..protocol import aof, bus
+from ..protocol import aof
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
 from .awake import AwakeIndex
@@ -216,8 +216,7 @@ class Node:
                     continue
                 if peer_id not in job.nodes_delivered:
                     job.nodes_delivered = (*job.nodes_delivered, peer_id)
-                if job.state == JobState.QUEUED and job.retry:
-                    self.effects.send(peer_id, bus.Queued(job.id, 0))
+                cj.tell_new_holders(self, job, (peer_id,))
 
     def set_node_id(self, node_id: str) -> None:
         """A new identity (CLUSTER RESET HARD, or loaded from nodes.conf)."""
