@@ -133,6 +133,12 @@ def lane_of_port(port: str) -> str | None:
 def focus_jobs(events: list[Event], violations: Iterable[str]) -> list[str]:
     """The jobs the violations name, in order: ids, and bodies mapped to
     the id their ADDJOB or a delivery gave them."""
+    return jobs_named(violations, ids_of_bodies(events))
+
+
+def ids_of_bodies(events: list[Event]) -> dict[str, str]:
+    """Each job body the clients saw, and the id its ADDJOB or its first
+    delivery gave it."""
     id_of_body: dict[str, str] = {}
     for e in events:
         data = e["data"]
@@ -142,6 +148,12 @@ def focus_jobs(events: list[Event], violations: Iterable[str]) -> list[str]:
             id_of_body.setdefault(data["body"], data["reply"])
         elif data.get("op") == "get":
             id_of_body.setdefault(data["body"], data["id"])
+    return id_of_body
+
+
+def jobs_named(violations: Iterable[str], id_of_body: dict[str, str]) -> list[str]:
+    """The jobs ``violations`` name, in order, without repeats (at most
+    MAX_FOCUS)."""
     jobs: list[str] = []
     for text in violations:
         found = [(m.start(), m.group()) for m in JOB_ID.finditer(text)]
@@ -456,7 +468,8 @@ def render(events: list[Event], meta: Meta) -> str:
     """The whole page for one run."""
     nodes, clients = node_lanes(events), client_lanes(events)
     end = end_time(events)
-    focus = focus_jobs(events, meta.violations)
+    id_of_body = ids_of_bodies(events)
+    focus = jobs_named(meta.violations, id_of_body)
     c = _canvas(nodes, clients, end)
     _draw_lanes(c, nodes, end)
     _draw_faults(c, fault_windows(events, nodes))
@@ -470,7 +483,7 @@ def render(events: list[Event], meta: Meta) -> str:
         + "".join(c.parts)
         + "</svg>"
     )
-    firsts = [(v, next(iter(focus_jobs(events, [v])), "")) for v in meta.violations]
+    firsts = [(v, next(iter(jobs_named([v], id_of_body)), "")) for v in meta.violations]
     return _page(meta, focus, firsts, svg, left_out)
 
 
