@@ -232,7 +232,8 @@ class _Connection:
 
     async def executor(self) -> None:
         host, client, parser = self.host, self.client, self.parser
-        while data := await self._receive():
+        answered = False
+        while data := await self._receive(answered):
             host.stat_net_in += len(data)
             client.last_ms = host.wall_ms()
             parser.feed(data)
@@ -241,6 +242,9 @@ class _Connection:
             await self._run_buffered()
             client.busy = False
             client.qbuf = parser.buffered()
+            # Everything it sent is answered: a client mostly waits for its
+            # replies before it sends more, so the next read waits first.
+            answered = not client.qbuf
 
     async def _run_buffered(self) -> None:
         """Run every complete command read so far (pipelining), then commit
@@ -302,14 +306,14 @@ class _Connection:
         finally:
             run.clear()
 
-    async def _receive(self) -> bytes:
+    async def _receive(self, wait_first: bool) -> bytes:
         """The next chunk of input; b"" at EOF, or when the client stayed
         idle longer than the ``timeout`` directive (0 = never)."""
         idle = self.host.config.timeout
         if not idle:
-            return await receive_some(self.stream, READ_SIZE)
+            return await receive_some(self.stream, READ_SIZE, wait_first)
         with trio.move_on_after(idle):
-            return await receive_some(self.stream, READ_SIZE)
+            return await receive_some(self.stream, READ_SIZE, wait_first)
         return b""
 
     async def _commit_and_send(self) -> None:

@@ -16,7 +16,7 @@ descriptor directly, with Trio's public low-level calls:
   run); ``send_all`` does not yield when the kernel takes every byte: the
   connection yields when it reads next;
 * a would-block waits for the descriptor with ``wait_readable`` /
-  ``wait_writable``;
+  ``wait_writable`` (a read the caller expects to block waits first);
 * errors are Trio's: ``BrokenResourceError`` when the peer is gone,
   ``ClosedResourceError`` when the stream was closed.
 
@@ -42,23 +42,32 @@ def _translate(e: OSError) -> Exception:
     return trio.BrokenResourceError(f"socket connection broken: {e}")
 
 
-async def receive_some(stream: trio.abc.ReceiveStream, max_bytes: int) -> bytes:
-    """``stream.receive_some(max_bytes)``; b"" at the end of the input."""
+async def receive_some(
+    stream: trio.abc.ReceiveStream, max_bytes: int, wait_first: bool = False
+) -> bytes:
+    """``stream.receive_some(max_bytes)``; b"" at the end of the input.
+
+    ``wait_first``: the caller expects nothing to be there yet (it just
+    answered everything its client sent, and a client mostly waits for
+    the answer before sending more): wait for the descriptor at once,
+    without the read that would fail first (a system call and an
+    exception per request)."""
     if type(stream) is not trio.SocketStream:
         return bytes(await stream.receive_some(max_bytes))
     await trio.lowlevel.checkpoint_if_cancelled()
     fd = stream.socket.fileno()
     if fd < 0:
         raise trio.ClosedResourceError("this socket was already closed")
-    try:
-        data = os.read(fd, max_bytes)
-    except BlockingIOError:
-        pass
-    except OSError as e:
-        raise _translate(e) from e
-    else:
-        await trio.lowlevel.cancel_shielded_checkpoint()
-        return data
+    if not wait_first:
+        try:
+            data = os.read(fd, max_bytes)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            raise _translate(e) from e
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
     while True:
         await trio.lowlevel.wait_readable(fd)
         try:

@@ -149,3 +149,41 @@ async def test_other_streams_use_their_own_methods() -> None:
     left, right = trio.testing.memory_stream_pair()
     await send_all(left, b"hello")
     assert await receive_some(right, 10) == b"hello"
+
+
+async def test_a_read_expected_to_block_waits_before_it_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # wait_first: no read that fails first; the data, there already or
+    # arriving later, is read once the descriptor is readable.
+    import disque_trio.server.sockio as sockio
+
+    stream, peer = _pair()
+    calls: list[str] = []
+    real_read, real_wait = sockio.os.read, trio.lowlevel.wait_readable
+
+    def read(fd: int, n: int) -> bytes:
+        calls.append("read")
+        return real_read(fd, n)
+
+    async def wait(fd: int) -> None:
+        calls.append("wait")
+        await real_wait(fd)
+
+    monkeypatch.setattr(sockio.os, "read", read)
+    monkeypatch.setattr(trio.lowlevel, "wait_readable", wait)
+    peer.sendall(b"PING\r\n")
+    assert await receive_some(stream, 100, wait_first=True) == b"PING\r\n"
+    assert calls == ["wait", "read"]
+
+    async def later() -> None:
+        await trio.sleep(0.05)
+        peer.sendall(b"late")
+
+    calls.clear()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(later)
+        assert await receive_some(stream, 100, wait_first=True) == b"late"
+    assert calls == ["wait", "read"]
+    await stream.aclose()
+    peer.close()
