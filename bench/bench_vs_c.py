@@ -7,8 +7,9 @@ starts one node of each, then three of each as a cluster, drives both with
 the same load back to back, and prints every figure as a ratio
 (disque-trio / C Disque; for latency, how many times slower):
 
-* single node: ADDJOB and GETJOB NOHANG at -P 1 and -P 16 (redis-benchmark,
-  50 clients, 10-byte body);
+* single node: PING at -P 1, ADDJOB and GETJOB NOHANG at -P 1 and -P 16
+  (redis-benchmark, 50 clients, 10-byte body); and PING at -P 1 against a
+  bare Trio server (bench/trio_floor.py), the ceiling of any -P 1 ratio;
 * three nodes: ADDJOB REPLICATE 3 (synchronous) at -P 1 and -P 16, and
   REPLICATE 3 ASYNC at -P 1, against the first node;
 * one client, ADDJOB REPLICATE 3: median (p50) and p99 latency;
@@ -61,6 +62,7 @@ PARTS = ("single", "cluster", "latency", "rss")
 
 SIZES: dict[str, dict[str, int]] = {
     "full": {
+        "ping_p1": 50_000,
         "add_p1": 50_000,
         "add_p16": 150_000,
         "get_p1": 50_000,
@@ -72,6 +74,7 @@ SIZES: dict[str, dict[str, int]] = {
         "rss_jobs": 1_000_000,
     },
     "quick": {
+        "ping_p1": 5_000,
         "add_p1": 5_000,
         "add_p16": 15_000,
         "get_p1": 5_000,
@@ -251,6 +254,8 @@ class Bench:
     def single(self) -> None:
         fleets = self.fleets_of(1)
         s = self.size
+        self.throughput("PING -P 1", fleets, s["ping_p1"], 1, ["PING"])
+        self.floor(fleets[1], s["ping_p1"])
         add = ["ADDJOB", "q", BODY.decode(), "0"]
         self.throughput("ADDJOB -P 1", fleets, s["add_p1"], 1, add)
         self.throughput("ADDJOB -P 16", fleets, s["add_p16"], 16, add)
@@ -272,6 +277,24 @@ class Bench:
         self.throughput(
             "GETJOB NOHANG -P 16", fleets, s["get_p16"], 16, get, fill(s["get_p16"] + 1000)
         )
+
+    def floor(self, c: Fleet, n: int) -> None:
+        """The bare Trio server (bench/trio_floor.py) beside C Disque: PING
+        at -P 1. What the node can reach at -P 1 is below this ratio."""
+        port = free_pair()[0]
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trio_floor.py")
+        srv = Server("floor", [sys.executable, script, str(port)], port, self.root)
+        try:
+            srv.wait_ready()
+            out: dict[str, list[float]] = {"trio": [], "c": []}
+            for i in range(self.repeat):
+                for kind, p in (("trio", port), ("c", c.nodes[0].port)):
+                    rate = redis_benchmark(p, n, 1, ["PING"], bench_timeout(n))
+                    out[kind].append(rate)
+                    self.log(f"Trio floor, PING -P 1 #{i + 1} {kind}: {rate:,.0f} ops/s")
+            self.add("Trio floor (bare server), PING -P 1", "ops/s", out["trio"], out["c"])
+        finally:
+            srv.stop()
 
     def cluster(self) -> None:
         fleets = self.fleets_of(3)
