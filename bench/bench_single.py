@@ -752,9 +752,9 @@ class Bench:
         # The redis-benchmark servers are no longer needed: free their memory
         # and CPU before the big fill.
         for attr in ("_disque", "_redis"):
-            srv = getattr(self, attr)
-            if srv is not None:
-                self.servers.stop(srv)
+            running = getattr(self, attr)
+            if running is not None:
+                self.servers.stop(running)
                 setattr(self, attr, None)
         small, big = self.size["small_queue"], self.size["rss_jobs"]
         secs = self.size["mixed_seconds"]
