@@ -60,6 +60,11 @@ from .records import job_data, job_from_data, merge_holders
 from .waiters import Waiter
 
 REPL_ADD_NODE_MS = 50  # while short of replicas, one more node this often
+# With no node left to add, the REPLJOB goes again to the holders that did
+# not answer: first after REPL_RESEND_MIN_MS of wait, then after as long as
+# the wait has lasted, up to REPL_RESEND_MAX_MS.
+REPL_RESEND_MIN_MS = 500
+REPL_RESEND_MAX_MS = 1000
 NEEDJOBS_MIN_REQUEST = 5
 NEEDJOBS_MAX_REQUEST = 100
 NEEDJOBS_BCAST_MIN_MS = 2000
@@ -170,10 +175,30 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
 
 
 def repl_tick(node: JobHost, job: Job, now: int) -> None:
-    """A job still waiting for replication: try one more node."""
-    if replicate(node, job, 1, noreply=False):
-        job.flags |= FLAG_HOLDERS_GREW
-    job.qtime = now + REPL_ADD_NODE_MS
+    """A job still waiting for replication: try one more node, or send the
+    REPLJOB again to the holders that did not answer yet.
+
+    While a node can be added, one every REPL_ADD_NODE_MS (the REPLJOB goes
+    to every holder again with it). Once every reachable node holds the
+    job, the silent ones are slow or lost the message: they get it again
+    after REPL_RESEND_MIN_MS of wait, then at intervals as long as the wait
+    so far (up to REPL_RESEND_MAX_MS). Re-sent every 50 ms, a loaded
+    cluster flooded itself: with REPLICATE 3 on three nodes at -P 16 the
+    copies take 200 ms, each queued behind the re-sends of the others
+    (4.6 REPLJOBs per job instead of 2), and some waits passed a 5 s
+    timeout. The original re-sends from its client cron, which visits
+    each client about once a second under load."""
+    if any(n.link_up and n.node_id not in job.nodes_delivered for n in node.cluster.reachable()):
+        if replicate(node, job, 1, noreply=False):
+            job.flags |= FLAG_HOLDERS_GREW
+        job.qtime = now + REPL_ADD_NODE_MS
+        return
+    waited = now - job.ctime // 1_000_000
+    if waited < REPL_RESEND_MIN_MS:
+        job.qtime = now + REPL_RESEND_MIN_MS - waited
+        return
+    replicate(node, job, 0, noreply=False)
+    job.qtime = now + min(REPL_RESEND_MAX_MS, waited)
 
 
 def replication_aborted(node: JobHost, job: Job) -> None:

@@ -67,3 +67,44 @@ def test_a_holder_added_while_waiting_makes_the_final_list_go_to_all() -> None:
     assert {to for to, _ in final} == set(PEERS)
     for _, msg in final:
         assert msg.noreply and set(msg.job.nodes_delivered) == {NODE_ID, *PEERS}
+
+
+def test_silent_holders_get_the_repljob_again_at_growing_intervals() -> None:
+    # Every reachable node holds the job already: the REPLJOB goes again to
+    # the holders that did not answer after half a second of wait, then
+    # after as long as the wait has lasted (up to a second), not every
+    # REPL_ADD_NODE_MS: under load the copies come late, and re-sending
+    # every 50 ms multiplied the bus traffic.
+    node, clock = _cluster(2)
+    start = clock.ms
+    waiter = run(node, "ADDJOB", "q", "body", 10_000, "REPLICATE", 3)
+    assert isinstance(waiter, Waiter)
+    [job_id] = list(node.jobs)
+    node.effects.clear()
+    resent_at: list[int] = []
+    for _ in range(4000):
+        elapse(node, clock, 1)
+        if _repljobs(node):
+            assert sorted(to for to, _ in _repljobs(node)) == sorted(PEERS[:2])
+            resent_at.append(clock.ms - start)
+            node.effects.clear()
+    assert resent_at == [500, 1000, 2000, 3000, 4000]
+    # A holder that answers late still completes the replication.
+    for peer_id in PEERS[:2]:
+        cj.receive(node, peer_id, bus.GotJob(job_id))
+    assert waiter.done and waiter.reply == Status(job_id)
+
+
+def test_a_node_that_can_be_added_is_still_tried_every_50_ms() -> None:
+    # Three peers, REPLICATE 2: one peer is asked first; while it stays
+    # silent, each tick adds one more node, 50 ms apart.
+    node, clock = _cluster(3)
+    run(node, "ADDJOB", "q", "body", 10_000, "REPLICATE", 2)
+    [first] = {to for to, _ in _repljobs(node)}
+    node.effects.clear()
+    elapse(node, clock, REPL_ADD_NODE_MS)
+    assert len({to for to, _ in _repljobs(node)}) == 2
+    node.effects.clear()
+    elapse(node, clock, REPL_ADD_NODE_MS)
+    assert {to for to, _ in _repljobs(node)} == set(PEERS)
+    assert first in PEERS
