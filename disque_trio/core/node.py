@@ -679,7 +679,8 @@ class Node:
             if state == JobState.ACKED:
                 at = min(at, self.next_gc_time(job, now or self.now_ms()))
             elif job.qtime:
-                # WAIT_REPL jobs use qtime for "add one more node" (50 ms).
+                # WAIT_REPL jobs use qtime for their next replication try
+                # (one more node, or the REPLJOB again: clusterjobs.repl_tick).
                 qtime = job.qtime
                 # The WILLQUEUE advance is for jobs that may be queued: a
                 # WAIT_REPL job acts at qtime itself (an earlier timer would
