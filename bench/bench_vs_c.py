@@ -50,6 +50,7 @@ from bench_single import (
     bench_timeout,
     command,
     encode,
+    free_port,
     guarded,
     median,
     paired_ratio,
@@ -281,7 +282,7 @@ class Bench:
     def floor(self, c: Fleet, n: int) -> None:
         """The bare Trio server (bench/trio_floor.py) beside C Disque: PING
         at -P 1. What the node can reach at -P 1 is below this ratio."""
-        port = free_pair()[0]
+        port = free_port()
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trio_floor.py")
         srv = Server("floor", [sys.executable, script, str(port)], port, self.root)
         try:

@@ -738,6 +738,26 @@ def test_a_holder_heard_of_for_the_first_time_gets_our_holder_list(announce: typ
     assert set(third.jobs[job_id].nodes_delivered) == {node.node_id, OTHER_ID, THIRD_ID}
 
 
+def test_a_queued_holder_tells_a_holder_a_list_names_for_the_first_time() -> None:
+    """Seed 20005489: n1 had queued its copy; a list from n0 named n2, a
+    replacement that had queued its own copy, and n1 took the name without
+    a word: both stayed queued until another holder's WILLQUEUE. A queued
+    holder now tells a holder a list adds QUEUED (the rule leaves one)."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    node.enqueue(job(node, job_id))
+    node.effects.clear()
+    more = attrs.evolve(data, nodes_delivered=(*data.nodes_delivered, THIRD_ID))
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))
+    assert sent(node) == [(THIRD_ID, bus.Queued(job_id, 0))]
+    node.effects.clear()
+    # A list with nobody new: nothing to say.
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))
+    assert sent(node) == []
+
+
 def test_a_lone_pair_of_holders_sends_no_list() -> None:
     """Nothing to teach when the sender and we are all the holders."""
     node, _ = make_node()
