@@ -4,8 +4,10 @@ The core keeps every timer as data (the awake index, ``core/awake.py``) and
 says when it next has work (``next_deadline``). The :class:`Timer` task
 sleeps until then (at most a second, so that a wall-clock jump is noticed),
 runs the due timers and commits; whoever changes the deadline (any commit)
-pulls it earlier with :meth:`Timer.reschedule`. The :class:`Cron` task runs
-housekeeping ten times a second. Neither knows the node: each takes the few
+pulls it earlier with :meth:`Timer.reschedule`. Deadlines are rounded up
+to a grain of GRAIN_MS: the timers due within one grain run in one tick,
+so their bus messages leave in one commit and one write per peer. The
+:class:`Cron` task runs housekeeping ten times a second. Neither knows the node: each takes the few
 callables it drives.
 """
 
@@ -16,6 +18,14 @@ from collections.abc import Callable
 import trio
 
 MAX_SLEEP_S = 1.0  # the timer looks at the clock at least this often
+# A tick runs every timer due by the end of its grain (never one not yet
+# due). Job timers count in seconds (RETRY, DELAY, TTL; the WILLQUEUE
+# advance is 500 ms, a replication try 50 ms), so 10 ms late changes no
+# outcome; what it saves is the cost of a tick per distinct millisecond. A
+# thousand jobs with RETRY 1 on three holders announce and answer each other
+# all the time (WILLQUEUE, QUEUED): at a tick per millisecond seven nodes
+# used 1.3 cores on that chatter alone, 0.4 with the grain (C Disque: 0.4).
+GRAIN_MS = 10
 CRON_PERIOD_S = 0.1  # ten times a second, like the original's serverCron
 
 
@@ -37,7 +47,8 @@ class Timer:
     async def run(self) -> None:
         while True:
             now = self._now_ms()
-            due = self._due_ms = self._next_deadline()
+            due = self._next_deadline()
+            due = self._due_ms = None if due is None else _grain(due)
             delay = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, (due - now) / 1000))
             with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
                 self._scope = scope
@@ -49,10 +60,16 @@ class Timer:
         """A commit moved the next deadline: wake earlier if it is sooner."""
         if due is None or self._scope is None:
             return
+        due = _grain(due)
         if self._due_ms is None or due < self._due_ms:
             self._due_ms = due
             delay = max(0.0, (due - self._now_ms()) / 1000)
             self._scope.deadline = trio.current_time() + delay
+
+
+def _grain(due: int) -> int:
+    """The end of the grain ``due`` falls in (itself when on a boundary)."""
+    return -(-due // GRAIN_MS) * GRAIN_MS
 
 
 class Cron:

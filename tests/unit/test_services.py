@@ -22,7 +22,7 @@ from disque_trio.server.aof import AppendOnlyFile
 from disque_trio.server.client import Client
 from disque_trio.server.connections import serve_client
 from disque_trio.server.delivery import Delivery
-from disque_trio.server.timer import CRON_PERIOD_S, MAX_SLEEP_S, Cron, Timer
+from disque_trio.server.timer import CRON_PERIOD_S, GRAIN_MS, MAX_SLEEP_S, Cron, Timer
 from sim.disk import DiskHandle, SimDisk
 
 
@@ -82,6 +82,35 @@ async def test_a_later_deadline_does_not_delay_an_earlier_one(
         await trio.sleep(0.25)
         assert ticks == [pytest.approx(0.3)]
         nursery.cancel_scope.cancel()
+
+
+async def test_timers_due_within_one_grain_run_in_one_tick_at_its_end(
+    clock: trio.testing.MockClock,
+) -> None:
+    # Jobs due at 501 .. 509 ms (one grain) and 513 ms (the next): two
+    # ticks, at the end of each grain, never before a timer is due.
+    pending = [501, 504, 509, 513]
+    ticks: list[tuple[int, list[int]]] = []
+
+    def now_ms() -> int:
+        return round(trio.current_time() * 1000)
+
+    def tick() -> None:
+        now = now_ms()
+        ran = [due for due in pending if due <= now]
+        pending[:] = [due for due in pending if due > now]
+        ticks.append((now, ran))
+
+    timer = Timer(lambda: min(pending, default=None), now_ms, tick)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer.run)
+        await trio.sleep(0.2)
+        pending.append(502)
+        timer.reschedule(502)  # in the grain it already sleeps for
+        await trio.sleep(0.4)
+        nursery.cancel_scope.cancel()
+    assert GRAIN_MS == 10
+    assert ticks == [(510, [501, 504, 509, 502]), (520, [513])]
 
 
 async def test_cron_runs_ten_times_a_second_and_once_a_second(
