@@ -1,4 +1,6 @@
-"""Bus.sync_links: a link task that ended is replaced (server/peers.py)."""
+"""Bus links (server/peers.py): a link task that ended is replaced, a node
+back in the table while its link is up is a member, stale frames are not
+sent, a starting node does not wait for a peer that is down."""
 
 from __future__ import annotations
 
@@ -107,3 +109,51 @@ def test_a_yourjobs_that_waited_too_long_in_the_outbox_is_not_sent() -> None:
         assert not bus._stale(second[0], second[2])
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_starting_node_does_not_wait_to_hear_a_peer_that_refused_it() -> None:
+    """wait_peers_heard holds a starting node's clients until every peer
+    answered its first PING; a peer that refused the connection is down and
+    has no flag on us to clear: waiting for it only delayed a node restarted
+    among stopped ones (the original's suite, "mass restart", 5 s each)."""
+
+    class Clock:
+        def wall_ms(self) -> int:
+            return 1_700_000_000_000
+
+        def mono_ms(self) -> int:
+            return 0
+
+    refuse = trio.Event()
+
+    class Net:
+        async def connect(self, ip: str, port: int) -> trio.abc.Stream:
+            await refuse.wait()
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    class Host:
+        env = type("Env", (), {"clock": Clock(), "net": Net()})()
+
+    async def main() -> None:
+        table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        bus = Bus(Host(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+        heard = False
+
+        async def wait() -> None:
+            nonlocal heard
+            await bus.wait_peers_heard()
+            heard = True
+
+        async with trio.open_nursery() as nursery:
+            bus._nursery = nursery
+            bus.sync_links()
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not heard  # connecting: it may be up
+            refuse.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert heard and bus.links[PEER].unreachable
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
