@@ -35,6 +35,11 @@ sampling monitor (``World.violations``):
   never takes a copy of it again from a peer (a late REPLJOB, YOURJOBS).
 * ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
   the expire time it had when the node crashed.
+* ``replication-counts-nodes``: a GOTJOB ends a synchronous ADDJOB's wait
+  only once REPLICATE distinct nodes confirmed a copy (the origin's own
+  copy counts as one); a holder that answers twice (a REPLJOB sent again,
+  a frame duplicated) still counts once. ``replicated-before-ok`` sees the
+  same bug only when the missing copy had not been stored by the OK.
 """
 
 from __future__ import annotations
@@ -229,6 +234,9 @@ class World:
         # White-box state.
         self.violations: list[str] = []
         self.registered_at: dict[str, dict[str, float]] = {}  # job -> node -> first t
+        # (node, incarnation, job) -> the peers whose GOTJOB it read while
+        # the job waited for its copies (replication-counts-nodes).
+        self.confirmed_by: dict[tuple[str, int, str], set[str]] = {}
         self.acked_by: dict[tuple[str, int], set[str]] = {}
         self.queued_once: dict[tuple[str, int], set[str]] = {}
         self.ever_reloaded: set[str] = set()
@@ -568,10 +576,21 @@ class World:
             if self._window_frames > STORM_FRAMES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
             node.handling = type(msg)
+            waiting = None
+            if type(msg) is bus.GotJob:
+                waiting = self._confirmation(node, server, sender, msg.job_id)
             try:
                 dispatch(sender, msg)
             finally:
                 node.handling = None
+            if waiting is not None and waiting[0].state != JobState.WAIT_REPL:
+                job, confirmed = waiting
+                del self.confirmed_by[(node.name, node.incarnation, job.id)]
+                if len(confirmed) < job.repl:
+                    self._violate(
+                        f"replication-counts-nodes: {node.name} ended the wait of {job.id} "
+                        f"(REPLICATE {job.repl}) with {len(confirmed)} nodes confirmed"
+                    )
 
         def chaotic(sender: str, msg: object) -> None:
             chaos = self.chaos.get(node.index)
@@ -597,6 +616,23 @@ class World:
                 deliver(sender, msg)
 
         return chaotic
+
+    def _confirmation(
+        self, node: SimNode, server: NodeServer, sender: str, job_id: str
+    ) -> tuple[Job, set[str]] | None:
+        """A GOTJOB for a job waiting for its copies: the job, and the nodes
+        that confirmed it so far, this sender included (the origin itself
+        when it keeps a copy)."""
+        job = server.node.jobs.get(job_id)
+        if job is None or job.state != JobState.WAIT_REPL:
+            return None
+        key = (node.name, node.incarnation, job_id)
+        confirmed = self.confirmed_by.get(key)
+        if confirmed is None:
+            me = server.node.node_id
+            confirmed = self.confirmed_by[key] = {me} if me in job.nodes_delivered else set()
+        confirmed.add(sender)
+        return job, confirmed
 
     def _traced_send(
         self, node: SimNode, send: Callable[[str, object], None]
