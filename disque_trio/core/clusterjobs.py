@@ -316,6 +316,29 @@ def receive(node: JobHost, sender: str, msg: object) -> None:
         handler(node, sender, msg)
 
 
+def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
+    """A message from a node that passed the bus handshake but is not in
+    our table yet. Only QUEUED is heard: a replacement that took a job by
+    YOURJOBS announces its queued copy to every holder it was given, often
+    before gossip brought its new ID here. Dropped, the announcement left a
+    holder to queue its own copy at RETRY, and both copies stayed queued
+    until another holder's WILLQUEUE (simulator seed 20000403). The sender
+    becomes a pending holder (added, and told of a copy queued here, once
+    it answers our handshake: Node.adopt_pending_holders); our copy follows
+    the QUEUED rule meanwhile, as for a known sender."""
+    if type(msg) is not bus.Queued or sender in node.cluster.blacklist:
+        return  # a forgotten node is not learned again for a minute
+    job = node.jobs.get(msg.job_id)
+    if job is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):
+        return
+    merge_holders(node, job.nodes_delivered, (sender,), job.id)  # pending
+    if job.state == JobState.QUEUED and compare_ids_by_job(sender, node.node_id, job.id) > 0:
+        node.dequeue(job)
+    if job.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
+
+
 def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     data = msg.job
     job = node.jobs.get(data.id)

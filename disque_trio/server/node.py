@@ -680,7 +680,8 @@ class NodeServer:
         return "127.0.0.1" if first in ("", "0.0.0.0", "::", "*") else first
 
     def _dispatch(self, sender: str, msg: object) -> None:
-        """A bus message arrived from a known node."""
+        """A bus message arrived from a known node (or a QUEUED from one
+        that passed the handshake and is not in the table yet)."""
         table = self.node.cluster
         now = self.env.clock.wall_ms()
         if isinstance(msg, bus.Heartbeat):
@@ -690,8 +691,10 @@ class NodeServer:
             table.on_fail(msg, now)
         else:
             peer = table.nodes.get(sender)
-            if peer is not None:
-                table.heard_from(peer)
+            if peer is None:
+                clusterjobs.receive_from_stranger(self.node, sender, msg)
+                return
+            table.heard_from(peer)
             clusterjobs.receive(self.node, sender, msg)
 
     def after_bus_event(self) -> None:

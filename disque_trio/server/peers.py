@@ -575,6 +575,11 @@ class Bus:
                 kind = type(msg)
                 self.received_by_type[kind] = self.received_by_type.get(kind, 0) + 1
                 if peer.node_id not in self.table.nodes:
+                    if isinstance(msg, bus.Queued):
+                        # A replacement's queued copy, announced before
+                        # gossip named it here (clusterjobs.receive_from_stranger).
+                        self.dispatch(peer.node_id, msg)
+                        continue
                     if not isinstance(msg, bus.Meet):
                         continue
                     if self.table.add(peer.node_id, ip, peer.port, peer.cluster_port) is None:

@@ -805,3 +805,60 @@ def test_own_wait_repl_job_queued_by_yourjobs_is_persisted() -> None:
     assert held.state == JobState.QUEUED
     [record] = [e.record for e in node.effects if isinstance(e, Persist)]
     assert job_id.encode() in record
+
+
+def test_a_queued_copy_announced_by_a_node_not_yet_known_holds_ours() -> None:
+    """Seed 20000403: n3, a replacement, took the job by YOURJOBS and
+    announced QUEUED before gossip brought its new ID to n2, which dropped
+    the announcement, queued its own copy at RETRY, and both copies stayed
+    queued 4.5 s. A QUEUED from a node past the handshake but not in the
+    table postpones our re-queue, and the sender is a pending holder."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = job(node, job_id)
+    assert copy.state == JobState.ACTIVE and THIRD_ID not in node.cluster.nodes
+    due = copy.qtime
+    node.effects.clear()
+    cj.receive_from_stranger(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert copy.qtime > due and copy.state == JobState.ACTIVE
+    assert THIRD_ID not in copy.nodes_delivered
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    assert sent(node) == []  # no link to a stranger
+    # Other messages from a stranger are not heard.
+    cj.receive_from_stranger(node, THIRD_ID, bus.SetAck(job_id, 3))
+    cj.receive_from_stranger(node, THIRD_ID, bus.DelJob(job_id))
+    assert copy.state == JobState.ACTIVE and node.jobs[job_id] is copy
+    # Once it answers our handshake, it is a holder and hears of our copy.
+    node.enqueue(copy)
+    node.effects.clear()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    assert THIRD_ID in copy.nodes_delivered
+    assert sent(node) == [(THIRD_ID, bus.Queued(job_id, 0))]
+
+
+@pytest.mark.parametrize("stranger_wins", [True, False])
+def test_a_stranger_queued_copy_follows_the_queued_rule(stranger_wins: bool) -> None:
+    """Both copies queued: the one the ID comparison says keeps it, as for
+    a known sender (ours is told later, when the stranger is adopted)."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    copy = job(node, job_id)
+    node.enqueue(copy)
+    candidates = [c * 40 for c in "0123456789abcdef"]
+    stranger = next(
+        c for c in candidates if (cj.compare_ids_by_job(c, NODE_ID, job_id) > 0) == stranger_wins
+    )
+    cj.receive_from_stranger(node, stranger, bus.Queued(job_id, 0))
+    assert copy.state == (JobState.ACTIVE if stranger_wins else JobState.QUEUED)
+
+
+def test_a_forgotten_node_is_not_learned_from_its_queued() -> None:
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    assert node.cluster.forget(THIRD_ID, node.now_ms())
+    due = job(node, job_id).qtime
+    cj.receive_from_stranger(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert job(node, job_id).qtime == due and THIRD_ID not in node.pending_holders
