@@ -244,7 +244,6 @@ def broadcast_queued(node: JobHost, job: Job, nack: bool) -> None:
 def announce_queued(node: JobHost, job: Job) -> None:
     """Tell every other holder that the job is queued here (counting
     nothing): they push their timers; a queued one keeps a single copy."""
-    job.flags |= FLAG_TOLD_QUEUED
     msg = bus.Queued(job.id, 0)
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
@@ -457,8 +456,13 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         _learned_holder(node, job, sender)
     if job.state == JobState.QUEUED:
         # To every holder, not just the sender: another one may have queued
-        # its copy too, without either of us knowing (a lost QUEUED).
+        # its copy too, without either of us knowing (a lost QUEUED). In
+        # steady state this answer is what spares the re-announcement at
+        # our next retry point (FLAG_TOLD_QUEUED); a queueing's own
+        # announcement does not (Node.enqueue, _on_yourjobs), since a lost
+        # one is then repeated a retry period sooner (seed 20005489).
         announce_queued(node, job)
+        job.flags |= FLAG_TOLD_QUEUED
         node.probe("willqueue-answered-queued", job)
     elif job.state == JobState.ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))

@@ -47,8 +47,8 @@ FLAG_DELIVERED = 1  # handed to a client at least once (RETRY 0: never again)
 FLAG_BCAST_QUEUED = 2  # the next enqueue broadcasts QUEUED (re-queue, not first)
 FLAG_BCAST_WILLQUEUE = 4  # wake 500 ms before qtime to send WILLQUEUE
 # Queued here, and QUEUED went to every other holder since the last retry
-# point; if not, the retry point announces it (a lost QUEUED must not leave
-# two copies queued for ever).
+# point in answer to a WILLQUEUE (the steady state); if not, the retry point
+# announces it (a lost QUEUED must not leave two copies queued for ever).
 FLAG_TOLD_QUEUED = 8
 # Waiting for its copies, the job got one more holder (a node added after
 # the first REPLJOB): once replicated, every holder is sent the final list.

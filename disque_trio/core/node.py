@@ -445,18 +445,24 @@ class Node:
             job.qtime = self.shared_int(now + job.retry * 1000 + self.time_error())
         else:
             job.qtime = 0  # at most once: never queued again
+        # Nobody counts as told yet (FLAG_TOLD_QUEUED), not even by the
+        # broadcast below: in steady state the other holders' WILLQUEUE comes
+        # before our next retry point and our answer counts; if none came,
+        # that QUEUED may have been lost, and the retry point announces
+        # again (simulator seed 20005489: bus chaos ate it, a holder that
+        # did not list us queued its own copy, and we used to wait a second
+        # retry period).
+        job.flags &= ~FLAG_TOLD_QUEUED
         if job.flags & FLAG_BCAST_QUEUED or nack:
             # A re-queue (not the first queueing): tell the other holders so
             # that they push their own timers, and count the delivery.
             cj.broadcast_queued(self, job, nack)
-            job.flags |= FLAG_TOLD_QUEUED
             if nack:
                 job.nacks += 1
             else:
                 job.deliveries += 1
         else:
             job.flags |= FLAG_BCAST_QUEUED
-            job.flags &= ~FLAG_TOLD_QUEUED
         self.update_awake(job, now=now)
         if unrecorded:
             self.persist(job)

@@ -564,6 +564,38 @@ def test_a_queued_copy_that_answered_willqueue_does_not_re_announce() -> None:
     assert sent(node) == [(OTHER_ID, bus.Queued(job_id, 0))]
 
 
+@pytest.mark.parametrize("how", ["requeue", "yourjobs"])
+def test_a_queueing_announcement_alone_does_not_spare_the_next_retry_point(how: str) -> None:
+    """Seed 20005489: a holder's QUEUED after it queued the job was lost
+    (bus chaos), and a holder that did not list it queued its own copy.
+    Only an answer to WILLQUEUE (the steady state) spares the announcement
+    at the next retry point; the queueing's own announcement, maybe lost,
+    is repeated there, not a retry period later."""
+    if how == "requeue":
+        node, clock = make_node()
+        job_id = add(node, "q", "body", "RETRY", 2)
+        node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID)
+        [_] = get(node, "q")  # delivered, not acked: re-queued at RETRY
+        elapse(node, clock, 2100)
+        assert job(node, job_id).state == JobState.QUEUED
+    else:
+        sender, _ = make_node(node_id=OTHER_ID)
+        job_id = add(sender, "q", "body", "RETRY", 2)
+        sender.jobs[job_id].nodes_delivered = (OTHER_ID, NODE_ID)
+        cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
+        [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+        node, clock = make_node()
+        node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+        node.refresh_cluster_view()
+        cj.receive(node, OTHER_ID, msg)
+    assert job(node, job_id).state == JobState.QUEUED
+    # Its announcement (counting a delivery after a re-queue): maybe lost.
+    assert [to for to, m in sent(node) if isinstance(m, bus.Queued)] == [OTHER_ID]
+    node.effects.clear()
+    elapse(node, clock, 2600)  # the next retry point (RETRY + time error), no WILLQUEUE came
+    assert sent(node) == [(OTHER_ID, bus.Queued(job_id, 0))]
+
+
 def test_collecting_after_forget_tells_the_holders_that_do_not_know_the_node() -> None:
     # Seed 11268: n2 was wiped and came back as a new ID; a job it took
     # (YOURJOBS) still listed its old ID, which it never knew (gossip does
