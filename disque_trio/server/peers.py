@@ -567,6 +567,7 @@ class Bus:
     ) -> None:
         """Decode and dispatch until the peer closes. The decoder may hold
         frames already (sent right after the peer's proof)."""
+        drained = False
         while True:
             handled = 0
             while (msg := decoder.next_message()) is not None:
@@ -591,9 +592,12 @@ class Bus:
                 self.dispatch(peer.node_id, msg)
             if handled:
                 self.server.after_bus_event()
-            data = await receive_some(stream, READ_SIZE)
+            data = await receive_some(stream, READ_SIZE, drained)
             if not data:
                 return
+            # A read that did not fill the buffer emptied the socket: the
+            # next one waits for it first (no read that fails).
+            drained = len(data) < READ_SIZE
             decoder.feed(data)
 
     # ---------------------------------------------------------------- meet
