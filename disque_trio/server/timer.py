@@ -7,8 +7,8 @@ runs the due timers and commits; whoever changes the deadline (any commit)
 pulls it earlier with :meth:`Timer.reschedule`. Deadlines are rounded up
 to a grain of GRAIN_MS: the timers due within one grain run in one tick,
 so their bus messages leave in one commit and one write per peer. The
-:class:`Cron` task runs housekeeping ten times a second. Neither knows the node: each takes the few
-callables it drives.
+:class:`Cron` task runs housekeeping ten times a second. Neither knows the
+node: each takes the few callables it drives.
 """
 
 from __future__ import annotations
