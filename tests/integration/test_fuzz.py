@@ -1,6 +1,6 @@
 """Fuzzers against a real node: the RESP port and the cluster bus.
 
-Each sends random input for a bounded time (``DISQUE_FUZZ_SECONDS``, 30 by
+Each sends random input for a bounded time (``DISQUE_FUZZ_SECONDS``, 20 by
 default; set it higher to fuzz for longer by hand) from a seed it prints
 (``DISQUE_FUZZ_SEED`` replays one), and after every batch checks that the
 node still answers PING within two seconds on a fresh connection and that its
@@ -28,7 +28,7 @@ from .test_hostile import STOLEN, BusStranger, ping_time, rss_of
 
 pytestmark = pytest.mark.slow
 
-SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "30"))
+SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "20"))
 RSS_LIMIT = 400 << 20
 
 COMMANDS = [

@@ -9,7 +9,7 @@ must hold no traceback (a bug a stranger can trigger is logged, at most
 every 10 s, by the connection's boundary: this is where the fuzzer finds
 them).
 
-It runs for ``DISQUE_FUZZ_SECONDS`` (default 30); ``DISQUE_FUZZ_SEED``
+It runs for ``DISQUE_FUZZ_SECONDS`` (default 20); ``DISQUE_FUZZ_SEED``
 replays a run (the seed is printed, and shown when the test fails):
 
     DISQUE_FUZZ_SECONDS=600 pytest tests/integration/test_fuzz_web.py -s
@@ -42,7 +42,7 @@ from ..helpers import free_port
 
 pytestmark = pytest.mark.slow
 
-FUZZ_SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "30"))
+FUZZ_SECONDS = float(os.environ.get("DISQUE_FUZZ_SECONDS", "20"))
 RSS_LIMIT = 300 * 1024 * 1024
 WORKERS = 12  # connections at once
 BATCH_S = 2.0  # each worker starts new actions for this long, then checks
