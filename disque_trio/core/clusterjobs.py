@@ -333,6 +333,12 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     merge_holders(node, job.nodes_delivered, (sender,), job.id)  # pending
     if job.state == JobState.QUEUED and compare_ids_by_job(sender, node.node_id, job.id) > 0:
         node.dequeue(job)
+    _postpone_requeue(node, job)
+
+
+def _postpone_requeue(node: JobHost, job: Job) -> None:
+    """Another holder queued its copy: ours waits a whole RETRY again, and
+    announces WILLQUEUE before it re-queues."""
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
@@ -423,9 +429,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
         node.effects.send(sender, bus.Queued(job.id, 0))
-    if job.retry:
-        job.flags |= FLAG_BCAST_WILLQUEUE
-        node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
+    _postpone_requeue(node, job)
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1

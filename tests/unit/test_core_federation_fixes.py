@@ -157,18 +157,28 @@ def test_a_holder_this_node_never_heard_of_waits_as_pending() -> None:
     assert not node.pending_holders
 
 
+def _moved_here_by_yourjobs(retry: int, listing_us: bool = False) -> tuple[Node, FakeClock, str]:
+    """A job OTHER_ID added (RETRY ``retry``; holding it alone, or listing
+    this node too) and moved to this node by YOURJOBS: this node, its clock,
+    the job's ID."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", retry)
+    if listing_us:
+        sender.jobs[job_id].nodes_delivered = (OTHER_ID, NODE_ID)
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
+    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, msg)
+    return node, clock, job_id
+
+
 def test_a_job_moved_by_yourjobs_is_not_counted_as_delivered() -> None:
     """Federation moves a job between queues; as in the original, neither
     node counts an additional delivery, and the QUEUED it announces asks
     nobody to count one."""
-    sender, _ = make_node(node_id=OTHER_ID)
-    job_id = add(sender, "q", "body", "RETRY", 5)
-    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
-    [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
-    node, _ = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
-    cj.receive(node, OTHER_ID, msg)
+    node, _, job_id = _moved_here_by_yourjobs(5)
     assert (job(node, job_id).nacks, job(node, job_id).deliveries) == (0, 0)
     assert [m.flags for _, m in sent(node) if isinstance(m, bus.Queued)] == [0]
     reply = run(node, "GETJOB", "NOHANG", "WITHCOUNTERS", "FROM", "q")
@@ -579,15 +589,7 @@ def test_a_queueing_announcement_alone_does_not_spare_the_next_retry_point(how: 
         elapse(node, clock, 2100)
         assert job(node, job_id).state == JobState.QUEUED
     else:
-        sender, _ = make_node(node_id=OTHER_ID)
-        job_id = add(sender, "q", "body", "RETRY", 2)
-        sender.jobs[job_id].nodes_delivered = (OTHER_ID, NODE_ID)
-        cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
-        [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
-        node, clock = make_node()
-        node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-        node.refresh_cluster_view()
-        cj.receive(node, OTHER_ID, msg)
+        node, clock, job_id = _moved_here_by_yourjobs(2, listing_us=True)
     assert job(node, job_id).state == JobState.QUEUED
     # Its announcement (counting a delivery after a re-queue): maybe lost.
     assert [to for to, m in sent(node) if isinstance(m, bus.Queued)] == [OTHER_ID]
