@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, get_args
 
 import attrs
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disque_trio.protocol import bus
@@ -469,6 +469,76 @@ def test_fuzz_corrupted_frames(msg: Message, data: st.DataObject) -> None:
     for _ in range(data.draw(st.integers(1, 4))):
         frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
     outcome([bytes(frame)])
+
+
+# Each wire rule's edges: ints, ports and seconds just in and out of range,
+# node and job IDs a byte short or long, in the wrong case or alphabet, and
+# values of the wrong msgpack type.
+EDGES: list[Any] = [
+    None,
+    True,
+    False,
+    1.0,
+    "x",
+    b"",
+    -1,
+    0,
+    0xFFFF,
+    0x10000,
+    2**32 - 1,
+    2**32,
+    2**63 - 1,
+    2**63,
+    NODE.encode(),
+    NODE.upper().encode(),
+    NODE.encode()[:39],
+    NODE.encode() + b"0",
+    b"g" * 40,
+    JOB_ID.encode(),
+    JOB_ID.encode()[:39],
+    JOB_ID.encode() + b"x",
+    "é".encode() * 20,
+    (),
+    (1,),
+    (NODE.encode(),),
+]
+
+
+def variants(value: Any) -> Iterator[Any]:
+    """``value`` (msgpack arrays as tuples) with one position changed: any
+    leaf or array replaced by each edge value, any array item dropped or
+    doubled, at any depth."""
+    yield from EDGES
+    if type(value) is tuple:
+        for index, item in enumerate(value):
+            head, tail = value[:index], value[index + 1 :]
+            yield head + tail
+            yield (*head, item, item, *tail)
+            for changed in variants(item):
+                yield (*head, changed, *tail)
+
+
+def structured(hook: Any, body: Any, cl: Any) -> Any:
+    try:
+        return hook(body, cl)
+    except BusError as exc:
+        return ("BusError", str(exc))
+
+
+@settings(deadline=None)  # a YOURJOBS of four jobs has thousands of variants
+@given(messages)
+def test_generated_decoders_agree_with_the_checking_hooks(msg: Message) -> None:
+    # Each message class's generated hook checks every field inline and calls
+    # its checking hook on anything it does not accept: on the good body and
+    # on every body one change away, both give the same message or the same
+    # error text.
+    _, body = msgpack.unpackb(encode_frame(msg)[4:], use_list=False, raw=False)
+    cl = type(msg)
+    generated = bus._CONVERTER.get_structure_hook(cl)
+    assert generated is not bus._CHECKING[cl]
+    assert generated(body, cl) == msg
+    for changed in variants(body):
+        assert structured(generated, changed, cl) == structured(bus._CHECKING[cl], changed, cl)
 
 
 def test_handshake_proofs_bind_secret_role_nonces_and_ids() -> None:
