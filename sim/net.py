@@ -30,12 +30,74 @@ from collections import deque
 from collections.abc import Sequence
 
 import trio
-import trio.testing
 
 from .clock import Timers
 from .trace import Trace
 
 Owner = int | None
+
+
+class _Inbox:
+    """The receiving end of a pipe: the bytes delivered and not yet read.
+
+    It reads like the node's real sockets (``disque_trio/server/sockio.py``):
+    a read that finds bytes takes them and yields once, a read that finds
+    none parks until the net delivers some. (Trio's MemoryReceiveStream
+    yields twice more on every read, to catch concurrent readers: those
+    yields were about a third of a simulated run's scheduler passes.)
+    """
+
+    __slots__ = ("closed", "data", "eof", "waiter")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.eof = False
+        self.closed = False  # the reading side closed: deliveries fail
+        self.waiter: trio.lowlevel.Task | None = None
+
+    def put_data(self, data: bytes) -> None:
+        if self.closed:
+            raise trio.ClosedResourceError("the receiving side closed")
+        self.data += data
+        self._wake()
+
+    def put_eof(self) -> None:
+        self.eof = True
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self.data.clear()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None:
+            task, self.waiter = self.waiter, None
+            trio.lowlevel.reschedule(task)
+
+    async def receive_some(self, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` (all there is, if None); b"" at EOF."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self.closed:
+            raise trio.ClosedResourceError("stream closed")
+        if self.data or self.eof:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            if self.waiter is not None:
+                raise trio.BusyResourceError("another task is reading this stream")
+            self.waiter = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self.waiter = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        if self.closed:
+            raise trio.ClosedResourceError("stream closed")
+        size = len(self.data) if max_bytes is None else max_bytes
+        chunk = bytes(self.data[:size])
+        del self.data[:size]
+        return chunk
 
 
 class _Pipe:
@@ -48,7 +110,7 @@ class _Pipe:
         self.src = src
         self.dst = dst
         self.owners = owners  # (sender, receiver)
-        self.receiver = trio.testing.MemoryReceiveStream()
+        self.receiver = _Inbox()
         # Unbounded: this queue is the data in flight on the wire (due time,
         # bytes or None for FIN); the sender must not block on it (a real
         # socket buffer is large, and bus outboxes bound what nodes send).
@@ -117,7 +179,9 @@ class SimStream(trio.abc.Stream):
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self.closed:
             raise trio.ClosedResourceError("stream closed")
-        await trio.lowlevel.checkpoint()
+        # As the node's real sockets (sockio.send_all): no yield when the
+        # kernel takes every byte, which the unbounded wire always does.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self.outgoing.broken:
             raise trio.BrokenResourceError("connection reset (partition)")
         if data:
@@ -132,7 +196,7 @@ class SimStream(trio.abc.Stream):
         data = await self.incoming.receiver.receive_some(max_bytes)
         if not data and self.incoming.broken:
             raise trio.BrokenResourceError("connection reset (partition)")
-        return bytes(data)
+        return data
 
     async def aclose(self) -> None:
         if not self.closed:
