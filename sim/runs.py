@@ -170,6 +170,16 @@ def load_plan(path: str) -> tuple[Plan, str | None]:
     return plan, mutant
 
 
+def replay_verdict(path: str) -> list[str]:
+    """Replay a plan file with no mutant: its violations ([] if it passed).
+    A module function, so a process pool can run plans side by side (the
+    tests replay the regression corpus on every core)."""
+    plan, mutant = load_plan(path)
+    if mutant is not None:
+        return [f"{path} plants mutant {mutant!r}: not a regression plan"]
+    return list(execute(plan).violations)
+
+
 def _first_line(e: BaseException) -> str:
     """The first concrete error (cattrs groups them), on one line."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:

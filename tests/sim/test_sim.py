@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from sim.net import SimNet
 from sim.plan import FAULT_KINDS, Fault, Plan
 from sim.probes import COMMAND_PROBES
 from sim.runner import Outcome, execute
-from sim.runs import load_plan
+from sim.runs import load_plan, replay_verdict
 from sim.shrink import shrink_plan
 from sim.sweep import REGRESSIONS
 from sim.trace import Trace
@@ -155,12 +157,30 @@ def test_same_digest_across_processes_and_hash_seeds(seed: int) -> None:
     assert lines[0] == lines[1]
 
 
-@pytest.mark.parametrize("path", sorted(REGRESSIONS.glob("*.json")), ids=lambda p: p.stem)
-def test_regression_corpus_passes(path: Path) -> None:
-    plan, mutant = load_plan(str(path))
-    assert mutant is None
-    outcome = execute(plan)
-    assert outcome.ok, outcome.violations
+CORPUS = sorted(REGRESSIONS.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def corpus_violations() -> Iterator[dict[Path, Future[list[str]]]]:
+    """Every regression plan replayed, on every core (one process each,
+    started fresh: spawn), in the background from the first test that
+    asks; each test waits for its own plan only."""
+    workers = max(2, os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {path: pool.submit(replay_verdict, str(path)) for path in CORPUS}
+        try:
+            yield futures
+        finally:
+            for future in futures.values():
+                future.cancel()
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_regression_corpus_passes(
+    path: Path, corpus_violations: dict[Path, Future[list[str]]]
+) -> None:
+    violations = corpus_violations[path].result(timeout=600)
+    assert not violations, violations
 
 
 def test_explorer_model_orders_its_queue_by_ctime_not_by_add_order() -> None:
