@@ -187,6 +187,15 @@ class SimStream(trio.abc.Stream):
         if data:
             self.outgoing.push(bytes(data))
 
+    def write_nowait(self, data: bytes) -> int:
+        """What ``sockio.write_nowait`` calls: the wire takes every byte
+        (0 on a closed or reset connection: ``send_all`` then raises)."""
+        if self.closed or self.outgoing.broken:
+            return 0
+        if data:
+            self.outgoing.push(bytes(data))
+        return len(data)
+
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
 

@@ -43,6 +43,10 @@ class AofHost(Protocol):
     env: Env
     node: Node
 
+    def held_sent(self) -> None:
+        """The actions held for a write ran: send what they queued."""
+        ...
+
 
 log = logging.getLogger("disque_trio.aof")
 
@@ -144,10 +148,12 @@ class AppendOnlyFile:
         if not ok:
             self._failed = upto
         self._written = upto
-        while self._held and self._held[0][0] <= upto:
-            seq, action = self._held.popleft()
-            if self._failed < seq:
-                action()
+        if self._held and self._held[0][0] <= upto:
+            while self._held and self._held[0][0] <= upto:
+                seq, action = self._held.popleft()
+                if self._failed < seq:
+                    action()
+            self.server.held_sent()
         self._progress.set()
         self._progress = trio.Event()
 

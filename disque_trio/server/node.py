@@ -559,8 +559,12 @@ class NodeServer:
         if effects:
             self.node.effects = self.node.cluster.effects = Effects()
             self._apply(effects)
+            self.bus.flush()
         self.timer.reschedule(self.node.next_deadline())
         return self.aof.pending
+
+    def held_sent(self) -> None:
+        self.bus.flush()
 
     def _apply(self, effects: Effects) -> None:
         records = [e.record for e in effects if type(e) is Persist]

@@ -43,7 +43,7 @@ import hmac
 import logging
 import math
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import trio
 
@@ -55,7 +55,7 @@ from ..env import Env
 from ..protocol import bus
 from . import tls
 from .listen import Throttle, accept_loop
-from .sockio import receive_some, send_all
+from .sockio import receive_some, send_all, write_nowait
 
 
 class BusHost(Protocol):
@@ -113,6 +113,11 @@ class _Pending:
         self.scope = scope
 
 
+# An outbox item that carries nothing: it wakes the link task to write a
+# link's ``rest``.
+_WAKE: Final = ("", b"", math.inf)
+
+
 class PeerLink:
     """Our outbound connection to one node, and the messages waiting for it."""
 
@@ -136,6 +141,13 @@ class PeerLink:
         # The last connection attempt failed (refused: the node is down or
         # not listening yet). A starting node does not wait to hear it.
         self.unreachable = False
+        # The connection while the link is up, for writes from the commit
+        # (Bus.flush); None while down.
+        self.stream: trio.abc.SendStream | None = None
+        self.writing = False  # the link task is in a write: frames queue behind it
+        self.queued = 0  # items in the outbox the link task has not taken yet
+        self.pending: list[tuple[str, bytes, float]] = []  # for Bus.flush
+        self.rest = b""  # of a frame the socket took only part of (Bus.flush)
 
 
 class Bus:
@@ -158,6 +170,7 @@ class Bus:
         # The last message encoded, and its frame (see send).
         self._last_msg: object = None
         self._last_frame = b""
+        self._pending_links: list[PeerLink] = []
         # Set at each bus event (start-up waits on it: wait_peers_heard).
         self._progress = trio.Event()
         self.pending_links = 0  # inbound links whose node is not known yet
@@ -259,12 +272,55 @@ class Bus:
             elif isinstance(msg, bus.YourJobs) and all(j.retry for j in msg.jobs):
                 # (RETRY 0 jobs left this node with the message: late, not never.)
                 send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
-            link.send_channel.send_nowait((job_id, frame, send_by))
+            item = (job_id, frame, send_by)
+            if link.pending or (link.stream is not None and not link.writing and not link.queued):
+                # Nothing waits before it: written at the end of the commit.
+                if not link.pending:
+                    self._pending_links.append(link)
+                link.pending.append(item)
+            else:
+                link.send_channel.send_nowait(item)
+                link.queued += 1
         except trio.WouldBlock:
             link.dropped += 1
             return
         kind = type(msg)
         self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
+
+    def flush(self) -> None:
+        """Write the frames sent since the last flush to links that had
+        nothing queued and no write in progress, one write per link, now:
+        no wake-up of the link task, which stays parked. What the socket
+        does not take goes to the link task: whole frames as if queued,
+        the rest of a frame cut short as the link's ``rest``."""
+        links, self._pending_links = self._pending_links, []
+        for link in links:
+            items, link.pending = link.pending, []
+            items = [item for item in items if not self._stale(item[0], item[2])]
+            if not items:
+                continue
+            data = b"".join([item[1] for item in items])
+            stream = link.stream
+            written = 0
+            if stream is not None and not link.writing and not link.queued:
+                written = write_nowait(stream, data)
+            if written == len(data):
+                self.frames_out += len(items)
+                continue
+            if written:
+                # The socket took part of a frame: the link task writes the
+                # rest first (on this connection only: see _serve_link),
+                # and counts it as one frame.
+                self.frames_out += len(items) - 1
+                link.rest = data[written:]
+                items = [_WAKE]
+            for item in items:
+                try:
+                    link.send_channel.send_nowait(item)
+                except trio.WouldBlock:
+                    link.dropped += 1
+                else:
+                    link.queued += 1
 
     def close_all(self) -> None:
         for link in self.links.values():
@@ -355,13 +411,25 @@ class Bus:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_close_on_eof, stream, nursery.cancel_scope)
             try:
+                link.stream = stream
                 async for item in link.receive_channel:
+                    link.queued -= 1
                     if self._stale(item[0], item[2]):
                         continue
                     frame = item[1]
+                    if link.rest:
+                        frame, link.rest = link.rest + frame, b""
+                    link.writing = True
                     await send_all(stream, self._batch(link, frame))
+                    link.writing = False
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
+            finally:
+                # The rest of a frame belongs to this connection: on the
+                # next one it would be garbage.
+                link.stream = None
+                link.writing = False
+                link.rest = b""
             nursery.cancel_scope.cancel()
 
     def _batch(self, link: PeerLink, first: bytes) -> bytes:
@@ -372,6 +440,7 @@ class Bus:
                 job_id, frame, send_by = link.receive_channel.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
+            link.queued -= 1
             if not self._stale(job_id, send_by):
                 frames.append(frame)
         self.frames_out += len(frames)

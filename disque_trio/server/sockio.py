@@ -98,3 +98,20 @@ async def send_all(stream: trio.abc.SendStream, data: bytes) -> None:
         except OSError as e:
             raise _translate(e) from e
         view = view[sent:]
+
+
+def write_nowait(stream: trio.abc.SendStream, data: bytes) -> int:
+    """Write what the socket takes of ``data`` now, without blocking or
+    yielding: the number of bytes written (0 when it would block, on an
+    error, which the next ``send_all`` reports, or for a stream that is not a
+    plain socket and has no ``write_nowait`` of its own, like TLS)."""
+    if type(stream) is not trio.SocketStream:
+        write = getattr(stream, "write_nowait", None)
+        return 0 if write is None else int(write(data))
+    fd = stream.socket.fileno()
+    if fd < 0:
+        return 0
+    try:
+        return os.write(fd, data)
+    except OSError:
+        return 0

@@ -1,12 +1,14 @@
 """Bus links (server/peers.py): a link task that ended is replaced, a node
 back in the table while its link is up is a member, stale frames are not
-sent, a starting node does not wait for a peer that is down."""
+sent, a starting node does not wait for a peer that is down, a commit
+writes to an idle link itself and in order."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -155,5 +157,144 @@ def test_a_starting_node_does_not_wait_to_hear_a_peer_that_refused_it() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert heard and bus.links[PEER].unreachable
             nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+class TakesSome(trio.abc.SendStream):
+    """A connection whose socket takes ``room`` bytes at once, no more."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.written: list[bytes] = []
+
+    def write_nowait(self, data: bytes) -> int:
+        taken = data[: self.room]
+        self.room -= len(taken)
+        if taken:
+            self.written.append(bytes(taken))
+        return len(taken)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        raise AssertionError("only the link task writes with send_all")
+
+    async def wait_send_all_might_not_block(self) -> None:
+        raise AssertionError("not used")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class LinkHost:
+    """What a link task asks of the node."""
+
+    class env:
+        class clock:
+            @staticmethod
+            def wall_ms() -> int:
+                return 1_700_000_000_000
+
+    def after_bus_event(self) -> None:
+        pass
+
+
+def _bus_with_link(room: int) -> tuple[Bus, PeerLink, TakesSome]:
+    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+    table.add(PEER, "127.0.0.1", 7712, 17712)
+    bus = Bus(LinkHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+    link = bus.links[PEER] = PeerLink(PEER)
+    stream = TakesSome(room)
+    link.stream = stream
+    return bus, link, stream
+
+
+def test_a_commit_writes_its_frames_to_an_idle_link_at_once_in_one_write() -> None:
+    """The messages of one commit to a link with nothing queued and no write
+    in progress go out at the commit's end (Bus.flush), in one write, with
+    no wake-up of the link task: a synchronous ADDJOB's REPLJOBs and their
+    GOTJOBs each save a scheduler pass."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, link, stream = _bus_with_link(1 << 20)
+    ping = bus_msgs.Ping(ME, 0, ())
+    gone = bus_msgs.WillQueue("D-" + "0" * 8 + "-" + "A" * 24 + "-05a1")
+    bus.send(PEER, ping)
+    bus.send(PEER, gone)
+    assert stream.written == []  # not before the commit ends
+    bus.flush()
+    assert stream.written == [bus_msgs.encode_frame(ping) + bus_msgs.encode_frame(gone)]
+    assert link.queued == 0 and bus.frames_out == 2
+    with pytest.raises(trio.WouldBlock):
+        link.receive_channel.receive_nowait()
+
+
+def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() -> None:
+    """What the socket does not take at once goes to the link task, and every
+    later frame queues behind it until the link task has written it all:
+    the byte stream keeps the commits' order. The rest of a frame cut short
+    is the link's ``rest``, written before anything else on this connection
+    and dropped with it (on another connection it would be garbage)."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    first = bus_msgs.Ping(ME, 0, ())
+    second = bus_msgs.Pong(ME, 0, ())
+    frame = bus_msgs.encode_frame(first)
+
+    async def main() -> None:
+        bus, link, stream = _bus_with_link(10)
+        bus.send(PEER, first)
+        bus.flush()
+        assert stream.written == [frame[:10]]
+        assert link.rest == frame[10:] and link.queued == 1
+        bus.send(PEER, second)  # behind the rest of the first frame
+        bus.flush()
+        assert stream.written == [frame[:10]] and link.queued == 2
+        # The link task writes the rest, then the second frame, in one write.
+        connection = trio.testing.MemorySendStream()
+        bus._handshake = handshaken  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bus._serve_link, link, StreamPair(connection))
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.get_data_nowait() == frame[10:] + bus_msgs.encode_frame(second)
+            assert link.queued == 0 and not link.rest and link.stream is not None
+            link.rest = b"the end of a frame cut short"
+            nursery.cancel_scope.cancel()  # the connection ends
+        assert link.stream is None and link.rest == b""
+        # The socket took nothing: the frames queue whole, stale checks and all.
+        stream.room = 0
+        link.stream = stream
+        bus.send(PEER, first)
+        bus.flush()
+        assert not link.rest and link.receive_channel.receive_nowait()[1] == frame
+        # A link task in a write: a commit's frames queue behind it too.
+        link.queued = 0
+        link.writing = True
+        bus.send(PEER, second)
+        bus.flush()
+        assert link.queued == 1 and link.receive_channel.receive_nowait()[1] == (
+            bus_msgs.encode_frame(second)
+        )
+
+    async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
+        return type("Peer", (), {"node_id": PEER})(), None
+
+    class StreamPair(trio.abc.Stream):
+        """A connection: writes go to ``out``, reads wait for ever."""
+
+        def __init__(self, out: trio.testing.MemorySendStream) -> None:
+            self.out = out
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await self.out.send_all(data)
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            await trio.sleep_forever()
+            raise AssertionError
+
+        async def aclose(self) -> None:
+            await trio.lowlevel.checkpoint()
 
     trio.run(main)
