@@ -184,10 +184,9 @@ class SimStream(trio.abc.Stream):
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.outgoing.broken:
             raise trio.BrokenResourceError("connection reset (partition)")
-        if data:
-            self.outgoing.push(bytes(data))
+        self.write_nowait(data)
 
-    def write_nowait(self, data: bytes) -> int:
+    def write_nowait(self, data: bytes | bytearray | memoryview) -> int:
         """What ``sockio.write_nowait`` calls: the wire takes every byte
         (0 on a closed or reset connection: ``send_all`` then raises)."""
         if self.closed or self.outgoing.broken:

@@ -75,7 +75,6 @@ import enum
 import hashlib
 import hmac
 import linecache
-import re
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, TypeAlias, get_args, get_origin
@@ -154,7 +153,8 @@ NODE_FLAG_FAIL: Final = 1 << 1  # failure agreed by enough nodes
 NODE_FLAG_LEAVING: Final = 1 << 7  # CLUSTER LEAVING yes: replicate nothing to it
 
 # The shapes core/ids.py makes (protocol/ imports nothing of the node).
-_NODE_ID_RE: Final = re.compile(rb"[0-9a-f]{40}")
+_NODE_ID_LEN: Final = 40
+_NODE_ID_DIGITS: Final = b"0123456789abcdef"  # lowercase hex only
 _JOB_ID_LEN: Final = 40
 _PORT_MAX: Final = 0xFFFF
 
@@ -488,7 +488,11 @@ def _structure_str(value: object, _: object) -> str:
 
 
 def _structure_node_id(value: object, _: object) -> str:
-    if type(value) is not bytes or _NODE_ID_RE.fullmatch(value) is None:
+    if (
+        type(value) is not bytes
+        or len(value) != _NODE_ID_LEN
+        or value.translate(None, _NODE_ID_DIGITS)
+    ):
         raise BusError(f"expected a node ID (40 lowercase hex digits), got {_describe(value)}")
     return value.decode("ascii")
 
@@ -556,7 +560,8 @@ _INLINE: Final[MappingProxyType[Any, tuple[str, str]]] = MappingProxyType(
         bytes: ("type({v}) is bytes", "{v}"),
         str: ("type({v}) is bytes", "{v}.decode('utf-8', 'surrogateescape')"),
         NodeId: (
-            "type({v}) is bytes and len({v}) == 40 and not {v}.translate(None, _HEX)",
+            "type({v}) is bytes and len({v}) == _NODE_ID_LEN"
+            " and not {v}.translate(None, _NODE_ID_DIGITS)",
             "{v}.decode('ascii')",
         ),
         JobId: (
@@ -571,7 +576,8 @@ _INLINE_GLOBALS: Final[MappingProxyType[str, Any]] = MappingProxyType(
         "_PORT_MAX": _PORT_MAX,
         "_MAX_JOB_SECONDS": MAX_JOB_SECONDS,
         "_JOB_ID_LEN": _JOB_ID_LEN,
-        "_HEX": b"0123456789abcdef",  # what _NODE_ID_RE allows, 40 of them
+        "_NODE_ID_LEN": _NODE_ID_LEN,
+        "_NODE_ID_DIGITS": _NODE_ID_DIGITS,
         "BusError": BusError,
     }
 )

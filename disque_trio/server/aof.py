@@ -44,7 +44,7 @@ class AofHost(Protocol):
     node: Node
 
     def held_sent(self) -> None:
-        """The actions held for a write ran: send what they queued."""
+        """The actions held for a write ran (if any): send what they queued."""
         ...
 
 
@@ -148,12 +148,11 @@ class AppendOnlyFile:
         if not ok:
             self._failed = upto
         self._written = upto
-        if self._held and self._held[0][0] <= upto:
-            while self._held and self._held[0][0] <= upto:
-                seq, action = self._held.popleft()
-                if self._failed < seq:
-                    action()
-            self.server.held_sent()
+        while self._held and self._held[0][0] <= upto:
+            seq, action = self._held.popleft()
+            if self._failed < seq:
+                action()
+        self.server.held_sent()
         self._progress.set()
         self._progress = trio.Event()
 

@@ -300,10 +300,10 @@ class Bus:
             if not items:
                 continue
             data = b"".join([item[1] for item in items])
-            stream = link.stream
-            written = 0
-            if stream is not None and not link.writing and not link.queued:
-                written = write_nowait(stream, data)
+            # send() put them here only for a connected link with nothing
+            # queued and no write in progress; nothing ran since.
+            assert link.stream is not None
+            written = write_nowait(link.stream, data)
             if written == len(data):
                 self.frames_out += len(items)
                 continue
