@@ -20,7 +20,9 @@ Rules kept here (docs/design.md, "Jobs and timers"):
   queue's sorted list if and only if its state is ``QUEUED``.
 * Every registered job has exactly one timer in the awake index, at the
   earliest of: expiry, next (re)queue (minus the WILLQUEUE advance), next
-  collection attempt for acked jobs.
+  collection attempt for acked jobs. A WILLQUEUE due and a queued job's retry
+  point wait for the end of their chatter slot (CHATTER_GRID_MS), never
+  firing before they are due.
 * Node time never goes back: a backward step of the wall clock is absorbed
   until the next :meth:`tick` or :meth:`cron`, which moves every local timer
   back by the step (see :meth:`follow_clock`).
@@ -57,6 +59,16 @@ from .stats import NodeStats
 from .waiters import Waiter
 
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
+# The timers that only announce or push a retry point (a WILLQUEUE due, a
+# queued job's retry point) fire at the end of their CHATTER_GRID_MS slot of
+# the wall clock, up to that much late, so that the holders' announcements and
+# the answers leave and arrive in batches: one wake-up, one commit and one
+# write per peer for every job due in the slot, on every node, instead of one
+# for each job's own millisecond. With RETRY 1 every holder of a job does
+# this every second for as long as the job lives. The re-queue itself (an
+# active job's qtime) keeps its own millisecond: there the random time error
+# is what keeps two holders from queueing the same job at once.
+CHATTER_GRID_MS = 100
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
 GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
 GC_RETRY_COUNT_MAX = 10
@@ -691,8 +703,11 @@ class Node:
                 # The WILLQUEUE advance is for jobs that may be queued: a
                 # WAIT_REPL job acts at qtime itself (an earlier timer would
                 # find nothing to do and come back at once, for ever).
-                if job.flags & FLAG_BCAST_WILLQUEUE and state != JobState.WAIT_REPL:
-                    qtime -= WILLQUEUE_ADVANCE_MS
+                if state != JobState.WAIT_REPL:
+                    if job.flags & FLAG_BCAST_WILLQUEUE:
+                        qtime = chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)
+                    elif state == JobState.QUEUED:
+                        qtime = chatter_slot_end(qtime)
                 if qtime < at:
                     at = qtime
         if at != job.awake:
@@ -869,3 +884,9 @@ def job_reply(job: Job, withcounters: bool) -> list[Reply]:
             job.deliveries,
         ]
     return [job.queue, job.id, body]
+
+
+def chatter_slot_end(ms: int) -> int:
+    """The end of the CHATTER_GRID_MS slot ``ms`` falls in (itself on a
+    boundary): never earlier than ``ms``, so the timer finds its work due."""
+    return -(-ms // CHATTER_GRID_MS) * CHATTER_GRID_MS

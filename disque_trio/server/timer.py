@@ -25,7 +25,8 @@ MAX_SLEEP_S = 1.0  # the timer looks at the clock at least this often
 # with RETRY 1 on three holders announce and answer each other all the time
 # (WILLQUEUE, QUEUED): with 500 of them on seven nodes, that chatter alone
 # took 1.4 to 1.6 cores at a tick per millisecond, 0.9 to 1.0 with the grain
-# (the same messages, fewer wake-ups, commits and writes).
+# (the same messages, fewer wake-ups, commits and writes). The core puts
+# those timers on a coarser grid of its own (core/node.py, CHATTER_GRID_MS).
 GRAIN_MS = 10
 CRON_PERIOD_S = 0.1  # ten times a second, like the original's serverCron
 

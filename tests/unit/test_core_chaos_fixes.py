@@ -6,7 +6,7 @@ from __future__ import annotations
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
-from disque_trio.core.node import WILLQUEUE_ADVANCE_MS, Node
+from disque_trio.core.node import WILLQUEUE_ADVANCE_MS, Node, chatter_slot_end
 from disque_trio.core.records import job_data
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
@@ -166,7 +166,7 @@ def test_a_requeue_due_long_ago_is_announced_again() -> None:
     consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
     assert isinstance(consumer, Waiter)
     due = copy.qtime
-    tick_at(node, clock, due - WILLQUEUE_ADVANCE_MS)  # on time
+    tick_at(node, clock, chatter_slot_end(due - WILLQUEUE_ADVANCE_MS))  # on time
     assert sum(isinstance(m, bus.WillQueue) for _, m in sent(node)) == 1
     node.effects.clear()
 
@@ -181,7 +181,7 @@ def test_a_requeue_due_long_ago_is_announced_again() -> None:
     other = job_data(_job_added_on(OTHER_ID, node, seed=1), node.now_ms())
     cj.receive(node, OTHER_ID, bus.ReplJob(other, False))
     late = node.jobs[other.id]
-    tick_at(node, clock, late.qtime - WILLQUEUE_ADVANCE_MS)
+    tick_at(node, clock, chatter_slot_end(late.qtime - WILLQUEUE_ADVANCE_MS))
     tick_at(node, clock, late.qtime + WILLQUEUE_ADVANCE_MS // 2)
     assert consumer.done and consumer.reply == [["q", other.id, b"body"]]
     check_invariants(node)

@@ -10,6 +10,7 @@ import pytest
 from disque_trio.core.ids import is_at_most_once_id
 from disque_trio.core.job import JobState
 from disque_trio.core.jobcmds import AddJobArgs
+from disque_trio.core.node import chatter_slot_end
 from disque_trio.core.queue import Pause
 from disque_trio.protocol.replies import ReplyError, Status
 
@@ -540,8 +541,11 @@ def test_show_fields_in_order() -> None:
     )
     assert info["nodes-delivered"] == [NODE_ID] and info["nodes-confirmed"] == []
     assert abs(info["next-requeue-within"] - (60_000 - 1500)) <= 250
-    # The timer wakes WILLQUEUE_ADVANCE (500 ms) before the re-queue.
-    assert info["next-awake-within"] == info["next-requeue-within"] - 500
+    # The timer wakes WILLQUEUE_ADVANCE (500 ms) before the re-queue, at the
+    # end of that moment's chatter slot.
+    announce = chatter_slot_end(clock.ms + info["next-requeue-within"] - 500)
+    assert info["next-awake-within"] == announce - clock.ms
+    assert 400 < info["next-requeue-within"] - info["next-awake-within"] <= 500
     assert info["body"] == b"payload"
 
 

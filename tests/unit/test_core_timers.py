@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from disque_trio.core.awake import AwakeIndex
-from disque_trio.core.job import Job, JobState
-from disque_trio.core.node import WILLQUEUE_ADVANCE_MS
+from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
+from disque_trio.core.node import CHATTER_GRID_MS, WILLQUEUE_ADVANCE_MS, chatter_slot_end
 from disque_trio.core.queue import QUEUE_MAX_IDLE_SECONDS
 
 from .core_support import (
@@ -102,7 +102,8 @@ def test_retry_requeues_unacked_delivered_job(monkeypatch: pytest.MonkeyPatch) -
     assert abs(qtime - (START_MS + 10_000)) <= 250  # spread by the time error
     elapse(node, clock, qtime - clock.ms - 1)
     assert job(node, a).state == JobState.ACTIVE and run(node, "QLEN", "q") == 0
-    assert willqueue == [qtime - WILLQUEUE_ADVANCE_MS]  # announced 500 ms before
+    # Announced 500 ms before, at the end of that moment's chatter slot.
+    assert willqueue == [chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)]
     elapse(node, clock, 1)
     assert job(node, a).state == JobState.QUEUED
     assert fields(run(node, "SHOW", a))["additional-deliveries"] == 1
@@ -114,6 +115,48 @@ def test_retry_requeues_unacked_delivered_job(monkeypatch: pytest.MonkeyPatch) -
     elapse(node, clock, 10_300)
     assert job(node, a).deliveries == 2
     check_invariants(node)
+
+
+def test_chatter_timers_wait_for_the_end_of_their_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A WILLQUEUE due and a queued job's retry point run at the end of their
+    chatter slot, never before they are due, so the jobs due in one slot
+    share one wake-up (one commit, one write per peer); the re-queue of a
+    delivered job keeps its own millisecond."""
+    node, clock = make_node()
+    willqueue: list[int] = []
+    hook(monkeypatch, node, "send_willqueue", lambda j: willqueue.append(clock.ms))
+    ids = [add(node, "q", f"b{i}", "RETRY", 10) for i in range(40)]
+    jobs = [job(node, i) for i in ids]
+    # Queued here: the advance does nothing but is on the grid too.
+    for j in jobs:
+        assert j.awake == chatter_slot_end(j.qtime - WILLQUEUE_ADVANCE_MS)
+        assert j.awake % CHATTER_GRID_MS == 0 and 0 <= j.awake - (j.qtime - 500) < CHATTER_GRID_MS
+    # 40 jobs spread by the time error (500 ms) share at most 6 wake-ups.
+    assert len({j.awake for j in jobs}) <= 6
+    first = min(j.awake for j in jobs)
+    tick_at(node, clock, first - 1)
+    assert all(j.flags & FLAG_BCAST_WILLQUEUE for j in jobs)  # nothing ran early
+    elapse(node, clock, first + WILLQUEUE_ADVANCE_MS + CHATTER_GRID_MS - clock.ms)
+    # The retry points of the first slot ran at its end: the next one pushed.
+    pushed = [j for j in jobs if j.qtime > clock.ms + 9000]
+    assert pushed and all(j.state == JobState.QUEUED for j in jobs)
+    for j in jobs:
+        assert j.awake % CHATTER_GRID_MS == 0 and j.awake >= min(j.qtime - 500, j.qtime)
+    # A delivered copy: the WILLQUEUE on the grid, the re-queue on time.
+    node2, clock2 = make_node()
+    sent: list[int] = []
+    hook(monkeypatch, node2, "send_willqueue", lambda j: sent.append(clock2.ms))
+    a = add(node2, "q", "b", "RETRY", 10)
+    get(node2, "q")
+    j = job(node2, a)
+    qtime = j.qtime
+    elapse(node2, clock2, qtime - clock2.ms - 1)
+    assert sent == [chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)]
+    assert j.state == JobState.ACTIVE and j.awake == qtime
+    elapse(node2, clock2, 1)
+    assert j.state == JobState.QUEUED and clock2.ms == qtime
+    check_invariants(node)
+    check_invariants(node2)
 
 
 def test_retry_while_still_queued_keeps_it_and_pushes_timer() -> None:
