@@ -267,7 +267,13 @@ class _Connection:
                 await self._commit_and_send()
                 raise _Disconnected from None
             if argv is None:
-                break
+                if not run:
+                    break
+                # While the run waited, its reader may have read more
+                # commands (past the grace): run them too, not wait for input
+                # a client waiting for these replies will never send.
+                await self._settle(run)
+                continue
             if run and argv[0].upper() != b"ADDJOB":
                 await self._settle(run)
             reply = host.execute(client, argv)
@@ -284,7 +290,6 @@ class _Connection:
                 await self._commit_and_send()
                 await self._monitor()
                 raise _Disconnected
-        await self._settle(run)
         await self._commit_and_send()
 
     async def _settle(self, run: list[Reply | Waiter]) -> None:

@@ -308,6 +308,10 @@ class FakeClientHost:
             waiter = Waiter(queues=("q",), timeout_ms=60_000)
             self.waiters.append(waiter)
             return waiter
+        if argv[0] == b"ADDJOB":  # a synchronous ADDJOB waiting for its copies
+            waiter = Waiter(timeout_ms=60_000, job_id=f"job-{len(self.waiters)}")
+            self.waiters.append(waiter)
+            return waiter
         if argv[0] == b"WRITE":
             self.seq += 1
         return Status(argv[0].decode())
@@ -391,4 +395,37 @@ async def test_pipelined_input_read_while_blocked_runs_after_it(
         reader = ReplyReader()
         assert await _read_reply(ours, reader) == [b"a job"]
         assert await _read_reply(ours, reader) == Status("AFTER")
+        await ours.aclose()
+
+
+async def test_commands_read_while_a_run_of_addjobs_waits_run_after_it(
+    clock: trio.testing.MockClock,
+) -> None:
+    """The end of a pipelined batch of ADDJOBs waits for their copies; past
+    the grace the reader takes the input, and what it reads meanwhile must
+    run once the run is answered, not wait for more input (the client is
+    waiting for these replies: that hung a pipelining client for good)."""
+    host = FakeClientHost()
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_client, host, theirs)
+        await ours.send_all(b"ADDJOB\r\nADDJOB\r\n")
+        await trio.sleep(0.1)  # past the grace: the reader reads
+        await ours.send_all(b"ADDJOB\r\nAFTER\r\n")
+        await trio.sleep(0.1)
+        assert len(host.waiters) == 2  # read, not run yet
+        for waiter in host.waiters[:2]:
+            waiter.finish(Status("OK"))
+            waiter.wake()
+        reader = ReplyReader()
+        with trio.fail_after(10):
+            assert await _read_reply(ours, reader) == Status("OK")
+            assert await _read_reply(ours, reader) == Status("OK")
+            await trio.sleep(0.1)
+            assert len(host.waiters) == 3  # what the reader read ran
+            third = host.waiters[2]
+            third.finish(Status("OK"))
+            third.wake()
+            assert await _read_reply(ours, reader) == Status("OK")
+            assert await _read_reply(ours, reader) == Status("AFTER")
         await ours.aclose()
