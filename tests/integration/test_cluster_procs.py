@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import socket
 import time
 from collections.abc import Callable
 
@@ -242,3 +243,34 @@ def test_rolling_a_cluster_onto_a_secret(node_factory: object) -> None:
         )
     job_id = client(nodes[1]).execute_command("ADDJOB", "q", "x", 5000, "REPLICATE", 3)
     assert all(client(n).execute_command("SHOW", job_id) is not None for n in nodes)
+
+
+def test_pipelined_addjobs_sent_while_their_copies_wait_are_all_answered(
+    node_factory: object,
+) -> None:
+    """A client pipelines REPLICATE 2 ADDJOBs in two windows; the replica is
+    stopped, so the first window's copies wait past the reader's grace, and
+    the second window arrives meanwhile. Every ADDJOB is answered once the
+    replica runs again (the second window's once hung for good)."""
+    nodes = start_cluster(node_factory, 2)
+    origin, replica = nodes
+    assert replica.proc is not None
+    sync = b"*6\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$4\r\nbody\r\n$4\r\n5000\r\n$9\r\nREPLICATE\r\n$1\r\n2\r\n"
+    with socket.create_connection(("127.0.0.1", origin.port), timeout=10) as s:
+        replica.proc.send_signal(signal.SIGSTOP)
+        try:
+            s.sendall(sync * 5)
+            time.sleep(0.3)  # the run waits past its grace: the reader reads
+            s.sendall(sync * 5)
+            time.sleep(0.3)
+        finally:
+            replica.proc.send_signal(signal.SIGCONT)
+        replies = b""
+        deadline = time.monotonic() + 10
+        while replies.count(b"\r\n") < 10 and time.monotonic() < deadline:
+            try:
+                replies += s.recv(65536)
+            except TimeoutError:
+                break
+    ids = replies.split(b"\r\n")[:-1]
+    assert len(ids) == 10 and all(line.startswith(b"+D-") for line in ids), replies
