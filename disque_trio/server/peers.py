@@ -147,6 +147,10 @@ class PeerLink:
         self.writing = False  # the link task is in a write: frames queue behind it
         self.queued = 0  # items in the outbox the link task has not taken yet
         self.pending: list[tuple[str, bytes, float]] = []  # for Bus.flush
+        # Announcements in the outbox (WILLQUEUE, QUEUED counting nothing):
+        # frame -> copies not taken yet. Only the last copy is written (see
+        # Bus.send).
+        self.repeats: dict[bytes, int] = {}
         self.rest = b""  # of a frame the socket took only part of (Bus.flush)
 
 
@@ -281,6 +285,12 @@ class Bus:
             else:
                 link.send_channel.send_nowait(item)
                 link.queued += 1
+                if type(msg) is bus.WillQueue or (type(msg) is bus.Queued and not msg.flags):
+                    # A link down for a while (a partition) collects the same
+                    # announcement at every retry point; each copy would be
+                    # answered (QUEUED to every holder) when it comes back.
+                    # They say the same thing: the last one goes, in its place.
+                    link.repeats[frame] = link.repeats.get(frame, 0) + 1
         except trio.WouldBlock:
             link.dropped += 1
             return
@@ -414,9 +424,9 @@ class Bus:
                 link.stream = stream
                 async for item in link.receive_channel:
                     link.queued -= 1
-                    if self._stale(item[0], item[2]):
-                        continue
                     frame = item[1]
+                    if self._repeated(link, frame) or self._stale(item[0], item[2]):
+                        continue
                     if link.rest:
                         frame, link.rest = link.rest + frame, b""
                     link.writing = True
@@ -441,10 +451,23 @@ class Bus:
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             link.queued -= 1
-            if not self._stale(job_id, send_by):
+            if not self._repeated(link, frame) and not self._stale(job_id, send_by):
                 frames.append(frame)
         self.frames_out += len(frames)
         return b"".join(frames)
+
+    @staticmethod
+    def _repeated(link: PeerLink, frame: bytes) -> bool:
+        """An announcement with a later copy of itself still in the outbox
+        (only that one is written)."""
+        copies = link.repeats.get(frame)
+        if copies is None:
+            return False
+        if copies > 1:
+            link.repeats[frame] = copies - 1
+            return True
+        del link.repeats[frame]
+        return False
 
     def _stale(self, job_id: str, send_by: float = math.inf) -> bool:
         """A queued REPLJOB whose job this node held when it was queued and

@@ -298,3 +298,58 @@ def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() ->
             await trio.lowlevel.checkpoint()
 
     trio.run(main)
+
+
+def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
+    """A link down through a partition collects the same WILLQUEUE or QUEUED
+    at every retry point; written back to back when it returns, each copy
+    is answered by a QUEUED to every holder (a simulated partition healed
+    into a message storm). Only the last copy is written, in its place; a
+    QUEUED that counts a NACK or a delivery is never merged."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    j1, j2, j3 = ("D-" + "0" * 8 + "-" + c * 24 + "-05a1" for c in "ABC")
+    will1 = bus_msgs.WillQueue(j1)
+    queued2 = bus_msgs.Queued(j2)
+    counted3 = bus_msgs.Queued(j3, bus_msgs.FLAG_INCR_DELIV)
+    ping = bus_msgs.Ping(ME, 0, ())
+    sequence = [will1, queued2, will1, ping, counted3, counted3, will1, queued2]
+
+    async def main() -> None:
+        bus, link, _ = _bus_with_link(0)
+        link.stream = None  # down: everything goes to the outbox
+        for msg in sequence:
+            bus.send(PEER, msg)
+        assert link.queued == len(sequence)
+        connection = trio.testing.MemorySendStream()
+        bus._handshake = handshaken  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bus._serve_link, link, StreamPair(connection))
+            await trio.testing.wait_all_tasks_blocked()
+            written = connection.get_data_nowait()
+            nursery.cancel_scope.cancel()
+        expected = [ping, counted3, counted3, will1, queued2]
+        assert written == b"".join(bus_msgs.encode_frame(m) for m in expected)
+        assert link.queued == 0 and link.repeats == {}
+
+    async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
+        return type("Peer", (), {"node_id": PEER})(), None
+
+    class StreamPair(trio.abc.Stream):
+        def __init__(self, out: trio.testing.MemorySendStream) -> None:
+            self.out = out
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await self.out.send_all(data)
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            await trio.sleep_forever()
+            raise AssertionError
+
+        async def aclose(self) -> None:
+            await trio.lowlevel.checkpoint()
+
+    trio.run(main)
