@@ -366,3 +366,16 @@ def check_acked(history: list[Event], calm: Calm) -> list[str]:
                 f"delivered again at t={later[0]:.2f}"
             )
     return out
+
+
+def check_answered(history: list[Event]) -> list[str]:
+    """answered: every command a client sent gets its reply. Pipelined
+    ADDJOBs (the second window sent while the first waits for its copies)
+    still without a reply UNANSWERED_S after every fault was healed."""
+    return [
+        f"answered: {e.data['count']} pipelined ADDJOB(s) to n{e.data['node']} "
+        f"({', '.join(e.data['bodies'])}) still without a reply at t={e.t:.2f}, "
+        "long after every fault healed"
+        for e in history
+        if e.op == "unanswered"
+    ]

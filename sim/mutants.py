@@ -31,6 +31,7 @@ from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
 from disque_trio.protocol.replies import NULL_ARRAY
 from disque_trio.server.aof import AppendOnlyFile
+from disque_trio.server.connections import _Connection
 
 from .sweep import SEED_WALL_LIMIT_S, SeedWorker, run_seed_process
 
@@ -534,6 +535,18 @@ def ttl_misread_on_reload() -> contextlib.AbstractContextManager[None]:
     return patched(core_records, "job_from_record", job_from_record)
 
 
+def pipelined_run_stalls() -> contextlib.AbstractContextManager[None]:
+    """The end of a batch settles a run of pipelined ADDJOBs, then reads the
+    socket again without running the commands the connection's reader read
+    while the run waited (the hang fixed in 67feb4c)."""
+
+    async def settle_at_end(self: _Connection, run: list[Any]) -> bool:
+        await self._settle(run)
+        return False
+
+    return patched(_Connection, "_settle_at_end", settle_at_end)
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -558,6 +571,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "everysec-lazy": everysec_lazy,
     "ttl-skips-queued": ttl_skips_queued,
     "ttl-misread-on-reload": ttl_misread_on_reload,
+    "pipelined-run-stalls": pipelined_run_stalls,
 }
 MUTANTS.update(EXPLORER_MUTANTS)
 

@@ -11,7 +11,16 @@ import attrs
 
 from disque_trio.core.job import JobState
 
-from .checkers import Crashes, Report, check, check_acked, check_nack, check_requeue, check_working
+from .checkers import (
+    Crashes,
+    Report,
+    check,
+    check_acked,
+    check_answered,
+    check_nack,
+    check_requeue,
+    check_working,
+)
 from .plan import Plan
 from .workload import Workload
 from .world import StormError, World
@@ -110,6 +119,7 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
         + check_nack(workload.history, world.calm, world.queued_at)
         + check_working(workload.history, world.calm, world.queued_at)
         + check_acked(workload.history, world.calm)
+        + check_answered(workload.history)
     )
     violations = report.violations + world.violations + end_checks(world, workload) + timing
     return Outcome(plan, world, workload, report, violations)

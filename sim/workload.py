@@ -1,7 +1,9 @@
 """The workload a plan asks for, in three phases.
 
 * safety: producers ADDJOB (a mix of REPLICATE, RETRY incl. 0, ASYNC,
-  DELAY, short TTL; optionally one more producer pinned to each node),
+  DELAY, short TTL; optionally one more producer pinned to each node; one
+  producer pipelines synchronous ADDJOBs in two windows, the second sent
+  while the first waits for its copies),
   consumers GETJOB then ACKJOB / FASTACK / NACK / WORKING or forget the
   job; some hold a job past its RETRY sending WORKING, ack on another node
   or over a fresh connection, hand a job to another consumer who acks it,
@@ -38,6 +40,12 @@ ADD_TIMEOUT_MS = 1000
 CONVERGE_S = 30.0
 CODA_S = 4.0  # the calm coda's producing time (plan.coda)
 CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
+# The pipelining producer sends its second window this long after the first
+# (past the 50 ms after which a connection's reader takes the input from a
+# waiting ADDJOB), and expects every reply at most UNANSWERED_S after every
+# fault is healed and every node is back (its ADDJOBs time out in 1 s).
+PIPELINE_GAP_S = 0.1
+UNANSWERED_S = 5.0
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
     EOFError,
@@ -104,6 +112,7 @@ class Workload:
     _shared: list[tuple[str, str]] = attrs.field(factory=list)  # (consumer, job id)
     _nursery: trio.Nursery | None = None  # the consumers' (hold tasks run there)
     _coda: bool = False  # the calm coda is on: consumers act as in the safety phase
+    _healed: trio.Event = attrs.field(factory=trio.Event)  # faults undone, nodes back
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -140,6 +149,7 @@ class Workload:
         self._all_delivered = trio.Event()
         self._consumers_on = trio.Event()
         self._consumers_on.set()
+        self._healed = trio.Event()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         if plan.explore or plan.admin_mask:
             self.explorer = Explorer(world, plan, self.record, self._stop_producing)
@@ -159,6 +169,7 @@ class Workload:
                     for i in range(world.count):
                         rng = world.child_rng()
                         producers.start_soon(self._producer, world, f"pn{i}", rng, i)
+                producers.start_soon(self._pipeliner, world, "pp", world.child_rng())
                 if plan.consumer_pause:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
@@ -177,6 +188,7 @@ class Workload:
                 world.trace.record("workload", "phase", {"ev": "liveness"})
                 world.phase = "liveness: heal and restart"
                 await heal_all(world)
+                self._healed.set()
             # Every producer has its last ADDJOB answer.
             self._consumers_on.set()
             world.phase = "liveness: mesh"
@@ -359,6 +371,89 @@ class Workload:
             ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
             self.record(name, "add", {**invoke, "ok": ok, "reply": _text(reply)})
             await trio.sleep(rng.uniform(0.05, 0.2) * (1 if pinned is None else 3))
+
+    async def _pipeliner(self, world: World, name: str, rng: random.Random) -> None:
+        """Synchronous ADDJOBs pipelined in two windows on one connection:
+        the second goes out while the first waits for its copies. Every
+        reply must come (an ADDJOB times out in 1 s): a reply still missing
+        UNANSWERED_S after every fault is healed is recorded as
+        ``unanswered`` (sim/checkers.py, check_answered)."""
+        client: RespClient | None = None
+        index = 0
+        n = 0
+        while not self._stop_producing.is_set():
+            if client is None:
+                index = rng.randrange(world.count)
+            windows = [rng.randint(1, 2), rng.randint(1, 2)]
+            sent: list[dict[str, Any]] = []
+            try:
+                if client is None:
+                    client = await world.client(index)
+                for w, size in enumerate(windows):
+                    if w:
+                        await trio.sleep(PIPELINE_GAP_S)
+                    for _ in range(size):
+                        retry = rng.randint(1, 3)
+                        copies = rng.randint(2, max(2, self.plan.max_replicate))
+                        invoke = {
+                            "node": index,
+                            "body": f"{name}-{n}",
+                            "retry": retry,
+                            "copies": copies,
+                            "async": False,
+                            "delay": 0,
+                            "ttl": 0,
+                        }
+                        n += 1
+                        self.record(name, "invoke", invoke)
+                        sent.append(invoke)
+                        await client.send(
+                            "ADDJOB", QUEUE, invoke["body"], ADD_TIMEOUT_MS,
+                            "REPLICATE", copies, "RETRY", retry,
+                        )  # fmt: skip
+                answered = await self._replies(client, name, index, sent)
+            except CONN_ERRORS as e:
+                # Node down or refusing: try another one after the pause
+                # (never straight away: a refused connect takes no time).
+                client = None
+                error = f"connection error: {type(e).__name__}"
+                for invoke in sent:
+                    self.record(name, "add", {**invoke, "ok": False, "reply": error})
+            else:
+                if not answered:
+                    await client.aclose()
+                    client = None
+            # A few rounds a second: it is there for the two windows, not
+            # for load (the other producers make that).
+            await trio.sleep(rng.uniform(0.3, 0.6))
+        if client is not None:
+            await client.aclose()
+
+    async def _replies(
+        self, client: RespClient, name: str, index: int, sent: list[dict[str, Any]]
+    ) -> bool:
+        """Read the reply of each pipelined ADDJOB of ``sent``, in order;
+        False (and an ``unanswered`` record) if some never came."""
+        waited = 0.0
+        while sent:
+            with trio.move_on_after(0.5) as scope:
+                reply: Any = await client.read()
+            if not scope.cancelled_caught:
+                ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
+                self.record(name, "add", {**sent.pop(0), "ok": ok, "reply": _text(reply)})
+                continue
+            if self._healed.is_set():
+                waited += 0.5
+                if waited >= UNANSWERED_S:
+                    self.record(
+                        name,
+                        "unanswered",
+                        {"node": index, "count": len(sent), "bodies": [i["body"] for i in sent]},
+                    )
+                    for invoke in sent:
+                        self.record(name, "add", {**invoke, "ok": False, "reply": "no reply"})
+                    return False
+        return True
 
     async def _consumer(self, world: World, name: str, index: int, rng: random.Random) -> None:
         client: RespClient | None = None

@@ -267,13 +267,9 @@ class _Connection:
                 await self._commit_and_send()
                 raise _Disconnected from None
             if argv is None:
-                if not run:
-                    break
-                # While the run waited, its reader may have read more
-                # commands (past the grace): run them too, not wait for input
-                # a client waiting for these replies will never send.
-                await self._settle(run)
-                continue
+                if await self._settle_at_end(run):
+                    continue
+                break
             if run and argv[0].upper() != b"ADDJOB":
                 await self._settle(run)
             reply = host.execute(client, argv)
@@ -291,6 +287,16 @@ class _Connection:
                 await self._monitor()
                 raise _Disconnected
         await self._commit_and_send()
+
+    async def _settle_at_end(self, run: list[Reply | Waiter]) -> bool:
+        """The input read so far is used up: settle the run, if any. True
+        when there was one: while it waited, its reader may have read more
+        commands (past the grace), which must run now, not wait for input
+        that a client waiting for these replies will never send."""
+        if not run:
+            return False
+        await self._settle(run)
+        return True
 
     async def _settle(self, run: list[Reply | Waiter]) -> None:
         """Wait for each reply of a run of ADDJOBs in order, and encode it.

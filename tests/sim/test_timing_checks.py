@@ -8,6 +8,7 @@ from sim.checkers import (
     Crashes,
     check,
     check_acked,
+    check_answered,
     check_nack,
     check_requeue,
     check_working,
@@ -136,3 +137,16 @@ def test_ttl_judges_a_late_reply_by_when_the_node_sent_it() -> None:
     assert any("after its TTL" in v for v in check(history, crashes=too_late).violations)
     unknown = Crashes()
     assert any("after its TTL" in v for v in check(history, crashes=unknown).violations)
+
+
+def test_answered_reports_pipelined_adds_left_without_a_reply() -> None:
+    spec = {"node": 2, "body": "pp-7", "retry": 1, "copies": 2, "ttl": 0}
+    answered = [ev(1.0, "invoke", **spec), ev(1.2, "add", **spec, ok=True, reply=JOB)]
+    assert check_answered(answered) == []
+    left = [
+        ev(1.0, "invoke", **spec),
+        ev(30.0, "unanswered", node=2, count=1, bodies=["pp-7"]),
+        ev(30.0, "add", **spec, ok=False, reply="no reply"),
+    ]
+    [violation] = check_answered(left)
+    assert violation.startswith("answered: 1 pipelined ADDJOB(s) to n2 (pp-7)")
