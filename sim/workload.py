@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from disque_trio.protocol.replies import ReplyError, Status
+from disque_trio.server.connections import READER_GRACE_REPL_S
 from disque_trio.testing import RespClient
 
 from .explore import Explorer
@@ -41,10 +42,10 @@ CONVERGE_S = 30.0
 CODA_S = 4.0  # the calm coda's producing time (plan.coda)
 CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
 # The pipelining producer sends its second window this long after the first
-# (past the 50 ms after which a connection's reader takes the input from a
+# (past the grace after which a connection's reader takes the input from a
 # waiting ADDJOB), and expects every reply at most UNANSWERED_S after every
 # fault is healed and every node is back (its ADDJOBs time out in 1 s).
-PIPELINE_GAP_S = 0.1
+PIPELINE_GAP_S = 2 * READER_GRACE_REPL_S
 UNANSWERED_S = 5.0
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
@@ -69,6 +70,19 @@ def _text(value: Any) -> str:
     if isinstance(value, ReplyError):
         return str(value)
     return str(value)
+
+
+def _sync_invoke(index: int, body: str, retry: int, copies: int) -> dict[str, Any]:
+    """The record of a synchronous ADDJOB with no DELAY or TTL."""
+    return {
+        "node": index,
+        "body": body,
+        "retry": retry,
+        "copies": copies,
+        "async": False,
+        "delay": 0,
+        "ttl": 0,
+    }
 
 
 def _alone(world: World, index: int) -> bool:
@@ -241,15 +255,7 @@ class Workload:
                 n += 1
                 retry = rng.randint(1, 3)
                 copies = rng.randint(1, self.plan.max_replicate)
-                invoke = {
-                    "node": index,
-                    "body": body,
-                    "retry": retry,
-                    "copies": copies,
-                    "async": False,
-                    "delay": 0,
-                    "ttl": 0,
-                }
+                invoke = _sync_invoke(index, body, retry, copies)
                 self.record("coda", "invoke", invoke)
                 try:
                     client = clients.get(index)
@@ -395,15 +401,7 @@ class Workload:
                     for _ in range(size):
                         retry = rng.randint(1, 3)
                         copies = rng.randint(2, max(2, self.plan.max_replicate))
-                        invoke = {
-                            "node": index,
-                            "body": f"{name}-{n}",
-                            "retry": retry,
-                            "copies": copies,
-                            "async": False,
-                            "delay": 0,
-                            "ttl": 0,
-                        }
+                        invoke = _sync_invoke(index, f"{name}-{n}", retry, copies)
                         n += 1
                         self.record(name, "invoke", invoke)
                         sent.append(invoke)

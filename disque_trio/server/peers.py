@@ -149,9 +149,25 @@ class PeerLink:
         self.pending: list[tuple[str, bytes, float]] = []  # for Bus.flush
         # Announcements in the outbox (WILLQUEUE, QUEUED counting nothing):
         # frame -> copies not taken yet. Only the last copy is written (see
-        # Bus.send).
+        # Bus.send, superseded).
         self.repeats: dict[bytes, int] = {}
         self.rest = b""  # of a frame the socket took only part of (Bus.flush)
+
+    def queued_announcement(self, frame: bytes) -> None:
+        """``frame``, an announcement, went into the outbox."""
+        self.repeats[frame] = self.repeats.get(frame, 0) + 1
+
+    def superseded(self, frame: bytes) -> bool:
+        """``frame`` leaves the outbox: True for an announcement with a later
+        copy of itself still there (only that one is written)."""
+        copies = self.repeats.get(frame)
+        if copies is None:
+            return False
+        if copies > 1:
+            self.repeats[frame] = copies - 1
+            return True
+        del self.repeats[frame]
+        return False
 
 
 class Bus:
@@ -290,7 +306,7 @@ class Bus:
                     # announcement at every retry point; each copy would be
                     # answered (QUEUED to every holder) when it comes back.
                     # They say the same thing: the last one goes, in its place.
-                    link.repeats[frame] = link.repeats.get(frame, 0) + 1
+                    link.queued_announcement(frame)
         except trio.WouldBlock:
             link.dropped += 1
             return
@@ -425,7 +441,7 @@ class Bus:
                 async for item in link.receive_channel:
                     link.queued -= 1
                     frame = item[1]
-                    if self._repeated(link, frame) or self._stale(item[0], item[2]):
+                    if link.superseded(frame) or self._stale(item[0], item[2]):
                         continue
                     if link.rest:
                         frame, link.rest = link.rest + frame, b""
@@ -451,23 +467,10 @@ class Bus:
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             link.queued -= 1
-            if not self._repeated(link, frame) and not self._stale(job_id, send_by):
+            if not link.superseded(frame) and not self._stale(job_id, send_by):
                 frames.append(frame)
         self.frames_out += len(frames)
         return b"".join(frames)
-
-    @staticmethod
-    def _repeated(link: PeerLink, frame: bytes) -> bool:
-        """An announcement with a later copy of itself still in the outbox
-        (only that one is written)."""
-        copies = link.repeats.get(frame)
-        if copies is None:
-            return False
-        if copies > 1:
-            link.repeats[frame] = copies - 1
-            return True
-        del link.repeats[frame]
-        return False
 
     def _stale(self, job_id: str, send_by: float = math.inf) -> bool:
         """A queued REPLJOB whose job this node held when it was queued and

@@ -198,6 +198,31 @@ class LinkHost:
         pass
 
 
+async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
+    """Bus._handshake for a link task under test: the peer answered as PEER."""
+    return type("Peer", (), {"node_id": PEER})(), None
+
+
+class StreamPair(trio.abc.Stream):
+    """A connection: writes go to ``out``, reads wait for ever."""
+
+    def __init__(self, out: trio.testing.MemorySendStream) -> None:
+        self.out = out
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.out.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
 def _bus_with_link(room: int) -> tuple[Bus, PeerLink, TakesSome]:
     table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
     table.add(PEER, "127.0.0.1", 7712, 17712)
@@ -275,28 +300,6 @@ def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() ->
             bus_msgs.encode_frame(second)
         )
 
-    async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
-        return type("Peer", (), {"node_id": PEER})(), None
-
-    class StreamPair(trio.abc.Stream):
-        """A connection: writes go to ``out``, reads wait for ever."""
-
-        def __init__(self, out: trio.testing.MemorySendStream) -> None:
-            self.out = out
-
-        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-            await self.out.send_all(data)
-
-        async def wait_send_all_might_not_block(self) -> None:
-            await trio.lowlevel.checkpoint()
-
-        async def receive_some(self, max_bytes: int | None = None) -> bytes:
-            await trio.sleep_forever()
-            raise AssertionError
-
-        async def aclose(self) -> None:
-            await trio.lowlevel.checkpoint()
-
     trio.run(main)
 
 
@@ -331,25 +334,5 @@ def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
         expected = [ping, counted3, counted3, will1, queued2]
         assert written == b"".join(bus_msgs.encode_frame(m) for m in expected)
         assert link.queued == 0 and link.repeats == {}
-
-    async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
-        return type("Peer", (), {"node_id": PEER})(), None
-
-    class StreamPair(trio.abc.Stream):
-        def __init__(self, out: trio.testing.MemorySendStream) -> None:
-            self.out = out
-
-        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-            await self.out.send_all(data)
-
-        async def wait_send_all_might_not_block(self) -> None:
-            await trio.lowlevel.checkpoint()
-
-        async def receive_some(self, max_bytes: int | None = None) -> bytes:
-            await trio.sleep_forever()
-            raise AssertionError
-
-        async def aclose(self) -> None:
-            await trio.lowlevel.checkpoint()
 
     trio.run(main)
