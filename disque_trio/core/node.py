@@ -757,11 +757,18 @@ class Node:
         ):
             if job.state != JobState.QUEUED:
                 cj.send_willqueue(self, job)
-                if self._held_elsewhere(job):
+                late = now - chatter_slot_end(job.qtime - WILLQUEUE_ADVANCE_MS)
+                if late > CHATTER_GRID_MS and self._held_elsewhere(job):
                     # A late timer (the process was stopped or starved)
                     # would re-queue in the same breath: the holders that
                     # know of an ack (and the SETACKs already waiting in our
-                    # sockets) still get the whole advance to stop it.
+                    # sockets) still get the whole advance to stop it. Only
+                    # a timer a slot past its slot's end counts as late: the
+                    # re-queue of one on time keeps its own time error. It
+                    # moved to the slot's end plus the advance, so holders
+                    # whose WILLQUEUE shared a slot re-queued in the same
+                    # millisecond: one job in ten that two holders held and
+                    # one delivered was queued by both (C Disque: none).
                     job.qtime = max(job.qtime, now + WILLQUEUE_ADVANCE_MS)
             job.flags &= ~FLAG_BCAST_WILLQUEUE
         if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:

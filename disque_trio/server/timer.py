@@ -4,9 +4,9 @@ The core keeps every timer as data (the awake index, ``core/awake.py``) and
 says when it next has work (``next_deadline``). The :class:`Timer` task
 sleeps until then (at most a second, so that a wall-clock jump is noticed),
 runs the due timers and commits; whoever changes the deadline (any commit)
-pulls it earlier with :meth:`Timer.reschedule`. Deadlines are rounded up
-to a grain of GRAIN_MS: the timers due within one grain run in one tick,
-so their bus messages leave in one commit and one write per peer. The
+pulls it earlier with :meth:`Timer.reschedule`. The timer wakes at the
+millisecond a timer is due: the core batches the frequent ones itself (its
+chatter slots, ``core/node.py``), and the rest need their own time. The
 :class:`Cron` task runs housekeeping ten times a second. Neither knows the
 node: each takes the few callables it drives.
 """
@@ -18,16 +18,15 @@ from collections.abc import Callable
 import trio
 
 MAX_SLEEP_S = 1.0  # the timer looks at the clock at least this often
-# A tick runs every timer due by the end of its grain (never one not yet
-# due). Job timers count in seconds (RETRY, DELAY, TTL; the WILLQUEUE
-# advance is 500 ms, a replication try 50 ms), so 10 ms late changes no
-# outcome; what it saves is the cost of a tick per distinct millisecond. Jobs
-# with RETRY 1 on three holders announce and answer each other all the time
-# (WILLQUEUE, QUEUED): with 500 of them on seven nodes, that chatter alone
-# took 1.4 to 1.6 cores at a tick per millisecond, 0.9 to 1.0 with the grain
-# (the same messages, fewer wake-ups, commits and writes). The core puts
-# those timers on a coarser grid of its own (core/node.py, CHATTER_GRID_MS).
-GRAIN_MS = 10
+# No grain of its own. Deadlines were once rounded up to 10 ms, so that the
+# timers due within one grain ran in one tick (one commit, one write per
+# peer): that halved the cost of RETRY 1 announcements before the core put
+# them on its 100 ms chatter slots. With the slots the grain saved nothing
+# (bench/bench_chatter.py, seven nodes, 1,000 RETRY 1 jobs: 0.66 and 0.74
+# cores with it, 0.57 and 0.63 without), and it cost duplicates: two holders
+# whose re-queue times fell in one grain re-queued in the same millisecond
+# at its end, past the random time error meant to keep them apart, and both
+# queued the job.
 CRON_PERIOD_S = 0.1  # ten times a second, like the original's serverCron
 
 
@@ -50,7 +49,7 @@ class Timer:
         while True:
             now = self._now_ms()
             due = self._next_deadline()
-            due = self._due_ms = None if due is None else _grain(due)
+            self._due_ms = due
             delay = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, (due - now) / 1000))
             with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
                 self._scope = scope
@@ -62,16 +61,10 @@ class Timer:
         """A commit moved the next deadline: wake earlier if it is sooner."""
         if due is None or self._scope is None:
             return
-        due = _grain(due)
         if self._due_ms is None or due < self._due_ms:
             self._due_ms = due
             delay = max(0.0, (due - self._now_ms()) / 1000)
             self._scope.deadline = trio.current_time() + delay
-
-
-def _grain(due: int) -> int:
-    """The end of the grain ``due`` falls in (itself when on a boundary)."""
-    return -(-due // GRAIN_MS) * GRAIN_MS
 
 
 class Cron:

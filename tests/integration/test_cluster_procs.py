@@ -204,16 +204,31 @@ def test_counters_count_deliveries_not_moves(node_factory: object) -> None:
     assert _show_counters(a, job_id) == ("active", 0, 1)
     assert _show_counters(b, job_id) == ("active", 0, 1)
 
-    # Two holders: one re-queues by RETRY and tells the other (QUEUED).
-    job_id = a.execute_command("ADDJOB", "both", "x", 0, "REPLICATE", 2, "RETRY", 2)
-    assert _getjob_counters(a, "both") == (job_id, (0, 0))
-    wait_for(
-        lambda: "queued" in (_show_counters(a, job_id)[0], _show_counters(b, job_id)[0]),
-        what="the RETRY re-queue",
-    )
-    assert _getjob_counters(b, "both") == (job_id, (0, 1))
-    assert _show_counters(a, job_id)[1:] == (0, 1)
-    assert _show_counters(b, job_id) == ("active", 0, 1)
+    # Two holders: one re-queues by RETRY and tells the other (QUEUED). Each
+    # holder's retry point has its own random error (up to 250 ms either
+    # way); when the two fall closer than a QUEUED's flight, both holders
+    # re-queue and count both deliveries, as C Disque's do (a race the
+    # error makes rare: none of 400 jobs in a loop of them, one in ten when
+    # the holders' re-queue times shared a grid). Such a round says nothing
+    # about these figures: another job, up to five.
+    for attempt in range(5):
+        queue = f"both{attempt}"
+        job_id = a.execute_command("ADDJOB", queue, "x", 0, "REPLICATE", 2, "RETRY", 2)
+        assert _getjob_counters(a, queue) == (job_id, (0, 0))
+        wait_for(
+            lambda j=job_id: "queued" in (_show_counters(a, j)[0], _show_counters(b, j)[0]),
+            what="the RETRY re-queue",
+        )
+        fetched = _getjob_counters(b, queue)
+        on_a, on_b = _show_counters(a, job_id), _show_counters(b, job_id)
+        if 2 in (fetched[1][1], on_a[2], on_b[2]):
+            continue  # both holders re-queued
+        assert fetched == (job_id, (0, 1))
+        assert on_a[1:] == (0, 1)
+        assert on_b == ("active", 0, 1)
+        break
+    else:
+        raise AssertionError("both holders re-queued the job in all five rounds")
 
 
 def test_a_cluster_with_a_secret_forms_and_refuses_outsiders(node_factory: object) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
-from disque_trio.core.node import WILLQUEUE_ADVANCE_MS, Node, chatter_slot_end
+from disque_trio.core.node import CHATTER_GRID_MS, WILLQUEUE_ADVANCE_MS, Node, chatter_slot_end
 from disque_trio.core.records import job_data
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
@@ -119,6 +119,36 @@ def test_a_late_willqueue_still_comes_the_whole_advance_before_the_requeue() -> 
     elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
     assert copy.state == JobState.ACKED and not consumer.done
     check_invariants(node)
+
+
+def test_a_willqueue_sent_in_its_slot_keeps_the_requeue_time_error() -> None:
+    """The WILLQUEUE waits for the end of its chatter slot, and a timer can
+    run a little after that: neither is lateness. The re-queue keeps its
+    own time (the random error that keeps holders apart); moving it to the
+    WILLQUEUE's time plus the advance gave every holder whose WILLQUEUE
+    shared a slot the same re-queue millisecond, and both queued the job
+    (about one job in ten held by two nodes, delivered by one)."""
+    for lag in (0, 40, CHATTER_GRID_MS):
+        node = _with_two_linked_peers()
+        clock = node.clock
+        assert isinstance(clock, FakeClock)
+        data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+        cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+        copy = node.jobs[data.id]
+        qtime = copy.qtime
+        node.effects.clear()
+
+        tick_at(node, clock, chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS) + lag)
+
+        assert [m for _, m in sent(node) if isinstance(m, bus.WillQueue)] == [
+            bus.WillQueue(data.id)
+        ]
+        assert copy.qtime == qtime and copy.state == JobState.ACTIVE
+        tick_at(node, clock, qtime - 1)
+        assert copy.state == JobState.ACTIVE
+        tick_at(node, clock, qtime)
+        assert copy.state == JobState.QUEUED
+        check_invariants(node)
 
 
 def test_without_an_answer_the_late_requeue_happens_after_the_advance() -> None:

@@ -22,7 +22,7 @@ from disque_trio.server.aof import AppendOnlyFile
 from disque_trio.server.client import Client
 from disque_trio.server.connections import serve_client
 from disque_trio.server.delivery import Delivery
-from disque_trio.server.timer import CRON_PERIOD_S, GRAIN_MS, MAX_SLEEP_S, Cron, Timer
+from disque_trio.server.timer import CRON_PERIOD_S, MAX_SLEEP_S, Cron, Timer
 from sim.disk import DiskHandle, SimDisk
 
 
@@ -84,11 +84,13 @@ async def test_a_later_deadline_does_not_delay_an_earlier_one(
         nursery.cancel_scope.cancel()
 
 
-async def test_timers_due_within_one_grain_run_in_one_tick_at_its_end(
+async def test_each_timer_runs_at_its_own_millisecond(
     clock: trio.testing.MockClock,
 ) -> None:
-    # Jobs due at 501 .. 509 ms (one grain) and 513 ms (the next): two
-    # ticks, at the end of each grain, never before a timer is due.
+    # Jobs due at 501, 504, 509 and 513 ms, and one at 502 ms added while the
+    # timer sleeps for 501: a tick at each one's millisecond, never before it
+    # is due and never rounded to a shared grid (two holders of one job whose
+    # re-queue times fell in one 10 ms grain both re-queued at its end).
     pending = [501, 504, 509, 513]
     ticks: list[tuple[int, list[int]]] = []
 
@@ -106,11 +108,10 @@ async def test_timers_due_within_one_grain_run_in_one_tick_at_its_end(
         nursery.start_soon(timer.run)
         await trio.sleep(0.2)
         pending.append(502)
-        timer.reschedule(502)  # in the grain it already sleeps for
+        timer.reschedule(502)  # later than the one it sleeps for: kept
         await trio.sleep(0.4)
         nursery.cancel_scope.cancel()
-    assert GRAIN_MS == 10
-    assert ticks == [(510, [501, 504, 509, 502]), (520, [513])]
+    assert ticks == [(501, [501]), (502, [502]), (504, [504]), (509, [509]), (513, [513])]
 
 
 async def test_cron_runs_ten_times_a_second_and_once_a_second(
