@@ -305,8 +305,10 @@ class Retries:
             await call_next()
         except anyio.get_cancelled_exc_class():
             ctx.outcome = "interrupted"
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.nack_timeout):
-                await self._nack(ctx)
+            with anyio.CancelScope(shield=True):
+                await ctx.worker.fetches_returned()
+                with anyio.move_on_after(self.nack_timeout):
+                    await self._nack(ctx)
             raise
         except Exception as e:
             ctx.error = e
@@ -621,6 +623,7 @@ class Worker:
         self._waits: set[anyio.CancelScope] = set()
         self._handlers_scope: anyio.CancelScope | None = None
         self._limiter: anyio.CapacityLimiter | None = None
+        self._fetching_done: anyio.Event | None = None  # one per run()
 
     # ------------------------------------------------------------ handlers
 
@@ -689,6 +692,16 @@ class Worker:
                     self._handlers_scope.deadline, anyio.current_time() + self.shutdown_timeout
                 )
 
+    async def fetches_returned(self) -> None:
+        """Once stopping, wait (at most ``fetch_timeout`` and a second) for
+        the fetches in flight to return. An interrupted job's NACK waits for
+        them: one of them would get the job back at once and give it back
+        with a second NACK, a delivery of the job's ``max_deliveries`` spent
+        for nothing."""
+        if self._stopping and self._fetching_done is not None:
+            with anyio.move_on_after(self.fetch_timeout + 1.0):
+                await self._fetching_done.wait()
+
     def run_sync(self, backend: str = "trio", *, handle_signals: bool = True) -> None:
         """Run until stopped, in a new event loop (``anyio.run``)."""
         anyio.run(functools.partial(self.run, handle_signals=handle_signals), backend=backend)
@@ -745,13 +758,15 @@ class Worker:
         cancels them (after the grace period, or at once) without
         cancelling a fetch in flight, whose reply could hold jobs that
         would then be lost until their RETRY."""
+        fetching_done = self._fetching_done
+        assert fetching_done is not None  # run() made it
         self._handlers_scope = anyio.CancelScope()
         if self._stopping:  # stop() came before this scope existed
             self._handlers_scope.deadline = anyio.current_time() + self.shutdown_timeout
         with self._handlers_scope:
             async with anyio.create_task_group() as jobs:
                 task_status.started(jobs)
-                await self._fetching_done.wait()
+                await fetching_done.wait()
         self._handlers_scope = None
 
     async def _watch_signals(self) -> None:

@@ -240,6 +240,35 @@ async def test_stop_lets_handlers_finish_then_nacks_the_rest(node: NodeProcess) 
         assert info is not None and info.state == "queued" and info.nacks == 1
 
 
+@pytest.mark.anyio
+async def test_an_interrupted_job_is_nacked_once_not_again_by_a_fetch_in_flight(
+    node: NodeProcess,
+) -> None:
+    """The grace ends while a fetch of the same queue is still waiting (its
+    timeout is longer): NACKed at once, the job went straight into that
+    fetch, which gave it back with a second NACK, a delivery of the job's
+    max_deliveries spent on nothing. The NACK now waits for the fetches."""
+    with Client(url(node)) as c:
+        job_id = c.add_job("long", "z")
+    worker = Worker(url(node), shutdown_timeout=0.3, fetch_timeout=2.0)
+    started: list[str] = []
+
+    @worker.handler("long", concurrency=2)
+    async def long(job: Job) -> None:
+        started.append(job.id)
+        await anyio.sleep(60)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: started == [job_id])
+        await anyio.sleep(0.3)  # the second slot's fetch is waiting, 2 s
+        worker.stop()
+    assert started == [job_id]
+    with Client(url(node)) as c:
+        info = c.show(job_id)
+        assert info is not None and info.state == "queued" and info.nacks == 1
+
+
 class Monitor:
     """A MONITOR connection read in the background: the commands the node
     received from other clients, each as its list of arguments."""
