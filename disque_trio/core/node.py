@@ -763,12 +763,13 @@ class Node:
                     # would re-queue in the same breath: the holders that
                     # know of an ack (and the SETACKs already waiting in our
                     # sockets) still get the whole advance to stop it. Only
-                    # a timer a slot past its slot's end counts as late: the
-                    # re-queue of one on time keeps its own time error. It
-                    # moved to the slot's end plus the advance, so holders
-                    # whose WILLQUEUE shared a slot re-queued in the same
-                    # millisecond: one job in ten that two holders held and
-                    # one delivered was queued by both (C Disque: none).
+                    # a timer more than a slot past its slot's end is late:
+                    # one on time keeps its re-queue time and so its random
+                    # error. Moving every re-queue to the WILLQUEUE's time
+                    # plus the advance gave the holders whose WILLQUEUE
+                    # shared a slot one re-queue millisecond: of the jobs
+                    # two nodes held and one delivered, one in ten was
+                    # queued by both (C Disque: none).
                     job.qtime = max(job.qtime, now + WILLQUEUE_ADVANCE_MS)
             job.flags &= ~FLAG_BCAST_WILLQUEUE
         if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:
