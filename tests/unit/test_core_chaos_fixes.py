@@ -37,6 +37,17 @@ def _with_two_linked_peers() -> Node:
     return node
 
 
+def _a_copy_from_other() -> tuple[Node, FakeClock, Job]:
+    """A node with two linked peers, holding a copy OTHER_ID replicated to
+    it (``_job_added_on``), and its clock."""
+    node = _with_two_linked_peers()
+    clock = node.clock
+    assert isinstance(clock, FakeClock)
+    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    return node, clock, node.jobs[data.id]
+
+
 def test_setack_for_a_job_waiting_for_replication_is_not_delivered_here() -> None:
     """DISQUE_CHAOS_SEED=5 DISQUE_CHAOS_FAULTS=stop, 60 s: an ADDJOB with
     REPLICATE 3 waited for the copy of a stopped node; the replica that had
@@ -96,13 +107,8 @@ def test_a_late_willqueue_still_comes_the_whole_advance_before_the_requeue() -> 
     waiting since before the stop; the SETACK for it (the job was re-queued
     by another holder, delivered and acked there) was waiting, unread, in
     the bus socket."""
-    node = _with_two_linked_peers()
-    clock = node.clock
-    assert isinstance(clock, FakeClock)
-    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
-    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-    job_id = data.id
-    copy = node.jobs[job_id]
+    node, clock, copy = _a_copy_from_other()
+    job_id = copy.id
     assert copy.state == JobState.ACTIVE and copy.qtime
     consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
     assert isinstance(consumer, Waiter)
@@ -129,19 +135,14 @@ def test_a_willqueue_sent_in_its_slot_keeps_the_requeue_time_error() -> None:
     shared a slot the same re-queue millisecond, and both queued the job
     (about one job in ten held by two nodes, delivered by one)."""
     for lag in (0, 40, CHATTER_GRID_MS):
-        node = _with_two_linked_peers()
-        clock = node.clock
-        assert isinstance(clock, FakeClock)
-        data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
-        cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-        copy = node.jobs[data.id]
+        node, clock, copy = _a_copy_from_other()
         qtime = copy.qtime
         node.effects.clear()
 
         tick_at(node, clock, chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS) + lag)
 
         assert [m for _, m in sent(node) if isinstance(m, bus.WillQueue)] == [
-            bus.WillQueue(data.id)
+            bus.WillQueue(copy.id)
         ]
         assert copy.qtime == qtime and copy.state == JobState.ACTIVE
         tick_at(node, clock, qtime - 1)
@@ -152,12 +153,7 @@ def test_a_willqueue_sent_in_its_slot_keeps_the_requeue_time_error() -> None:
 
 
 def test_without_an_answer_the_late_requeue_happens_after_the_advance() -> None:
-    node = _with_two_linked_peers()
-    clock = node.clock
-    assert isinstance(clock, FakeClock)
-    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
-    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-    copy = node.jobs[data.id]
+    node, clock, copy = _a_copy_from_other()
     consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
     assert isinstance(consumer, Waiter)
 
@@ -166,7 +162,7 @@ def test_without_an_answer_the_late_requeue_happens_after_the_advance() -> None:
     tick_at(node, clock, clock.ms + WILLQUEUE_ADVANCE_MS - 1)
     assert not consumer.done
     tick_at(node, clock, clock.ms + 1)
-    assert consumer.done and consumer.reply == [["q", data.id, b"body"]]
+    assert consumer.done and consumer.reply == [["q", copy.id, b"body"]]
     check_invariants(node)
 
 
@@ -187,12 +183,7 @@ def test_a_requeue_due_long_ago_is_announced_again() -> None:
     just before the SIGSTOP, and the re-queue came due during it; the first
     tick after SIGCONT re-queued before reading the SETACK and QUEUED the
     other holder had sent meanwhile."""
-    node = _with_two_linked_peers()
-    clock = node.clock
-    assert isinstance(clock, FakeClock)
-    data = job_data(_job_added_on(OTHER_ID, node), node.now_ms())
-    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
-    copy = node.jobs[data.id]
+    node, clock, copy = _a_copy_from_other()
     consumer = run(node, "GETJOB", "TIMEOUT", 0, "FROM", "q")
     assert isinstance(consumer, Waiter)
     due = copy.qtime
@@ -202,9 +193,9 @@ def test_a_requeue_due_long_ago_is_announced_again() -> None:
 
     tick_at(node, clock, due + 2000)  # stopped meanwhile
 
-    assert sent(node) == [(OTHER_ID, bus.WillQueue(data.id))]
+    assert sent(node) == [(OTHER_ID, bus.WillQueue(copy.id))]
     assert copy.state == JobState.ACTIVE and not consumer.done
-    cj.receive(node, OTHER_ID, bus.SetAck(data.id, 2))
+    cj.receive(node, OTHER_ID, bus.SetAck(copy.id, 2))
     elapse(node, clock, WILLQUEUE_ADVANCE_MS + 10)
     assert copy.state == JobState.ACKED and not consumer.done
     # A timer only a little late (a busy loop, not a stall) re-queues at once.
