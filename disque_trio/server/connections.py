@@ -348,9 +348,12 @@ class _Connection:
         leaving. Most waits are short (a synchronous ADDJOB's copies): only
         one that lasts past its grace (READER_GRACE_S, READER_GRACE_REPL_S)
         hands the reading to the reader, so that a disconnect is still seen
-        at once."""
+        at once. A waiter already done (an ADDJOB of a pipelined run whose
+        copies came back while the run's first one waited) waits for
+        nothing: its reply joins the others, sent in the batch's one write."""
         host, client = self.host, self.client
-        await self._commit_and_send()
+        if not waiter.done:
+            await self._commit_and_send()
         if not waiter.done and not client.gone:
             woken = trio.Event()
             waiter.wake = woken.set

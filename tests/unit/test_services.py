@@ -430,3 +430,36 @@ async def test_commands_read_while_a_run_of_addjobs_waits_run_after_it(
             assert await _read_reply(ours, reader) == Status("OK")
             assert await _read_reply(ours, reader) == Status("AFTER")
         await ours.aclose()
+
+
+async def test_a_run_of_addjobs_whose_copies_came_back_is_answered_in_one_write(
+    clock: trio.testing.MockClock,
+) -> None:
+    """Pipelined synchronous ADDJOBs: once the run's first one has waited,
+    the others' copies are there too, and all the replies go out in one
+    write (they went out one write each: 16 writes for redis-benchmark -P 16
+    REPLICATE 3)."""
+    host = FakeClientHost()
+    ours, theirs = trio.testing.memory_stream_pair()
+    writes: list[bytes] = []
+    send_all = theirs.send_all
+
+    async def counted(data: bytes | bytearray | memoryview) -> None:
+        writes.append(bytes(data))
+        await send_all(data)
+
+    theirs.send_all = counted  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_client, host, theirs)
+        await ours.send_all(b"ADDJOB\r\nADDJOB\r\nADDJOB\r\nADDJOB\r\n")
+        await trio.sleep(0.001)  # the run waits on its first ADDJOB
+        assert len(host.waiters) == 4 and not writes
+        for waiter in host.waiters:
+            waiter.finish(Status("OK"))
+        host.waiters[0].wake()  # the only one the connection waits on
+        reader = ReplyReader()
+        with trio.fail_after(10):
+            for _ in range(4):
+                assert await _read_reply(ours, reader) == Status("OK")
+        assert writes == [b"+OK\r\n" * 4]
+        await ours.aclose()
