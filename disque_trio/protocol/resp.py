@@ -498,11 +498,19 @@ def encode_into(out: bytearray, reply: Reply, proto: int = 2) -> None:
 def _enc_array(out: bytearray, items: list[Reply] | tuple[Reply, ...], proto: int) -> None:
     out += b"*%d\r\n" % len(items)
     for item in items:
-        # Bulk strings inline, to save a call per element.
+        # Bulk strings inline, to save calls per element: bodies (bytes),
+        # and the queue names and job IDs of GETJOB's replies (str).
         if type(item) is bytes:
             out += b"$%d\r\n" % len(item)
             out += item
             out += _CRLF
+        elif type(item) is str:
+            data = item.encode("utf-8", "surrogateescape")
+            out += b"$%d\r\n" % len(data)
+            out += data
+            out += _CRLF
+        elif type(item) is list:
+            _enc_array(out, item, proto)
         else:
             encode_into(out, item, proto)
 
