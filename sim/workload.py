@@ -40,6 +40,13 @@ QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
 CONVERGE_S = 30.0
 CODA_S = 4.0  # the calm coda's producing time (plan.coda)
+# A drain that outlasts its timeout goes on while the consumers still take
+# owed jobs: one owed job delivered or acked every DRAIN_PROGRESS_S at least,
+# for at most DRAIN_EXTRA_S more (sim/world.py's VIRTUAL_SLACK_S counts it
+# for both drains). One consumer facing 40 ms of latency takes a job every
+# 0.2 s: 332 jobs owed needed more than the 40 s (seed 94617).
+DRAIN_PROGRESS_S = 10.0
+DRAIN_EXTRA_S = 60.0
 CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
 # The pipelining producer sends its second window this long after the first
 # (past the grace after which a connection's reader takes the input from a
@@ -120,6 +127,7 @@ class Workload:
     # RETRY > 0 jobs without a TTL, added OK, whose last delivery (if any)
     # has no ack attempt yet: the drain also waits for it to empty.
     _owed: set[str] = attrs.field(factory=set)
+    _paid: int = 0  # jobs gone from _undelivered or _owed: the drain's progress
     _tracked: set[str] = attrs.field(factory=set)
     _acked_ids: set[str] = attrs.field(factory=set)
     acked_all: bool = False
@@ -147,11 +155,15 @@ class Workload:
                 self._undelivered.add(data["body"])
         elif op == "get":
             self._delivered.add(data["body"])
-            self._undelivered.discard(data["body"])
+            if data["body"] in self._undelivered:
+                self._undelivered.discard(data["body"])
+                self._paid += 1
             if data["id"] in self._tracked and data["id"] not in self._acked_ids:
                 self._owed.add(data["id"])
         elif op == "ack" and not data.get("noop"):
-            self._owed.discard(data["id"])
+            if data["id"] in self._owed:
+                self._owed.discard(data["id"])
+                self._paid += 1
             self._acked_ids.add(data["id"])
         if self._stop_producing.is_set() and not self._undelivered and not self._owed:
             self._all_delivered.set()
@@ -215,13 +227,7 @@ class Workload:
             world.trace.record("workload", "phase", {"ev": "drain"})
             self.record("workload", "phase", {"ev": "drain"})
             world.phase = "drain"
-            # Afresh: an answer that came in while producers were stopping
-            # may have set it before the last jobs were added.
-            self._all_delivered = trio.Event()
-            if not self._undelivered and not self._owed:
-                self._all_delivered.set()
-            with trio.move_on_after(self.drain_timeout):
-                await self._all_delivered.wait()
+            await self._drain()
             if plan.coda:
                 await self._run_coda(world)
             # Every job delivered once (as before), and each one's last
@@ -275,11 +281,27 @@ class Workload:
             for client in clients.values():
                 await client.aclose()
         world.phase = "drain after coda"
+        await self._drain()
+
+    async def _drain(self) -> None:
+        """Wait until every job owed is delivered and its last delivery
+        acked: ``drain_timeout``, then on while the consumers make progress
+        (DRAIN_PROGRESS_S, DRAIN_EXTRA_S). A job lost stays owed, and is
+        reported once the others are done or the extra time is up."""
+        # Afresh: an answer that came in while producers were stopping may
+        # have set it before the last jobs were added.
         self._all_delivered = trio.Event()
         if not self._undelivered and not self._owed:
             self._all_delivered.set()
         with trio.move_on_after(self.drain_timeout):
             await self._all_delivered.wait()
+        give_up = trio.current_time() + DRAIN_EXTRA_S
+        while not self._all_delivered.is_set() and trio.current_time() < give_up:
+            paid = self._paid
+            with trio.move_on_after(DRAIN_PROGRESS_S):
+                await self._all_delivered.wait()
+            if self._paid == paid:
+                break
 
     async def _pause_consumers(self, start: float) -> None:
         await trio.sleep_until(start + self.plan.duration * 0.3)

@@ -125,9 +125,11 @@ HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
 LINK_SETTLE_S = 2.0  # reconnection back-off (0.5 s) plus handshake, with margin
 ADMIN_TIMEOUT_S = 2.0  # the world's own admin calls (MEET, FORGET)
-# Drain (40 s), settle (20 s), convergence (30 s) and restarts fit in this
-# beyond the safety phase: a run still going is stuck.
-VIRTUAL_SLACK_S = 150.0
+# Two drains (40 s each, and up to 60 s more each while consumers still
+# take owed jobs: sim/workload.py), the coda, settle (20 s), convergence
+# (30 s) and restarts fit in this beyond the safety phase: a run still going
+# is stuck.
+VIRTUAL_SLACK_S = 270.0
 # Far above any legitimate rate (heartbeats, replication, acks, chaos
 # duplicates): a planted SETACK ping-pong reaches hundreds of thousands.
 STORM_FRAMES_PER_S = 5000
