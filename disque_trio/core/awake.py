@@ -23,7 +23,7 @@ timer coming due.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -117,27 +117,38 @@ class AwakeIndex:
             self._stored -= len(keys)
         return None
 
-    def pop_due(self, now_ms: int, lookup: Lookup) -> Iterator[Timed]:
-        """Yield (and unindex) jobs whose timer is due, earliest first (by
-        key for one due time, so the order never depends on history).
+    def pop_due(self, now_ms: int, lookup: Lookup, limit: int | None = None) -> list[Timed]:
+        """Unindex and return the jobs whose timer is due, earliest first
+        (by key for one due time, so the order never depends on history),
+        at most ``limit`` of them: the others stay filed, still due.
 
-        A job the caller re-schedules while iterating is filed again and
-        comes out again only if its new time is also due.
+        A job the caller re-schedules after this is filed again, and comes
+        out of the next call only if its new time is also due.
         """
         heap, groups = self._due, self._groups
+        out: list[Timed] = []
         while heap and heap[0] <= now_ms:
             due = heapq.heappop(heap)
             group = groups.pop(due)
-            keys = sorted(group) if isinstance(group, list) else (group,)
+            keys = sorted(group) if isinstance(group, list) else [group]
             self._stored -= len(keys)
-            for key in keys:
+            for i, key in enumerate(keys):
+                if limit is not None and len(out) >= limit:
+                    # The rest of this time's group goes back, due first.
+                    rest = keys[i:]
+                    groups[due] = rest if len(rest) > 1 else rest[0]
+                    heapq.heappush(heap, due)
+                    self._stored += len(rest)
+                    self._maybe_compact(lookup)
+                    return out
                 timed = lookup(key)
                 if timed is None or timed.awake != due:
                     continue
                 timed.awake = 0
                 self._live -= 1
-                yield timed
+                out.append(timed)
         self._maybe_compact(lookup)
+        return out
 
     def _maybe_compact(self, lookup: Lookup) -> None:
         # Rebuild once stale entries exceed a quarter of the live ones: the
@@ -149,7 +160,7 @@ class AwakeIndex:
 
     def _rebuild(self, lookup: Lookup, delta_ms: int) -> None:
         """Keep the live entries only (each once), moved by ``delta_ms``.
-        In place: a pop_due() generator in progress holds these objects."""
+        In place: the caller may hold these objects."""
         kept_groups: list[tuple[int, list[str]]] = []
         for due, group in self._groups.items():
             kept = [

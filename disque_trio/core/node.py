@@ -69,6 +69,12 @@ WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 # active job's qtime) keeps its own millisecond: there the random time error
 # is what keeps two holders from queueing the same job at once.
 CHATTER_GRID_MS = 100
+# Timers one tick runs at most (the original runs 10,000 per call, in C).
+# A node holding half a million jobs that fall due together (added in a burst
+# with one RETRY) ran them all in one tick: minutes of one CPU-bound call in
+# which it served no client, answered no PING (its peers flagged it failing)
+# and did not see a SIGTERM. A thousand is tens of milliseconds of Python.
+TICK_MAX_TIMERS = 1000
 GC_RETRY_MIN_MS = 1000  # first collection retry of an acked job
 GC_RETRY_MAX_MS = 180_000  # back-off cap (3 minutes)
 GC_RETRY_COUNT_MAX = 10
@@ -724,11 +730,12 @@ class Node:
         return self.awake.next_due(self._timed)
 
     def tick(self) -> None:
-        """Run every timer that is due now (jobs and idle queues)."""
+        """Run the timers that are due now (jobs and idle queues), at most
+        TICK_MAX_TIMERS: the others stay due, ``next_deadline`` says so, and
+        the timer task ticks again once other tasks had their turn."""
         self.follow_clock()
         now = self.now_ms()
-        # Materialise first: processing may push the same entry back if due.
-        for entry in list(self.awake.pop_due(now, self._timed)):
+        for entry in self.awake.pop_due(now, self._timed, TICK_MAX_TIMERS):
             if isinstance(entry, Queue):
                 self._queue_timer(entry, now)
             else:

@@ -335,6 +335,18 @@ class AwakeModel(RuleBasedStateMachine):
             del self.due[job_id]
             assert self.jobs[job_id].awake == 0
 
+    @rule(step=st.integers(0, 30), limit=st.integers(0, 5))
+    def pop_due_limited(self, step: int, limit: int) -> None:
+        """A tick takes at most ``limit`` timers: the earliest ones; the
+        others stay due, for the next call."""
+        self.now += step
+        popped = [j.id for j in self.index.pop_due(self.now, self.jobs.get, limit)]
+        expected = sorted((d, i) for i, d in self.due.items() if d <= self.now)
+        assert popped == [i for _, i in expected[:limit]]
+        for job_id in popped:
+            del self.due[job_id]
+            assert self.jobs[job_id].awake == 0
+
     @invariant()
     def agrees_with_model(self) -> None:
         assert len(self.index) == len(self.due)

@@ -9,7 +9,12 @@ import pytest
 
 from disque_trio.core.awake import AwakeIndex
 from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
-from disque_trio.core.node import CHATTER_GRID_MS, WILLQUEUE_ADVANCE_MS, chatter_slot_end
+from disque_trio.core.node import (
+    CHATTER_GRID_MS,
+    TICK_MAX_TIMERS,
+    WILLQUEUE_ADVANCE_MS,
+    chatter_slot_end,
+)
 from disque_trio.core.queue import QUEUE_MAX_IDLE_SECONDS
 
 from .core_support import (
@@ -35,6 +40,28 @@ def test_empty_node_has_no_deadline() -> None:
     assert node.next_deadline() is None
     node.tick()  # nothing to do, nothing breaks
     assert node.next_deadline() is None
+
+
+def test_a_tick_runs_at_most_its_share_of_timers_and_leaves_the_rest_due() -> None:
+    """Jobs added in a burst with one DELAY fall due together: one tick
+    runs TICK_MAX_TIMERS of them (the earliest), the others stay due, and
+    the next ticks take them (a node with half a million such timers sat in
+    one tick for minutes: no client served, no PING answered, no SIGTERM)."""
+    node, clock = make_node()
+    count = 2 * TICK_MAX_TIMERS + 500
+    for i in range(count):
+        add(node, "q", f"body-{i}", "DELAY", 1)
+    clock.ms += 1000
+    node.tick()
+    assert run(node, "QLEN", "q") == TICK_MAX_TIMERS
+    deadline = node.next_deadline()
+    assert deadline is not None and deadline <= node.now_ms()  # more, now
+    node.tick()
+    node.tick()
+    assert run(node, "QLEN", "q") == count
+    deadline = node.next_deadline()
+    assert deadline is None or deadline > node.now_ms()
+    check_invariants(node)
 
 
 def test_next_deadline_never_after_a_job_timer() -> None:
