@@ -128,6 +128,8 @@ class AwakeIndex:
         heap, groups = self._due, self._groups
         out: list[Timed] = []
         while heap and heap[0] <= now_ms:
+            if limit is not None and len(out) >= limit:
+                break
             due = heapq.heappop(heap)
             group = groups.pop(due)
             keys = sorted(group) if isinstance(group, list) else [group]
@@ -139,8 +141,7 @@ class AwakeIndex:
                     groups[due] = rest if len(rest) > 1 else rest[0]
                     heapq.heappush(heap, due)
                     self._stored += len(rest)
-                    self._maybe_compact(lookup)
-                    return out
+                    break
                 timed = lookup(key)
                 if timed is None or timed.awake != due:
                     continue
