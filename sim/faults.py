@@ -122,7 +122,16 @@ async def heal_all(world: World) -> None:
     world.net.heal()
     world.chaos.clear()
     for window in world.fault_windows:
-        world.fault_end(window)
+        # A membership change (a node replaced: a new ID, FORGET, MEET) is
+        # not undone by healing: its window stays open until every node
+        # knows every other again (World.split_watch). Closed here, it let
+        # the checks count a node that had not met the replacement yet as
+        # calm: that node dropped the WORKING of the replacement's consumer
+        # as coming from a stranger and queued the job again (seed 95333).
+        if world.open_split(window):
+            world.split_watch(window)  # (again, if already watched: harmless)
+        else:
+            world.fault_end(window)
     for node in world.nodes:
         if not node.up:
             await world.restart(node.index)

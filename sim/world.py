@@ -982,8 +982,12 @@ class World:
         self._splits.append(window)
         return window
 
+    def open_split(self, window: list[float]) -> bool:
+        """``window`` is a membership change's, still waiting for the mesh."""
+        return any(w is window for w in self._splits)
+
     def split_watch(self, window: list[float]) -> None:
-        """Close ``window`` once the cluster is meshed again (or at heal)."""
+        """Close ``window`` once the cluster is meshed again."""
         assert self._nursery is not None
         self._nursery.start_soon(self._split_until_meshed, window)
 
@@ -992,7 +996,8 @@ class World:
         while window[1] == float("inf") and not self.meshed():  # noqa: ASYNC110
             await trio.sleep(0.1)
         self.fault_end(window)
-        self._splits.remove(window)
+        # By identity: two watchers may end the same window.
+        self._splits[:] = [w for w in self._splits if w is not window]
 
     def calm(self, start: float, end: float, margin: float = LINK_SETTLE_S) -> bool:
         """No fault in force in [start - margin, end] (nor ended less than
