@@ -79,6 +79,7 @@ log = logging.getLogger("disque_trio.bus")
 # burst of ASYNC replication for tens of thousands of jobs fits; beyond that
 # the peer is too slow and messages are dropped (and counted).
 OUTBOX_SIZE = 65_536
+URGENT_MAX = 64  # heartbeats waiting for a busy link task (ten a second at most)
 # A YOURJOBS not on the wire this long after it was queued is dropped (its
 # jobs' TTLs travel as what is left of them; see Bus._stale).
 YOURJOBS_MAX_WAIT_S = 1.0
@@ -152,6 +153,10 @@ class PeerLink:
         # Bus.send, superseded).
         self.repeats: dict[bytes, int] = {}
         self.rest = b""  # of a frame the socket took only part of (Bus.flush)
+        # Heartbeats and FAILs sent while the link task writes or has frames
+        # queued: they go before the queued frames (never behind a full
+        # outbox, never dropped by it), with the link task's next write.
+        self.urgent: list[bytes] = []
 
     def queued_announcement(self, frame: bytes) -> None:
         """``frame``, an announcement, went into the outbox."""
@@ -298,6 +303,13 @@ class Bus:
                 if not link.pending:
                     self._pending_links.append(link)
                 link.pending.append(item)
+            elif link.stream is not None and isinstance(msg, bus.Heartbeat | bus.Fail):
+                # The failure detector's messages do not wait behind job
+                # traffic, nor get dropped with it when the outbox is full:
+                # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
+                # that way flagged busy peers failing, and ADDJOBs got NOREPL.
+                link.urgent.append(frame)
+                del link.urgent[:-URGENT_MAX]
             else:
                 link.send_channel.send_nowait(item)
                 link.queued += 1
@@ -442,25 +454,45 @@ class Bus:
                     link.queued -= 1
                     frame = item[1]
                     if link.superseded(frame) or self._stale(item[0], item[2]):
-                        continue
+                        frame = b""  # not sent (but heartbeats behind it are)
                     if link.rest:
                         frame, link.rest = link.rest + frame, b""
+                    data = self._batch(link, frame)
+                    if not data:
+                        continue
                     link.writing = True
-                    await send_all(stream, self._batch(link, frame))
+                    await send_all(stream, data)
+                    while link.urgent:  # sent during that write
+                        urgent, link.urgent = link.urgent, []
+                        self.frames_out += len(urgent)
+                        await send_all(stream, b"".join(urgent))
                     link.writing = False
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
             finally:
                 # The rest of a frame belongs to this connection: on the
-                # next one it would be garbage.
+                # next one it would be garbage. Heartbeats not written yet
+                # go to the outbox, as they would have.
                 link.stream = None
                 link.writing = False
                 link.rest = b""
+                for frame in link.urgent:
+                    try:
+                        link.send_channel.send_nowait(("", frame, math.inf))
+                    except trio.WouldBlock:
+                        link.dropped += 1
+                    else:
+                        link.queued += 1
+                link.urgent = []
             nursery.cancel_scope.cancel()
 
     def _batch(self, link: PeerLink, first: bytes) -> bytes:
-        """The first frame and whatever else is already queued (one send)."""
-        frames = [first]
+        """The first frame (which ends any frame cut short before), the
+        heartbeats waiting, and whatever else is already queued (one send)."""
+        frames = [first] if first else []
+        if link.urgent:
+            frames += link.urgent
+            link.urgent = []
         while len(frames) < SEND_BATCH:
             try:
                 job_id, frame, send_by = link.receive_channel.receive_nowait()

@@ -261,8 +261,8 @@ def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() ->
     and dropped with it (on another connection it would be garbage)."""
     from disque_trio.protocol import bus as bus_msgs
 
-    first = bus_msgs.Ping(ME, 0, ())
-    second = bus_msgs.Pong(ME, 0, ())
+    first = bus_msgs.GotJob("D-" + "0" * 8 + "-" + "A" * 24 + "-05a1")
+    second = bus_msgs.GotJob("D-" + "0" * 8 + "-" + "B" * 24 + "-05a1")
     frame = bus_msgs.encode_frame(first)
 
     async def main() -> None:
@@ -299,6 +299,47 @@ def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() ->
         assert link.queued == 1 and link.receive_channel.receive_nowait()[1] == (
             bus_msgs.encode_frame(second)
         )
+
+    trio.run(main)
+
+
+def test_heartbeats_go_before_queued_frames_and_a_full_outbox_keeps_them() -> None:
+    """A PING or PONG sent while the link task has frames to write goes
+    right after the frame cut short (whose rest must come first), ahead of
+    the job traffic queued, and is not dropped when the outbox is full: under
+    load, PONGs dropped with job messages flagged busy peers failing."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    jobs = [bus_msgs.GotJob("D-" + "0" * 8 + "-" + c * 24 + "-05a1") for c in "ABCD"]
+    ping = bus_msgs.Ping(ME, 0, ())
+
+    async def main() -> None:
+        bus, link, stream = _bus_with_link(10)
+        link.send_channel, link.receive_channel = trio.open_memory_channel[
+            tuple[str, bytes, float]
+        ](3)
+        bus.send(PEER, jobs[0])
+        bus.flush()  # the socket took 10 bytes: the rest is the link task's
+        assert stream.written == [bus_msgs.encode_frame(jobs[0])[:10]]
+        for msg in jobs[1:]:
+            bus.send(PEER, msg)
+        # The outbox holds three: the rest's wake-up and two frames.
+        assert link.queued == 3 and link.dropped == 1
+        bus.send(PEER, ping)
+        assert link.dropped == 1 and link.urgent == [bus_msgs.encode_frame(ping)]
+        connection = trio.testing.MemorySendStream()
+        bus._handshake = handshaken  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bus._serve_link, link, StreamPair(connection))
+            await trio.testing.wait_all_tasks_blocked()
+            assert connection.get_data_nowait() == (
+                bus_msgs.encode_frame(jobs[0])[10:]
+                + bus_msgs.encode_frame(ping)
+                + bus_msgs.encode_frame(jobs[1])
+                + bus_msgs.encode_frame(jobs[2])
+            )
+            assert not link.urgent and link.queued == 0
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
