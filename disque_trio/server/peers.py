@@ -158,6 +158,17 @@ class PeerLink:
         # outbox, never dropped by it), with the link task's next write.
         self.urgent: list[bytes] = []
 
+    def to_outbox(self, item: tuple[str, bytes, float]) -> bool:
+        """Queue ``item`` for the link task; False (counted as dropped) when
+        the outbox is full."""
+        try:
+            self.send_channel.send_nowait(item)
+        except trio.WouldBlock:
+            self.dropped += 1
+            return False
+        self.queued += 1
+        return True
+
     def queued_announcement(self, frame: bytes) -> None:
         """``frame``, an announcement, went into the outbox."""
         self.repeats[frame] = self.repeats.get(frame, 0) + 1
@@ -286,42 +297,37 @@ class Bus:
         else:
             frame = bus.encode_frame(msg)  # type: ignore[arg-type]
             self._last_msg, self._last_frame = msg, frame
-        try:
-            # Only a copy of a job held here can go stale: the copies of an
-            # external replication (ASYNC on a leaving node, or one short of
-            # memory) are of a job this node never keeps, and must go out.
-            job_id = ""
-            send_by = math.inf
-            if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
-                job_id = msg.job.id
-            elif isinstance(msg, bus.YourJobs) and all(j.retry for j in msg.jobs):
-                # (RETRY 0 jobs left this node with the message: late, not never.)
-                send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
-            item = (job_id, frame, send_by)
-            if link.pending or (link.stream is not None and not link.writing and not link.queued):
-                # Nothing waits before it: written at the end of the commit.
-                if not link.pending:
-                    self._pending_links.append(link)
-                link.pending.append(item)
-            elif link.stream is not None and isinstance(msg, bus.Heartbeat | bus.Fail):
-                # The failure detector's messages do not wait behind job
-                # traffic, nor get dropped with it when the outbox is full:
-                # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
-                # that way flagged busy peers failing, and ADDJOBs got NOREPL.
-                link.urgent.append(frame)
-                del link.urgent[:-URGENT_MAX]
-            else:
-                link.send_channel.send_nowait(item)
-                link.queued += 1
-                if type(msg) is bus.WillQueue or (type(msg) is bus.Queued and not msg.flags):
-                    # A link down for a while (a partition) collects the same
-                    # announcement at every retry point; each copy would be
-                    # answered (QUEUED to every holder) when it comes back.
-                    # They say the same thing: the last one goes, in its place.
-                    link.queued_announcement(frame)
-        except trio.WouldBlock:
-            link.dropped += 1
+        # Only a copy of a job held here can go stale: the copies of an
+        # external replication (ASYNC on a leaving node, or one short of
+        # memory) are of a job this node never keeps, and must go out.
+        job_id = ""
+        send_by = math.inf
+        if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
+            job_id = msg.job.id
+        elif isinstance(msg, bus.YourJobs) and all(j.retry for j in msg.jobs):
+            # (RETRY 0 jobs left this node with the message: late, not never.)
+            send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
+        item = (job_id, frame, send_by)
+        if link.pending or (link.stream is not None and not link.writing and not link.queued):
+            # Nothing waits before it: written at the end of the commit.
+            if not link.pending:
+                self._pending_links.append(link)
+            link.pending.append(item)
+        elif link.stream is not None and isinstance(msg, bus.Heartbeat | bus.Fail):
+            # The failure detector's messages do not wait behind job
+            # traffic, nor get dropped with it when the outbox is full:
+            # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
+            # that way flagged busy peers failing, and ADDJOBs got NOREPL.
+            link.urgent.append(frame)
+            del link.urgent[:-URGENT_MAX]
+        elif not link.to_outbox(item):
             return
+        elif type(msg) is bus.WillQueue or (type(msg) is bus.Queued and not msg.flags):
+            # A link down for a while (a partition) collects the same
+            # announcement at every retry point; each copy would be
+            # answered (QUEUED to every holder) when it comes back. They
+            # say the same thing: the last one goes, in its place.
+            link.queued_announcement(frame)
         kind = type(msg)
         self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
 
@@ -353,12 +359,7 @@ class Bus:
                 link.rest = data[written:]
                 items = [_WAKE]
             for item in items:
-                try:
-                    link.send_channel.send_nowait(item)
-                except trio.WouldBlock:
-                    link.dropped += 1
-                else:
-                    link.queued += 1
+                link.to_outbox(item)
 
     def close_all(self) -> None:
         for link in self.links.values():
@@ -477,12 +478,7 @@ class Bus:
                 link.writing = False
                 link.rest = b""
                 for frame in link.urgent:
-                    try:
-                        link.send_channel.send_nowait(("", frame, math.inf))
-                    except trio.WouldBlock:
-                        link.dropped += 1
-                    else:
-                        link.queued += 1
+                    link.to_outbox(("", frame, math.inf))
                 link.urgent = []
             nursery.cancel_scope.cancel()
 
