@@ -147,7 +147,8 @@ class PeerLink:
         self.stream: trio.abc.SendStream | None = None
         self.writing = False  # the link task is in a write: frames queue behind it
         self.queued = 0  # items in the outbox the link task has not taken yet
-        self.pending: list[tuple[str, bytes, float]] = []  # for Bus.flush
+        # For Bus.flush: outbox items, and BATCHABLE messages not encoded yet.
+        self.pending: list[tuple[str, bytes | bus.Message, float]] = []
         # Announcements in the outbox (WILLQUEUE, QUEUED counting nothing):
         # frame -> copies not taken yet. Only the last copy is written (see
         # Bus.send, superseded).
@@ -184,6 +185,14 @@ class PeerLink:
             return True
         del self.repeats[frame]
         return False
+
+
+def _encode_run(run: list[bus.Message], items: list[tuple[str, bytes, float]]) -> None:
+    """Append outbox items carrying ``run``, messages of one BATCHABLE kind."""
+    for start in range(0, len(run), bus.BATCH_MAX):
+        chunk = run[start : start + bus.BATCH_MAX]
+        frame = bus.encode_frame(chunk[0]) if len(chunk) == 1 else bus.encode_batch(chunk)
+        items.append(("", frame, math.inf))
 
 
 class Bus:
@@ -290,6 +299,17 @@ class Bus:
         link = self.links.get(node_id)
         if link is None:
             return
+        kind = type(msg)
+        if kind in bus.BATCHABLE and (
+            link.pending or (link.stream is not None and not link.writing and not link.queued)
+        ):
+            # Written at the end of the commit (below), encoded there with
+            # the run of its kind around it: one BATCH frame for them all.
+            if not link.pending:
+                self._pending_links.append(link)
+            link.pending.append(("", msg, math.inf))  # type: ignore[arg-type]
+            self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
+            return
         # The core sends one message object to every holder of a job
         # (messages are frozen): encode it once.
         if msg is self._last_msg:
@@ -328,7 +348,6 @@ class Bus:
             # answered (QUEUED to every holder) when it comes back. They
             # say the same thing: the last one goes, in its place.
             link.queued_announcement(frame)
-        kind = type(msg)
         self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
 
     def flush(self) -> None:
@@ -339,8 +358,8 @@ class Bus:
         the rest of a frame cut short as the link's ``rest``."""
         links, self._pending_links = self._pending_links, []
         for link in links:
-            items, link.pending = link.pending, []
-            items = [item for item in items if not self._stale(item[0], item[2])]
+            items = self._encode_pending(link.pending)
+            link.pending = []
             if not items:
                 continue
             data = b"".join([item[1] for item in items])
@@ -360,6 +379,30 @@ class Bus:
                 items = [_WAKE]
             for item in items:
                 link.to_outbox(item)
+
+    def _encode_pending(
+        self, pending: list[tuple[str, bytes | bus.Message, float]]
+    ) -> list[tuple[str, bytes, float]]:
+        """A link's pending items as outbox items: stale ones left out, each
+        run of BATCHABLE messages of one kind in BATCH frames (a run of one
+        in a frame of its own), the order kept."""
+        items: list[tuple[str, bytes, float]] = []
+        run: list[bus.Message] = []
+        for job_id, payload, send_by in pending:
+            if isinstance(payload, bytes):
+                if run:
+                    _encode_run(run, items)
+                    run = []
+                if not self._stale(job_id, send_by):
+                    items.append((job_id, payload, send_by))
+            else:
+                if run and type(run[0]) is not type(payload):
+                    _encode_run(run, items)
+                    run = []
+                run.append(payload)
+        if run:
+            _encode_run(run, items)
+        return items
 
     def close_all(self) -> None:
         for link in self.links.values():
@@ -693,9 +736,9 @@ class Bus:
         drained = False
         while True:
             handled = 0
+            frames = decoder.frames
             while (msg := decoder.next_message()) is not None:
                 handled += 1
-                self.frames_in += 1
                 kind = type(msg)
                 self.received_by_type[kind] = self.received_by_type.get(kind, 0) + 1
                 if peer.node_id not in self.table.nodes:
@@ -713,6 +756,7 @@ class Bus:
                     self._known(peer.node_id, pending)
                     decoder.set_max_frame(bus.MAX_FRAME)
                 self.dispatch(peer.node_id, msg)
+            self.frames_in += decoder.frames - frames
             if handled:
                 self.server.after_bus_event()
             data = await receive_some(stream, READ_SIZE, drained)

@@ -41,6 +41,7 @@ from disque_trio.protocol.bus import (
     WillQueue,
     Working,
     YourJobs,
+    encode_batch,
     encode_frame,
 )
 
@@ -193,7 +194,8 @@ def test_type_codes_follow_the_original() -> None:
     for code, name in enumerate(original.split()):
         assert MsgType[name] == code
     classes = get_args(Message)
-    assert sorted(cls.TYPE for cls in classes) == sorted(MsgType)
+    # Every code but BATCH's (a frame of other messages) is a message class.
+    assert sorted(cls.TYPE for cls in classes) == sorted(set(MsgType) - {MsgType.BATCH})
     assert {cls.TYPE.name for cls in classes} == {cls.__name__.upper() for cls in classes}
 
 
@@ -203,6 +205,80 @@ def test_round_trip(msg: Message) -> None:
     decoder.feed(encode_frame(msg))
     assert decoder.next_message() == msg
     assert decoder.next_message() is None
+
+
+batchable = st.sampled_from(sorted(bus.BATCHABLE, key=lambda cl: cl.TYPE))
+
+
+@given(batchable.flatmap(lambda cl: st.lists(STRATEGIES[cl], min_size=1, max_size=40)), st.data())
+def test_a_batch_gives_its_messages_in_order_among_frames(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    before = data.draw(st.lists(messages, max_size=3))
+    after = data.draw(st.lists(messages, max_size=3))
+    cuts = data.draw(st.lists(st.integers(0, 10**5), max_size=8))
+    stream = b"".join(
+        [*(encode_frame(m) for m in before), encode_batch(msgs), *(encode_frame(m) for m in after)]
+    )
+    assert decode_all(chunked(stream, cuts)) == [*before, *msgs, *after]
+
+
+def test_a_batch_is_one_frame_of_its_messages() -> None:
+    msgs = [Queued(JOB_ID, 0), Queued(JOB_ID[:-1] + "b", 1)]
+    frame = encode_batch(msgs)
+    code, (inner, bodies) = msgpack.unpackb(frame[4:])
+    assert (code, inner) == (102, 7) and bodies == [
+        [JOB_ID.encode(), 0],
+        [JOB_ID[:-1].encode() + b"b", 1],
+    ]
+    decoder = FrameDecoder()
+    decoder.feed(frame + encode_frame(GotJob(JOB_ID)))
+    assert [decoder.next_message() for _ in range(3)] == [*msgs, GotJob(JOB_ID)]
+    assert decoder.frames == 2 and decoder.next_message() is None
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        pytest.param([7, [[JOB_ID.encode(), 0]], 1], "expected [type, [body, ...]]", id="long"),
+        pytest.param([7], "expected [type, [body, ...]]", id="short"),
+        pytest.param([4, [[JOB_ID.encode()]]], "type int 4 cannot be batched", id="repljob"),
+        pytest.param([0, [[NODE.encode(), 0, []]]], "type int 0 cannot be batched", id="ping"),
+        pytest.param([102, [[7, [[JOB_ID.encode(), 0]]]]], "type int 102 cannot be batched", id="nested"),
+        pytest.param([100, []], "cannot be batched", id="handshake"),
+        pytest.param([True, [[JOB_ID.encode()]]], "cannot be batched", id="bool-type"),
+        pytest.param([9, []], "expected 1 to 1024 bodies", id="empty"),
+        pytest.param([9, [[JOB_ID.encode()]] * 1025], "expected 1 to 1024 bodies", id="too-many"),
+        pytest.param([9, [JOB_ID.encode()]], "bad WILLQUEUE in a BATCH: expected an array", id="bare-id"),
+        pytest.param([9, [[JOB_ID.encode()], [b"x" * 39]]], "bad WILLQUEUE in a BATCH: job_id", id="bad-second"),
+    ],
+)  # fmt: skip
+def test_refused_batches(body: Any, error: str) -> None:
+    assert error in refused(packed([102, body]))
+
+
+def test_a_batch_with_a_bad_message_gives_none_of_its_messages() -> None:
+    good = wire_body(Queued(JOB_ID, 0))
+    decoder = FrameDecoder()
+    decoder.feed(packed([102, [7, [good, good, [b"x", 0]]]]))
+    with pytest.raises(BusError, match="in a BATCH"):
+        decoder.next_message()
+    with pytest.raises(BusError):
+        decoder.next_message()  # sticky
+
+
+@pytest.mark.parametrize(
+    ("msgs", "error"),
+    [
+        ([ReplJob(JOB)], "cannot batch"),
+        ([Queued(JOB_ID, 0)] * 1025, "cannot batch"),
+        ([Queued(JOB_ID, 0), WillQueue(JOB_ID)], "a QUEUED batch holds"),
+        ([SetAck(JOB_ID, 2**64)], "cannot encode a SETACK batch"),
+    ],
+)
+def test_batch_encode_errors(msgs: list[Message], error: str) -> None:
+    with pytest.raises(BusError, match=error):
+        encode_batch(msgs)
 
 
 @given(st.binary(max_size=64))
@@ -458,7 +534,7 @@ msgpack_values = st.recursive(
 def test_fuzz_well_framed_random_values(code: int, body: Any, cuts: list[int]) -> None:
     # A known type code with any body reaches the field hooks, not just msgpack.
     result = outcome(chunked(packed([code, body]), cuts))
-    assert len(result) <= 1
+    assert len(result) <= 1 or code == MsgType.BATCH
     if result and not isinstance(result[0], BusError):
         assert decode_all([encode_frame(result[0])]) == result
 

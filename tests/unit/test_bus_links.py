@@ -253,6 +253,54 @@ def test_a_commit_writes_its_frames_to_an_idle_link_at_once_in_one_write() -> No
         link.receive_channel.receive_nowait()
 
 
+def test_a_commit_batches_each_run_of_small_job_messages_in_order() -> None:
+    """BATCHABLE messages of one commit to an idle link go as one BATCH frame
+    per run of one kind (a run of one as its own frame), other messages
+    between them keep their place; the receiver gets them in the order sent."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, _, stream = _bus_with_link(1 << 20)
+    ids = ["D-" + "0" * 8 + "-" + f"{i:024d}" + "-05a1" for i in range(5)]
+    sent = [
+        bus_msgs.Queued(ids[0], 0),
+        bus_msgs.Queued(ids[1], 0),
+        bus_msgs.Queued(ids[2], bus_msgs.FLAG_INCR_DELIV),
+        bus_msgs.Ping(ME, 0, ()),
+        bus_msgs.WillQueue(ids[3]),
+        bus_msgs.WillQueue(ids[4]),
+        bus_msgs.Queued(ids[4], 0),
+    ]
+    for msg in sent:
+        bus.send(PEER, msg)
+    bus.flush()
+    assert stream.written == [
+        bus_msgs.encode_batch(sent[:3])
+        + bus_msgs.encode_frame(sent[3])
+        + bus_msgs.encode_batch(sent[4:6])
+        + bus_msgs.encode_frame(sent[6])
+    ]
+    assert bus.frames_out == 4 and bus.sent_by_type[bus_msgs.Queued] == 4
+    decoder = bus_msgs.FrameDecoder()
+    decoder.feed(stream.written[0])
+    assert [decoder.next_message() for _ in sent] == sent
+    assert decoder.next_message() is None and decoder.frames == 4
+
+
+def test_a_run_longer_than_a_batch_takes_several() -> None:
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, _, stream = _bus_with_link(1 << 24)
+    sent = [bus_msgs.DelJob("D-" + "0" * 8 + "-" + f"{i:024d}" + "-05a1") for i in range(2050)]
+    for msg in sent:
+        bus.send(PEER, msg)
+    bus.flush()
+    assert stream.written == [
+        bus_msgs.encode_batch(sent[:1024])
+        + bus_msgs.encode_batch(sent[1024:2048])
+        + bus_msgs.encode_batch(sent[2048:])
+    ]
+
+
 def test_frames_wait_behind_a_write_in_progress_and_what_the_socket_refused() -> None:
     """What the socket does not take at once goes to the link task, and every
     later frame queues behind it until the link task has written it all:

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from disque_trio.core.awake import AwakeIndex
-from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
+from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import (
     CHATTER_GRID_MS,
     TICK_MAX_TIMERS,
@@ -559,5 +559,5 @@ def test_a_queued_job_wakes_once_per_retry_period(monkeypatch: pytest.MonkeyPatc
     assert job(node, a).state == JobState.QUEUED
     # Ten retry points (RETRY 2 plus or minus 250 ms), one wake-up each.
     assert 8 <= len(wakes) <= 11
-    assert all(later - earlier >= 1_500 for earlier, later in zip(wakes, wakes[1:]))
+    assert all(later - earlier >= 1_500 for earlier, later in itertools.pairwise(wakes))
     check_invariants(node)
