@@ -111,7 +111,7 @@ def report_run(
         f"{report.duplicates} duplicates, {report.recovered} recovered, "
         f"{len(world.trace.lines)} trace events, {world.virtual_seconds:.1f} virtual s "
         f"in {world.wall_seconds:.2f} wall s ({outcome.speed:.0f}x), "
-        f"drained={outcome.workload.drained}, peak {world.peak_frame_rate:.0f} bus frames/s"
+        f"drained={outcome.workload.drained}, peak {world.peak_message_rate:.0f} bus messages/s"
     )
     hit = [k for k, v in world.probes.items() if v]
     missed = [k for k, v in world.probes.items() if not v]

@@ -132,7 +132,7 @@ ADMIN_TIMEOUT_S = 2.0  # the world's own admin calls (MEET, FORGET)
 VIRTUAL_SLACK_S = 270.0
 # Far above any legitimate rate (heartbeats, replication, acks, chaos
 # duplicates): a planted SETACK ping-pong reaches hundreds of thousands.
-STORM_FRAMES_PER_S = 5000
+STORM_MESSAGES_PER_S = 5000
 
 
 class StormError(Exception):
@@ -247,8 +247,8 @@ class World:
         self.acked_in_fault: set[str] = set()  # acked by a client while faults were on
         self.show_progress = False
         self.phase = "start"  # set by the workload
-        self.peak_frame_rate = 0.0
-        self._window_frames = 0  # frames delivered since the monitor's last sample
+        self.peak_message_rate = 0.0
+        self._window_messages = 0  # messages delivered since the monitor's last sample
         self._storming = False
         # More observers of every node's job events: (node, event, job, loading).
         self.observers: list[Callable[[SimNode, str, Job, bool], None]] = []
@@ -574,8 +574,8 @@ class World:
             if ids:
                 data = {"ev": "recv", "msg": type(msg).__name__, "from": sender[:8], "ids": ids}
                 self.trace.record(node.name, "bus", data)
-            self._window_frames += 1
-            if self._window_frames > STORM_FRAMES_PER_S * self.count * SAMPLE_S:
+            self._window_messages += 1
+            if self._window_messages > STORM_MESSAGES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
             node.handling = type(msg)
             waiting = None
@@ -775,11 +775,11 @@ class World:
         if self._storming or self._nursery is None:
             return
         self._storming = True
-        limit = STORM_FRAMES_PER_S * self.count * SAMPLE_S
+        limit = STORM_MESSAGES_PER_S * self.count * SAMPLE_S
         self._violate(
-            f"message-storm: more than {limit:.0f} bus frames across {self.count} nodes "
+            f"message-storm: more than {limit:.0f} bus messages across {self.count} nodes "
             f"within {SAMPLE_S}s at t={trio.current_time():.2f} "
-            f"(limit {STORM_FRAMES_PER_S}/s per node)"
+            f"(limit {STORM_MESSAGES_PER_S}/s per node)"
         )
         self.virtual_seconds = trio.current_time()
         self._nursery.cancel_scope.cancel()
@@ -866,26 +866,27 @@ class World:
             return False
         return not settled or trio.current_time() - self.net.changed_at >= LINK_SETTLE_S
 
-    def frames_in(self) -> int:
-        return sum(n.server.bus.frames_in for n in self.nodes if n.up)
+    def messages_in(self) -> int:
+        """Bus messages the nodes received (a BATCH frame's one by one)."""
+        return sum(sum(n.server.bus.received_by_type.values()) for n in self.nodes if n.up)
 
     async def monitor(self) -> None:
         """Sample node state: queued-iff-in-queue, single-queued, and the
         bus message rate (a storm ends the run: it would never finish)."""
         since: dict[str, float] = {}
-        frames = self.frames_in()
+        messages = self.messages_in()
         while True:
             await trio.sleep(SAMPLE_S)
             now = trio.current_time()
-            current = self.frames_in()
-            self._window_frames = 0
-            rate = max(0, current - frames) / SAMPLE_S
-            frames = current
-            self.peak_frame_rate = max(self.peak_frame_rate, rate)
-            if rate > STORM_FRAMES_PER_S * self.count:
+            current = self.messages_in()
+            self._window_messages = 0
+            rate = max(0, current - messages) / SAMPLE_S
+            messages = current
+            self.peak_message_rate = max(self.peak_message_rate, rate)
+            if rate > STORM_MESSAGES_PER_S * self.count:
                 self._violate(
-                    f"message-storm: {rate:.0f} bus frames/s across {self.count} nodes "
-                    f"at t={now:.2f} (limit {STORM_FRAMES_PER_S}/s per node)"
+                    f"message-storm: {rate:.0f} bus messages/s across {self.count} nodes "
+                    f"at t={now:.2f} (limit {STORM_MESSAGES_PER_S}/s per node)"
                 )
                 raise StormError(self.violations[-1])
             self.check_ttl(now)

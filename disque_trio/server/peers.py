@@ -300,11 +300,13 @@ class Bus:
         if link is None:
             return
         kind = type(msg)
-        if kind in bus.BATCHABLE and (
-            link.pending or (link.stream is not None and not link.writing and not link.queued)
-        ):
-            # Written at the end of the commit (below), encoded there with
-            # the run of its kind around it: one BATCH frame for them all.
+        up = link.stream is not None
+        idle = up and not link.writing and not link.queued
+        if kind in bus.BATCHABLE and up:
+            # Encoded at the end of the commit (flush) with the run of its
+            # kind around it, one BATCH frame for them all; written then if
+            # the link is idle, else queued then. (A link that is down
+            # queues frames of their own: see the announcements below.)
             if not link.pending:
                 self._pending_links.append(link)
             link.pending.append(("", msg, math.inf))  # type: ignore[arg-type]
@@ -328,12 +330,14 @@ class Bus:
             # (RETRY 0 jobs left this node with the message: late, not never.)
             send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
         item = (job_id, frame, send_by)
-        if link.pending or (link.stream is not None and not link.writing and not link.queued):
-            # Nothing waits before it: written at the end of the commit.
+        urgent = up and isinstance(msg, bus.Heartbeat | bus.Fail)
+        if idle or (link.pending and not urgent):
+            # Nothing waits before it (written at the end of the commit), or
+            # it follows this commit's earlier messages to the link.
             if not link.pending:
                 self._pending_links.append(link)
             link.pending.append(item)
-        elif link.stream is not None and isinstance(msg, bus.Heartbeat | bus.Fail):
+        elif urgent:
             # The failure detector's messages do not wait behind job
             # traffic, nor get dropped with it when the outbox is full:
             # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
@@ -355,17 +359,20 @@ class Bus:
         nothing queued and no write in progress, one write per link, now:
         no wake-up of the link task, which stays parked. What the socket
         does not take goes to the link task: whole frames as if queued,
-        the rest of a frame cut short as the link's ``rest``."""
+        the rest of a frame cut short as the link's ``rest``. A busy link's
+        pending messages (BATCHABLE ones and those after them) are queued
+        for its task, in BATCH frames."""
         links, self._pending_links = self._pending_links, []
         for link in links:
             items = self._encode_pending(link.pending)
             link.pending = []
             if not items:
                 continue
+            if link.stream is None or link.writing or link.queued:
+                for item in items:
+                    link.to_outbox(item)
+                continue
             data = b"".join([item[1] for item in items])
-            # send() put them here only for a connected link with nothing
-            # queued and no write in progress; nothing ran since.
-            assert link.stream is not None
             written = write_nowait(link.stream, data)
             if written == len(data):
                 self.frames_out += len(items)

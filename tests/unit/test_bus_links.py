@@ -358,7 +358,8 @@ def test_heartbeats_go_before_queued_frames_and_a_full_outbox_keeps_them() -> No
     load, PONGs dropped with job messages flagged busy peers failing."""
     from disque_trio.protocol import bus as bus_msgs
 
-    jobs = [bus_msgs.GotJob("D-" + "0" * 8 + "-" + c * 24 + "-05a1") for c in "ABCD"]
+    # Frames of their own (not BATCHABLE: those wait for the commit's end).
+    jobs = [bus_msgs.NeedJobs(f"queue-{c}", 10) for c in "ABCD"]
     ping = bus_msgs.Ping(ME, 0, ())
 
     async def main() -> None:
@@ -390,6 +391,40 @@ def test_heartbeats_go_before_queued_frames_and_a_full_outbox_keeps_them() -> No
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_busy_links_small_job_messages_are_queued_as_one_batch() -> None:
+    """While the link task has frames to write, a commit's BATCHABLE messages
+    (and those after them) are queued at its end, in BATCH frames, behind
+    what was queued; a PING still goes ahead of them all."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, link, stream = _bus_with_link(10)
+    first = bus_msgs.NeedJobs("queue", 10)
+    bus.send(PEER, first)
+    bus.flush()  # the socket took 10 bytes: the rest is the link task's
+    assert link.queued == 1  # the rest's wake-up
+    gotjobs = [bus_msgs.GotJob("D-" + "0" * 8 + "-" + c * 24 + "-05a1") for c in "ABC"]
+    need = bus_msgs.NeedJobs("other", 5)
+    ping = bus_msgs.Ping(ME, 0, ())
+    for msg in (*gotjobs[:2], need, ping, gotjobs[2]):
+        bus.send(PEER, msg)
+    assert link.queued == 1 and link.urgent == [bus_msgs.encode_frame(ping)]
+    bus.flush()
+    assert stream.written == [bus_msgs.encode_frame(first)[:10]]  # nothing more written
+    frames = []
+    while link.queued:
+        frames.append(link.receive_channel.receive_nowait()[1])
+        link.queued -= 1
+    assert (
+        frames
+        == [
+            b"",  # the rest's wake-up
+            bus_msgs.encode_batch(gotjobs[:2]),
+            bus_msgs.encode_frame(need),
+            bus_msgs.encode_frame(gotjobs[2]),
+        ]
+    )
 
 
 def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
