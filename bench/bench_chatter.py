@@ -18,6 +18,14 @@ seconds. It prints the cores used per round, the medians, and the ratio.
 
     python bench/bench_chatter.py [--jobs 1000] [--rounds 3] [--disque-c PATH]
 
+``--nodes``, ``--retry`` and ``--ttl`` measure other holdings: three nodes
+holding 100,000 jobs with RETRY 5 (REPLICATE 3, no consumer), say:
+
+    python bench/bench_chatter.py --nodes 3 --jobs 100000 --retry 5 --ttl 3600
+
+Jobs that outlive the round are flushed after it, so the next kind runs on
+a quiet machine.
+
 A benchmark that prints figures, not a test.
 """
 
@@ -52,10 +60,16 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICKS
 
 
-def one_round(fleet: Fleet, jobs: int, window: float) -> float:
-    """Cores the fleet used while ``jobs`` RETRY 1 jobs sat on it."""
+def one_round(fleet: Fleet, jobs: int, window: float, ttl: int, retry: int | None) -> float:
+    """Cores the fleet used while ``jobs`` jobs (TTL ``ttl``, RETRY ``retry``
+    or the default for that TTL) sat on it."""
     fleet.flush()
-    adds = [encode("ADDJOB", "myqueue", f"job-{i}", 10000, "TTL", 5) for i in range(jobs)]
+    extra: tuple[str | int, ...] = ("TTL", ttl)
+    if retry is not None:
+        extra += ("RETRY", retry)
+    if len(fleet.nodes) < 3:
+        extra += ("REPLICATE", len(fleet.nodes))
+    adds = [encode("ADDJOB", "myqueue", f"job-{i}", 10000, *extra) for i in range(jobs)]
     result = pipeline(fleet.nodes[0].port, adds)
     if result.errors:
         raise BenchError(f"{fleet.kind}: {result.errors} ADDJOBs failed")
@@ -78,10 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--window", type=float, default=2.0, help="seconds of CPU time sampled")
     p.add_argument("--disque-c", metavar="PATH", help="a disque-server built from the original")
+    p.add_argument("--nodes", type=int, default=NODES, help="nodes per cluster (1 to 16)")
+    p.add_argument("--ttl", type=int, default=5, help="the jobs' TTL in seconds")
+    p.add_argument("--retry", type=int, help="the jobs' RETRY (default: the TTL's default)")
     args = p.parse_args(argv)
-    if args.jobs > 4000:
-        # TTL 5: the adds must finish well before the first jobs expire.
-        p.error("--jobs: at most 4000 (the jobs live 5 s)")
+    if not 1 <= args.nodes <= 16:
+        p.error("--nodes: 1 to 16")
+    if args.ttl < 5 or args.jobs > 4000 * (args.ttl // 5):
+        # The adds must finish well before the first jobs expire.
+        p.error(f"--jobs: at most {4000 * max(1, args.ttl // 5)} (the jobs live {args.ttl} s)")
     root = tempfile.mkdtemp(prefix="bench-chatter-")
     fleets = [Fleet("trio", "", root)]
     if args.disque_c:
@@ -89,13 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     cores: dict[str, list[float]] = {f.kind: [] for f in fleets}
     try:
         for fleet in fleets:
-            fleet.start(NODES)
+            fleet.start(args.nodes)
         for r in range(args.rounds):
             for fleet in fleets:
-                used = one_round(fleet, args.jobs, args.window)
+                used = one_round(fleet, args.jobs, args.window, args.ttl, args.retry)
                 cores[fleet.kind].append(used)
                 print(f"round {r + 1} {fleet.kind}: {used:.2f} cores", flush=True)
-                time.sleep(5.5)  # the jobs expire: the next kind runs on a quiet machine
+                # The next kind runs on a quiet machine: the jobs expire, or go.
+                if args.ttl > 5:
+                    fleet.flush()
+                time.sleep(5.5)
     except BenchError as exc:
         print(f"bench_chatter: {exc}", file=sys.stderr)
         return 1
@@ -103,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         for fleet in fleets:
             fleet.stop()
         shutil.rmtree(root, ignore_errors=True)
-    line = f"{args.jobs} RETRY 1 jobs on {NODES} nodes, CPU over {args.window:g} s: "
+    retry = f"RETRY {args.retry}" if args.retry is not None else f"TTL {args.ttl}"
+    line = f"{args.jobs} {retry} jobs on {args.nodes} nodes, CPU over {args.window:g} s: "
     line += ", ".join(f"{kind} {median(v):.2f} cores (median)" for kind, v in cores.items())
     if "c" in cores:
         line += f"; disque-trio / C Disque = {median(cores['trio']) / median(cores['c']):.2f}"
