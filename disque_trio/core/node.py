@@ -19,9 +19,8 @@ Rules kept here (docs/design.md, "Jobs and timers"):
 * A job is in exactly one of the states of :class:`JobState`; it is in its
   queue's sorted list if and only if its state is ``QUEUED``.
 * Every registered job has exactly one timer in the awake index, at the
-  earliest of: expiry, next (re)queue (minus the WILLQUEUE advance, unless
-  the job is queued: it announces nothing), next collection attempt for
-  acked jobs. A WILLQUEUE due and a queued job's retry
+  earliest of: expiry, next (re)queue (minus the WILLQUEUE advance), next
+  collection attempt for acked jobs. A WILLQUEUE due and a queued job's retry
   point wait for the end of their chatter slot (CHATTER_GRID_MS), never
   firing before they are due.
 * Node time never goes back: a backward step of the wall clock is absorbed
@@ -517,9 +516,6 @@ class Node:
         job.state = JobState.ACTIVE
         job.flags |= FLAG_DELIVERED
         q.jobs_out += 1
-        # Its timer was the retry point: an active copy wakes the WILLQUEUE
-        # advance before it (the callers of dequeue set their own timer).
-        self.update_awake(job)
         return job
 
     def fetch(self, q: Queue) -> Job | None:
@@ -713,12 +709,11 @@ class Node:
                 # The WILLQUEUE advance is for jobs that may be queued: a
                 # WAIT_REPL job acts at qtime itself (an earlier timer would
                 # find nothing to do and come back at once, for ever).
-                # A queued job sends no WILLQUEUE (process_job): it wakes at
-                # its retry point only, once per period instead of twice.
-                if state == JobState.QUEUED:
-                    qtime = chatter_slot_end(qtime)
-                elif state != JobState.WAIT_REPL and job.flags & FLAG_BCAST_WILLQUEUE:
-                    qtime = chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)
+                if state != JobState.WAIT_REPL:
+                    if job.flags & FLAG_BCAST_WILLQUEUE:
+                        qtime = chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)
+                    elif state == JobState.QUEUED:
+                        qtime = chatter_slot_end(qtime)
                 if qtime < at:
                     at = qtime
         if at != job.awake:
