@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from disque_trio.core.awake import AwakeIndex
-from disque_trio.core.job import Job, JobState
+from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
 from disque_trio.core.node import (
     CHATTER_GRID_MS,
     TICK_MAX_TIMERS,
