@@ -52,8 +52,11 @@ from .job import (
     FLAG_DELIVERED,
     FLAG_HOLDERS_GREW,
     FLAG_TOLD_QUEUED,
+    STATE_ACKED,
+    STATE_ACTIVE,
+    STATE_QUEUED,
+    STATE_WAIT_REPL,
     Job,
-    JobState,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
 from .records import job_data, job_from_data, merge_holders
@@ -120,7 +123,7 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
 
 def start_sync_replication(node: JobHost, job: Job, timeout_ms: int) -> Waiter:
     """ADDJOB without ASYNC and REPLICATE > 1: wait for GOTJOBs."""
-    job.state = JobState.WAIT_REPL
+    job.state = STATE_WAIT_REPL
     local = node.node_id in job.nodes_delivered
     job.nodes_confirmed = node.myself_only if local else ()
     job.qtime = node.now_ms() + REPL_ADD_NODE_MS  # next "add a node" time
@@ -144,7 +147,7 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     ``acked``: a SETACK ended the wait (a holder queued and delivered its
     copy, and it was acked there): the caller acknowledges it, so it is
     neither queued here nor sent to a holder to queue."""
-    job.state = JobState.ACTIVE
+    job.state = STATE_ACTIVE
     job.nodes_confirmed = None
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
@@ -207,7 +210,7 @@ def replication_aborted(node: JobHost, job: Job) -> None:
     if waiter is not None and not waiter.done:
         node.stats.replication_failures += 1
         node.finish_wait(waiter, NOREPL_EXPIRED)
-    job.state = JobState.ACTIVE
+    job.state = STATE_ACTIVE
     _deljob_to_holders(node, job)
 
 
@@ -217,8 +220,8 @@ def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
     node.stats.replication_failures += 1
     node.repl_waiters.pop(waiter.job_id, None)
     job = node.jobs.get(waiter.job_id)
-    if job is not None and job.state == JobState.WAIT_REPL:
-        job.state = JobState.ACTIVE
+    if job is not None and job.state == STATE_WAIT_REPL:
+        job.state = STATE_ACTIVE
         _deljob_to_holders(node, job)
         node.unregister(job)
     return NOREPL_TIMEOUT
@@ -255,7 +258,7 @@ def tell_new_holders(node: JobHost, job: Job, node_ids: Iterable[str]) -> None:
     one queued its own copy without knowing ours, the QUEUED rule leaves one
     (pending holders adopted, seeds 20000327 and others; a merged list,
     seed 20005489)."""
-    if job.state != JobState.QUEUED or not job.retry:
+    if job.state != STATE_QUEUED or not job.retry:
         return
     msg = bus.Queued(job.id, 0)
     for node_id in node_ids:
@@ -328,10 +331,10 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     if type(msg) is not bus.Queued or sender in node.cluster.blacklist:
         return  # a forgotten node is not learned again for a minute
     job = node.jobs.get(msg.job_id)
-    if job is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):
+    if job is None or job.state not in (STATE_ACTIVE, STATE_QUEUED):
         return
     merge_holders(node, job.nodes_delivered, (sender,), job.id)  # pending
-    if job.state == JobState.QUEUED and compare_ids_by_job(sender, node.node_id, job.id) > 0:
+    if job.state == STATE_QUEUED and compare_ids_by_job(sender, node.node_id, job.id) > 0:
         node.dequeue(job)
     _postpone_requeue(node, job)
 
@@ -375,7 +378,7 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
 
 def _on_gotjob(node: JobHost, sender: str, msg: bus.GotJob) -> None:
     job = node.jobs.get(msg.job_id)
-    if job is None or job.state != JobState.WAIT_REPL:
+    if job is None or job.state != STATE_WAIT_REPL:
         return
     confirmed = job.nodes_confirmed or ()
     if sender not in confirmed:
@@ -388,7 +391,7 @@ def _on_gotjob(node: JobHost, sender: str, msg: bus.GotJob) -> None:
 
 def _on_enqueue(node: JobHost, sender: str, msg: bus.Enqueue) -> None:
     job = node.jobs.get(msg.job_id)
-    if job is None or job.state not in (JobState.ACTIVE, JobState.WAIT_REPL):
+    if job is None or job.state not in (STATE_ACTIVE, STATE_WAIT_REPL):
         return
     q = node.queues.get(job.queue)
     if q is not None and q.pause & PAUSED_IN:
@@ -413,18 +416,18 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
         return
-    if job.state == JobState.ACKED:
+    if job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
         return
     if sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
     working = isinstance(msg, bus.Working)
-    if job.state == JobState.QUEUED and (
+    if job.state == STATE_QUEUED and (
         working or compare_ids_by_job(sender, node.node_id, job.id) > 0
     ):
         node.dequeue(job)
         node.probe("queued-caused-dequeue", job)
-    elif job.state == JobState.QUEUED and not working:
+    elif job.state == STATE_QUEUED and not working:
         # Both queued and we keep ours: say so, or the sender (which may
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
@@ -456,9 +459,9 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
         return
-    if job.state in (JobState.ACTIVE, JobState.QUEUED) and sender not in job.nodes_delivered:
+    if job.state in (STATE_ACTIVE, STATE_QUEUED) and sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
-    if job.state == JobState.QUEUED:
+    if job.state == STATE_QUEUED:
         # To every holder, not just the sender: another one may have queued
         # its copy too, without either of us knowing (a lost QUEUED). In
         # steady state this answer is what spares the re-announcement at
@@ -468,14 +471,14 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         announce_queued(node, job)
         job.flags |= FLAG_TOLD_QUEUED
         node.probe("willqueue-answered-queued", job)
-    elif job.state == JobState.ACKED:
+    elif job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
     job = node.jobs.get(msg.job_id)
     if job is not None:
-        if job.state == JobState.WAIT_REPL:
+        if job.state == STATE_WAIT_REPL:
             # Queued, it would go at once to a blocked GETJOB, before the
             # acknowledge below (a delivery of a job known to be acked).
             replication_achieved(node, job, acked=True)
@@ -490,7 +493,7 @@ def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
 
 def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
     job = node.jobs.get(msg.job_id)
-    if job is None or job.state != JobState.ACKED:
+    if job is None or job.state != STATE_ACKED:
         return
     dummy = job.is_dummy_ack
     if dummy and msg.known:
@@ -524,7 +527,7 @@ def _on_deljob(node: JobHost, sender: str, msg: bus.DelJob) -> None:
     # queued for ever).
     job = node.jobs.get(msg.job_id)
     if job is not None:
-        if job.state == JobState.WAIT_REPL:
+        if job.state == STATE_WAIT_REPL:
             # Our own ADDJOB still waiting: a DELJOB is a stray (FASTACK
             # elsewhere); keep waiting, the timeout decides.
             return

@@ -16,7 +16,15 @@ from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from . import clusterjobs as cj
 from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
 from .ids import is_at_most_once_id, ttl_minutes_from_id
-from .job import FLAG_BCAST_WILLQUEUE, STATE_BY_LABEL, Job, JobState
+from .job import (
+    FLAG_BCAST_WILLQUEUE,
+    STATE_ACKED,
+    STATE_ACTIVE,
+    STATE_BY_LABEL,
+    STATE_QUEUED,
+    Job,
+    JobState,
+)
 from .node import Node
 from .queue import PAUSED_IN
 from .scan import ScanSnapshot
@@ -183,7 +191,7 @@ def create_job(node: Node, args: AddJobArgs, queue: str, now: int) -> Job:
         node.idgen.next_id(args.ttl, args.retry),
         queue,
         args.body,
-        JobState.ACTIVE,
+        STATE_ACTIVE,
         args.replicate,
         node.new_ctime(now),
         node.shared_int(now // 1000 + args.ttl),
@@ -203,7 +211,7 @@ def ackjob(node: Node, argv: list[bytes]) -> Reply:
         job = node.lookup(job_id)
         if job is None:
             job = _dummy_ack(node, job_id)
-        elif job.state != JobState.ACKED:
+        elif job.state != STATE_ACKED:
             node.acknowledge(job)
             node.stats.acked_jobs += 1
             known += 1
@@ -229,7 +237,7 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
         # replaced node, met again after a partition, re-queued its job
         # for ever while ACKJOBs elsewhere answered 0).
         return None
-    job = Job(job_id, "", None, JobState.ACKED)
+    job = Job(job_id, "", None, STATE_ACKED)
     job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
     node.register(job)
     node.dummy_acks.add(job_id)
@@ -266,7 +274,7 @@ def _enqueue_generic(node: Node, argv: list[bytes], nack: bool) -> Reply:
     count = 0
     for job_id in job_ids(argv[1:]):
         job = node.lookup(job_id)
-        if job is not None and job.state == JobState.ACTIVE and node.enqueue(job, nack):
+        if job is not None and job.state == STATE_ACTIVE and node.enqueue(job, nack):
             count += 1
     return count
 
@@ -299,7 +307,7 @@ def working(node: Node, argv: list[bytes]) -> Reply:
     job = node.lookup(job_id)
     if job is None:
         raise ReplyError("NOJOB", "Job not known in the context of this node.")
-    if job.state == JobState.ACKED:
+    if job.state == STATE_ACKED:
         raise ReplyError("NOJOB", "Job already acknowledged.")
     now = node.now_ms()
     created_ms = job.ctime // 1_000_000
@@ -310,7 +318,7 @@ def working(node: Node, argv: list[bytes]) -> Reply:
             "Half of job TTL already elapsed, you are no longer allowed to "
             "postpone the next delivery.",
         )
-    if job.state == JobState.QUEUED:
+    if job.state == STATE_QUEUED:
         node.dequeue(job)
     job.flags |= FLAG_BCAST_WILLQUEUE
     # Postpone, never advance: on a job still waiting for its DELAY, a RETRY

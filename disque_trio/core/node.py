@@ -48,9 +48,12 @@ from .job import (
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELIVERED,
     FLAG_TOLD_QUEUED,
+    STATE_ACKED,
+    STATE_ACTIVE,
+    STATE_QUEUED,
+    STATE_WAIT_REPL,
     TIME_ERROR_MS,
     Job,
-    JobState,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
 from .records import PENDING_HOLDERS_MS, job_record
@@ -202,7 +205,7 @@ class Node:
         now = self.now_ms()
         for job_id in sorted(self.dummy_acks):
             job = self.jobs.get(job_id)
-            if job is not None and job.state == JobState.ACKED:
+            if job is not None and job.state == STATE_ACKED:
                 job.gc_retry = 0
                 self.update_awake(job, now + 100 + self.time_error(200))
 
@@ -230,7 +233,7 @@ class Node:
             self.pending_since.pop(peer_id, None)
             for job_id in sorted(job_ids):
                 job = self.jobs.get(job_id)
-                if job is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):
+                if job is None or job.state not in (STATE_ACTIVE, STATE_QUEUED):
                     continue
                 if peer_id not in job.nodes_delivered:
                     job.nodes_delivered = (*job.nodes_delivered, peer_id)
@@ -335,7 +338,7 @@ class Node:
         if job.id in self.jobs:
             return False
         record = None
-        if self.persisting and job.body is not None and job.state != JobState.WAIT_REPL:
+        if self.persisting and job.body is not None and job.state != STATE_WAIT_REPL:
             # Encoded before the job is held: never a job in memory whose
             # record could not be written.
             record = Persist(aof.loadjob(job_record(job)))
@@ -363,9 +366,9 @@ class Node:
             return
         if job.body is None:
             self.dummy_acks.discard(job.id)
-        if job.state == JobState.QUEUED:
+        if job.state == STATE_QUEUED:
             self.dequeue(job)
-        if job.state == JobState.WAIT_REPL:
+        if job.state == STATE_WAIT_REPL:
             cj.replication_aborted(self, job)
         elif self.persisting and job.body is not None:
             self.effects.append(Persist(aof.deljob(job.id)))
@@ -373,7 +376,7 @@ class Node:
         del self.jobs[job.id]
         if job.body is not None:
             self.body_bytes -= len(job.body)
-        self.remember_deleted(job.id, acked=acked or job.state == JobState.ACKED)
+        self.remember_deleted(job.id, acked=acked or job.state == STATE_ACKED)
         self._notify("deleted", job)
 
     def remember_deleted(self, job_id: str, acked: bool = False) -> None:
@@ -447,7 +450,7 @@ class Node:
 
     def enqueue(self, job: Job, nack: bool = False, now: int = 0) -> bool:
         """Put a held job in its queue; False if it must not be queued."""
-        if job.state in (JobState.QUEUED, JobState.ACKED) or job.qtime == 0:
+        if job.state in (STATE_QUEUED, STATE_ACKED) or job.qtime == 0:
             return False  # ACKED is absorbing: a late YOURJOBS must not revive it
         if job.retry == 0 and job.flags & FLAG_DELIVERED:
             return False
@@ -456,8 +459,8 @@ class Node:
         # replication is reached: it leaves WAIT_REPL here, and nothing
         # else would write its record (simulator seed 4377: queued and
         # delivered with no record, gone after SHUTDOWN REWRITE-AOF).
-        unrecorded = job.state == JobState.WAIT_REPL
-        job.state = JobState.QUEUED
+        unrecorded = job.state == STATE_WAIT_REPL
+        job.state = STATE_QUEUED
         if job.retry:
             job.flags |= FLAG_BCAST_WILLQUEUE
             job.qtime = self.shared_int(now + job.retry * 1000 + self.time_error())
@@ -496,14 +499,14 @@ class Node:
 
     def dequeue(self, job: Job) -> bool:
         """Take a queued job out of its queue, back to ``ACTIVE``."""
-        if job.state != JobState.QUEUED:
+        if job.state != STATE_QUEUED:
             return False
         q = self.queues.get(job.queue)
         if q is not None:
             q.remove(job)
             if not q.jobs:
                 self.schedule_queue_gc(q)
-        job.state = JobState.ACTIVE
+        job.state = STATE_ACTIVE
         return True
 
     def take_oldest(self, q: Queue) -> Job | None:
@@ -513,7 +516,7 @@ class Node:
         if job_id is None:
             return None
         job = self.jobs[job_id]
-        job.state = JobState.ACTIVE
+        job.state = STATE_ACTIVE
         job.flags |= FLAG_DELIVERED
         q.jobs_out += 1
         return job
@@ -616,10 +619,10 @@ class Node:
     # ---------------------------------------------------------------- acks
 
     def acknowledge(self, job: Job) -> None:
-        if job.state == JobState.ACKED:
+        if job.state == STATE_ACKED:
             return
         self.dequeue(job)
-        job.state = JobState.ACKED
+        job.state = STATE_ACKED
         job.nodes_confirmed = None
         self.update_awake(job)
         if self.persisting and job.body is not None:
@@ -628,7 +631,7 @@ class Node:
 
     def try_gc(self, job: Job) -> None:
         """Try to collect an acked job: delete it once every holder confirmed."""
-        if job.state != JobState.ACKED:
+        if job.state != STATE_ACKED:
             return
         if job.gc_retry != GC_RETRY_COUNT_MAX:
             job.gc_retry += 1
@@ -659,7 +662,7 @@ class Node:
         Returns how many jobs listed it."""
         touched = 0
         for job in list(self.jobs.values()):
-            if job.state == JobState.ACKED and job.is_dummy_ack:
+            if job.state == STATE_ACKED and job.is_dummy_ack:
                 self.try_gc(job)  # it may have waited for that node only
                 continue
             if node_id not in job.nodes_delivered:
@@ -668,7 +671,7 @@ class Node:
             job.nodes_delivered = tuple(n for n in job.nodes_delivered if n != node_id)
             if job.nodes_confirmed is not None:
                 job.nodes_confirmed = tuple(n for n in job.nodes_confirmed if n != node_id)
-            if job.state == JobState.ACKED:
+            if job.state == STATE_ACKED:
                 self.try_gc(job)
         return touched
 
@@ -700,7 +703,7 @@ class Node:
         if at == 0:
             at = job.etime * 1000 + 1000
             state = job.state
-            if state == JobState.ACKED:
+            if state == STATE_ACKED:
                 at = min(at, self.next_gc_time(job, now or self.now_ms()))
             elif job.qtime:
                 # WAIT_REPL jobs use qtime for their next replication try
@@ -709,10 +712,10 @@ class Node:
                 # The WILLQUEUE advance is for jobs that may be queued: a
                 # WAIT_REPL job acts at qtime itself (an earlier timer would
                 # find nothing to do and come back at once, for ever).
-                if state != JobState.WAIT_REPL:
+                if state != STATE_WAIT_REPL:
                     if job.flags & FLAG_BCAST_WILLQUEUE:
                         qtime = chatter_slot_end(qtime - WILLQUEUE_ADVANCE_MS)
-                    elif state == JobState.QUEUED:
+                    elif state == STATE_QUEUED:
                         qtime = chatter_slot_end(qtime)
                 if qtime < at:
                     at = qtime
@@ -751,18 +754,18 @@ class Node:
             if job.id in self.deleted_ids:
                 self.deleted_expired.add(job.id)
             return
-        if job.state == JobState.WAIT_REPL:
+        if job.state == STATE_WAIT_REPL:
             if job.qtime <= now:
                 cj.repl_tick(self, job, now)
             self.update_awake(job)
             return
-        in_play = job.state in (JobState.ACTIVE, JobState.QUEUED)
+        in_play = job.state in (STATE_ACTIVE, STATE_QUEUED)
         if (
             in_play
             and job.flags & FLAG_BCAST_WILLQUEUE
             and job.qtime - WILLQUEUE_ADVANCE_MS <= now
         ):
-            if job.state != JobState.QUEUED:
+            if job.state != STATE_QUEUED:
                 cj.send_willqueue(self, job)
                 late = now - chatter_slot_end(job.qtime - WILLQUEUE_ADVANCE_MS)
                 if late > CHATTER_GRID_MS and self._held_elsewhere(job):
@@ -779,7 +782,7 @@ class Node:
                     # queued by both (C Disque: none).
                     job.qtime = max(job.qtime, now + WILLQUEUE_ADVANCE_MS)
             job.flags &= ~FLAG_BCAST_WILLQUEUE
-        if job.state == JobState.ACTIVE and job.qtime and job.qtime <= now:
+        if job.state == STATE_ACTIVE and job.qtime and job.qtime <= now:
             if (
                 job.retry
                 and job.flags & FLAG_BCAST_QUEUED  # a re-queue, not a delayed first one
@@ -794,7 +797,7 @@ class Node:
                 job.qtime = now + WILLQUEUE_ADVANCE_MS
             else:
                 self._requeue(job, now)
-        if job.state == JobState.QUEUED and job.qtime and job.qtime <= now and job.retry:
+        if job.state == STATE_QUEUED and job.qtime and job.qtime <= now and job.retry:
             # Still queued when the retry came: keep it, push the next retry,
             # and re-announce it unless every holder heard QUEUED since the
             # last retry point (answering WILLQUEUE does it in steady state).
@@ -803,7 +806,7 @@ class Node:
             job.flags &= ~FLAG_TOLD_QUEUED
             job.flags |= FLAG_BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.time_error()
-        if job.state == JobState.ACKED:
+        if job.state == STATE_ACKED:
             self.try_gc(job)
         if self.jobs.get(job.id) is job:
             self.update_awake(job)
@@ -847,8 +850,8 @@ class Node:
         victims = [
             j
             for j in self.jobs.values()
-            if j.state == JobState.ACKED
-            or (j.retry == 0 and j.flags & FLAG_DELIVERED and j.state == JobState.ACTIVE)
+            if j.state == STATE_ACKED
+            or (j.retry == 0 and j.flags & FLAG_DELIVERED and j.state == STATE_ACTIVE)
         ]
         for job in victims:
             self.unregister(job)
