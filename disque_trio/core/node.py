@@ -328,9 +328,10 @@ class Node:
 
     def _timed(self, key: str) -> Job | Queue | None:
         """Resolve an awake-index key: a job ID, or NUL + a queue name."""
-        if key[:1] == "\x00":
-            return self.queues.get(key[1:])
-        return self.jobs.get(key)
+        job = self.jobs.get(key)  # jobs first: nearly every timer is a job's
+        if job is not None or key[:1] != "\x00":
+            return job
+        return self.queues.get(key[1:])
 
     def register(self, job: Job, schedule: bool = True) -> bool:
         """Add a job to the registry. ``schedule=False`` when the caller sets

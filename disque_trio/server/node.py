@@ -687,13 +687,12 @@ class NodeServer:
         """A bus message arrived from a known node (or a QUEUED from one
         that passed the handshake and is not in the table yet)."""
         table = self.node.cluster
-        now = self.env.clock.wall_ms()
         if isinstance(msg, bus.Heartbeat):
-            table.on_heartbeat(msg, now)
+            table.on_heartbeat(msg, self.env.clock.wall_ms())
             self.bus.sync_links()
         elif isinstance(msg, bus.Fail):
-            table.on_fail(msg, now)
-        else:
+            table.on_fail(msg, self.env.clock.wall_ms())
+        else:  # job traffic, by the thousand a second: no clock read
             peer = table.nodes.get(sender)
             if peer is None:
                 clusterjobs.receive_from_stranger(self.node, sender, msg)
