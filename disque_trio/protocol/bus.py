@@ -840,16 +840,13 @@ def encode_batch(msgs: list[Message], max_frame: int = MAX_FRAME) -> bytes:
     cl = type(msgs[0])
     if cl not in BATCHABLE or not 0 < len(msgs) <= BATCH_MAX:
         raise BusError(f"cannot batch {len(msgs)} of {_describe(msgs[0])}")
+    for msg in msgs:
+        if type(msg) is not cl:
+            raise BusError(f"a {cl.TYPE.name} batch holds {_describe(msg)}")
     encoder = _ENCODERS[cl]
     try:
-        bodies = []
-        for msg in msgs:
-            if type(msg) is not cl:
-                raise BusError(f"a {cl.TYPE.name} batch holds {_describe(msg)}")
-            bodies.append(encoder(msg))
+        bodies = [encoder(msg) for msg in msgs]
         payload: bytes = msgpack.packb((MsgType.BATCH, (cl.TYPE, bodies)), use_bin_type=True)
-    except BusError:
-        raise
     except Exception as exc:  # msgpack and str.encode raise several kinds
         raise BusError(f"cannot encode a {cl.TYPE.name} batch: {exc}") from exc
     if len(payload) > max_frame:
@@ -890,7 +887,7 @@ def _decode_payload(payload: bytearray) -> Message | list[Message]:
     code, body = envelope
     entry = _DECODERS.get(code) if type(code) is int else None
     if entry is None:
-        if code == MsgType.BATCH and type(code) is int:
+        if type(code) is int and code == MsgType.BATCH:
             return _decode_batch(body)
         raise BusError(f"unknown message type {_describe(code)}")
     cl, decoder = entry

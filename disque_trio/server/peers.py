@@ -159,6 +159,12 @@ class PeerLink:
         # outbox, never dropped by it), with the link task's next write.
         self.urgent: list[bytes] = []
 
+    @property
+    def idle(self) -> bool:
+        """Connected, with nothing queued and no write in progress: the
+        commit may write to it itself (Bus.flush)."""
+        return self.stream is not None and not self.writing and not self.queued
+
     def to_outbox(self, item: tuple[str, bytes, float]) -> bool:
         """Queue ``item`` for the link task; False (counted as dropped) when
         the outbox is full."""
@@ -301,15 +307,12 @@ class Bus:
             return
         kind = type(msg)
         up = link.stream is not None
-        idle = up and not link.writing and not link.queued
         if kind in bus.BATCHABLE and up:
             # Encoded at the end of the commit (flush) with the run of its
             # kind around it, one BATCH frame for them all; written then if
             # the link is idle, else queued then. (A link that is down
             # queues frames of their own: see the announcements below.)
-            if not link.pending:
-                self._pending_links.append(link)
-            link.pending.append(("", msg, math.inf))  # type: ignore[arg-type]
+            self._to_pending(link, ("", msg, math.inf))  # type: ignore[arg-type]
             self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
             return
         # The core sends one message object to every holder of a job
@@ -331,12 +334,10 @@ class Bus:
             send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
         item = (job_id, frame, send_by)
         urgent = up and isinstance(msg, bus.Heartbeat | bus.Fail)
-        if idle or (link.pending and not urgent):
+        if link.idle or (link.pending and not urgent):
             # Nothing waits before it (written at the end of the commit), or
             # it follows this commit's earlier messages to the link.
-            if not link.pending:
-                self._pending_links.append(link)
-            link.pending.append(item)
+            self._to_pending(link, item)
         elif urgent:
             # The failure detector's messages do not wait behind job
             # traffic, nor get dropped with it when the outbox is full:
@@ -368,10 +369,11 @@ class Bus:
             link.pending = []
             if not items:
                 continue
-            if link.stream is None or link.writing or link.queued:
+            if not link.idle:
                 for item in items:
                     link.to_outbox(item)
                 continue
+            assert link.stream is not None  # idle: connected
             data = b"".join([item[1] for item in items])
             written = write_nowait(link.stream, data)
             if written == len(data):
@@ -386,6 +388,12 @@ class Bus:
                 items = [_WAKE]
             for item in items:
                 link.to_outbox(item)
+
+    def _to_pending(self, link: PeerLink, item: tuple[str, bytes | bus.Message, float]) -> None:
+        """``item`` waits for the end of the commit (flush)."""
+        if not link.pending:
+            self._pending_links.append(link)
+        link.pending.append(item)
 
     def _encode_pending(
         self, pending: list[tuple[str, bytes | bus.Message, float]]
