@@ -133,7 +133,10 @@ class PeerLink:
         # Cancelled to drop just the current connection (a stuck link): the
         # outbox survives and the link task reconnects.
         self.connection_scope = trio.CancelScope()
+        # Frames a full outbox refused, and the messages in them (a BATCH
+        # frame is one frame, and each of its messages).
         self.dropped = 0
+        self.dropped_messages = 0
         # Set to cut a reconnection back-off short: the node just connected
         # to us, so it is up and listening again.
         self.retry_now = trio.Event()
@@ -147,8 +150,9 @@ class PeerLink:
         self.stream: trio.abc.SendStream | None = None
         self.writing = False  # the link task is in a write: frames queue behind it
         self.queued = 0  # items in the outbox the link task has not taken yet
-        # For Bus.flush: outbox items, and BATCHABLE messages not encoded yet.
-        self.pending: list[tuple[str, bytes | bus.Message, float]] = []
+        # For Bus.flush: outbox items, and BATCHABLE messages not encoded
+        # yet, each with its message class (counted once written or queued).
+        self.pending: list[_PendingItem] = []
         # Announcements in the outbox (WILLQUEUE, QUEUED counting nothing):
         # frame -> copies not taken yet. Only the last copy is written (see
         # Bus.send, superseded).
@@ -165,13 +169,14 @@ class PeerLink:
         commit may write to it itself (Bus.flush)."""
         return self.stream is not None and not self.writing and not self.queued
 
-    def to_outbox(self, item: tuple[str, bytes, float]) -> bool:
-        """Queue ``item`` for the link task; False (counted as dropped) when
-        the outbox is full."""
+    def to_outbox(self, item: tuple[str, bytes, float], messages: int = 1) -> bool:
+        """Queue ``item`` (a frame of ``messages`` messages) for the link
+        task; False (counted as dropped) when the outbox is full."""
         try:
             self.send_channel.send_nowait(item)
         except trio.WouldBlock:
             self.dropped += 1
+            self.dropped_messages += messages
             return False
         self.queued += 1
         return True
@@ -193,12 +198,19 @@ class PeerLink:
         return False
 
 
-def _encode_run(run: list[bus.Message], items: list[tuple[str, bytes, float]]) -> None:
+# A pending item: (job id, frame or BATCHABLE message, send-by time, its
+# message class); an encoded one: (outbox item, message class, messages).
+_PendingItem = tuple[str, "bytes | bus.Message", float, type]
+_Encoded = tuple[tuple[str, bytes, float], type, int]
+
+
+def _encode_run(run: list[bus.Message], items: list[_Encoded]) -> None:
     """Append outbox items carrying ``run``, messages of one BATCHABLE kind."""
+    kind = type(run[0])
     for start in range(0, len(run), bus.BATCH_MAX):
         chunk = run[start : start + bus.BATCH_MAX]
         frame = bus.encode_frame(chunk[0]) if len(chunk) == 1 else bus.encode_batch(chunk)
-        items.append(("", frame, math.inf))
+        items.append((("", frame, math.inf), kind, len(chunk)))
 
 
 class Bus:
@@ -214,8 +226,9 @@ class Bus:
         self.frames_out = 0
         self.bad_frames = 0
         # Messages by class (bus.Ping, bus.ReplJob...): sent counts those
-        # queued on a link (the dropped ones are in PeerLink.dropped),
-        # received those decoded from a known node. /metrics reads them.
+        # written or queued on a link (the dropped ones are in
+        # PeerLink.dropped, stale ones in neither), received those decoded
+        # from a known node. /metrics reads them.
         self.sent_by_type: dict[type, int] = {}
         self.received_by_type: dict[type, int] = {}
         # The last message encoded, and its frame (see send).
@@ -312,8 +325,7 @@ class Bus:
             # kind around it, one BATCH frame for them all; written then if
             # the link is idle, else queued then. (A link that is down
             # queues frames of their own: see the announcements below.)
-            self._to_pending(link, ("", msg, math.inf))  # type: ignore[arg-type]
-            self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
+            self._to_pending(link, ("", msg, math.inf, kind))  # type: ignore[arg-type]
             return
         # The core sends one message object to every holder of a job
         # (messages are frozen): encode it once.
@@ -337,8 +349,9 @@ class Bus:
         if link.idle or (link.pending and not urgent):
             # Nothing waits before it (written at the end of the commit), or
             # it follows this commit's earlier messages to the link.
-            self._to_pending(link, item)
-        elif urgent:
+            self._to_pending(link, (job_id, frame, send_by, kind))
+            return
+        if urgent:
             # The failure detector's messages do not wait behind job
             # traffic, nor get dropped with it when the outbox is full:
             # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
@@ -365,51 +378,54 @@ class Bus:
         for its task, in BATCH frames."""
         links, self._pending_links = self._pending_links, []
         for link in links:
-            items = self._encode_pending(link.pending)
+            encoded = self._encode_pending(link.pending)
             link.pending = []
-            if not items:
+            if not encoded:
                 continue
-            if not link.idle:
-                for item in items:
-                    link.to_outbox(item)
-                continue
-            assert link.stream is not None  # idle: connected
-            data = b"".join([item[1] for item in items])
-            written = write_nowait(link.stream, data)
-            if written == len(data):
-                self.frames_out += len(items)
-                continue
-            if written:
-                # The socket took part of a frame: the link task writes the
-                # rest first (on this connection only: see _serve_link),
-                # and counts it as one frame.
-                self.frames_out += len(items) - 1
-                link.rest = data[written:]
-                items = [_WAKE]
-            for item in items:
-                link.to_outbox(item)
+            if link.idle:
+                assert link.stream is not None  # idle: connected
+                data = b"".join([item[1] for item, _, _ in encoded])
+                written = write_nowait(link.stream, data)
+                if written:
+                    for _, kind, n in encoded:
+                        self._count_sent(kind, n)
+                if written == len(data):
+                    self.frames_out += len(encoded)
+                    continue
+                if written:
+                    # The socket took part of a frame: the link task writes
+                    # the rest first (on this connection only: see
+                    # _serve_link), and counts it as one frame.
+                    self.frames_out += len(encoded) - 1
+                    link.rest = data[written:]
+                    link.to_outbox(_WAKE, 0)
+                    continue
+            for item, kind, n in encoded:
+                if link.to_outbox(item, n):
+                    self._count_sent(kind, n)
 
-    def _to_pending(self, link: PeerLink, item: tuple[str, bytes | bus.Message, float]) -> None:
+    def _count_sent(self, kind: type, messages: int) -> None:
+        self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + messages
+
+    def _to_pending(self, link: PeerLink, item: _PendingItem) -> None:
         """``item`` waits for the end of the commit (flush)."""
         if not link.pending:
             self._pending_links.append(link)
         link.pending.append(item)
 
-    def _encode_pending(
-        self, pending: list[tuple[str, bytes | bus.Message, float]]
-    ) -> list[tuple[str, bytes, float]]:
+    def _encode_pending(self, pending: list[_PendingItem]) -> list[_Encoded]:
         """A link's pending items as outbox items: stale ones left out, each
         run of BATCHABLE messages of one kind in BATCH frames (a run of one
         in a frame of its own), the order kept."""
-        items: list[tuple[str, bytes, float]] = []
+        items: list[_Encoded] = []
         run: list[bus.Message] = []
-        for job_id, payload, send_by in pending:
+        for job_id, payload, send_by, kind in pending:
             if isinstance(payload, bytes):
                 if run:
                     _encode_run(run, items)
                     run = []
                 if not self._stale(job_id, send_by):
-                    items.append((job_id, payload, send_by))
+                    items.append(((job_id, payload, send_by), kind, 1))
             else:
                 if run and type(run[0]) is not type(payload):
                     _encode_run(run, items)
@@ -584,7 +600,12 @@ class Bus:
             link.connection_scope.cancel()
 
     def dropped(self) -> int:
+        """Frames a full outbox refused (CLUSTER INFO)."""
         return sum(link.dropped for link in self.links.values())
+
+    def dropped_messages(self) -> int:
+        """The messages in them (/metrics)."""
+        return sum(link.dropped_messages for link in self.links.values())
 
     async def _handshake(
         self, stream: trio.abc.Stream, initiator: bool

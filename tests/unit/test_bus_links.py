@@ -427,6 +427,43 @@ def test_a_busy_links_small_job_messages_are_queued_as_one_batch() -> None:
     )
 
 
+def test_messages_count_as_sent_once_written_or_queued_and_dropped_by_message() -> None:
+    """disque_bus_messages_sent_total counts a message written or queued for
+    the link task, not one whose BATCH frame a full outbox dropped; that
+    frame's messages count as dropped one by one (a BATCH of three is three
+    messages lost, in one frame)."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, link, stream = _bus_with_link(10)
+    link.send_channel, link.receive_channel = trio.open_memory_channel[
+        tuple[str, bytes, float]
+    ](2)
+    first = bus_msgs.NeedJobs("queue", 10)
+    bus.send(PEER, first)
+    bus.flush()  # the socket took 10 bytes: the rest is the link task's
+    assert bus.sent_by_type == {bus_msgs.NeedJobs: 1}
+    assert link.queued == 1  # the rest's wake-up: room for one more
+    ids = ["D-" + "0" * 8 + "-" + c * 24 + "-05a1" for c in "ABCDE"]
+    gotjobs = [bus_msgs.GotJob(i) for i in ids[:2]]
+    acks = [bus_msgs.SetAck(i, 3) for i in ids[2:]]
+    for msg in (*gotjobs, *acks):
+        bus.send(PEER, msg)
+    assert bus.sent_by_type == {bus_msgs.NeedJobs: 1}  # not before the commit's end
+    bus.flush()
+    assert bus.sent_by_type == {bus_msgs.NeedJobs: 1, bus_msgs.GotJob: 2}
+    assert link.dropped == 1 and link.dropped_messages == 3  # a BATCH of three SETACKs
+    assert link.receive_channel.receive_nowait()[1] == b""
+    assert link.receive_channel.receive_nowait()[1] == bus_msgs.encode_batch(gotjobs)
+
+    # An idle link: written at the commit's end, counted then.
+    bus, link, stream = _bus_with_link(1 << 20)
+    bus.send(PEER, acks[0])
+    bus.send(PEER, first)
+    bus.flush()
+    assert len(stream.written) == 1 and link.dropped == link.dropped_messages == 0
+    assert bus.sent_by_type == {bus_msgs.SetAck: 1, bus_msgs.NeedJobs: 1}
+
+
 def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
     """A link down through a partition collects the same WILLQUEUE or QUEUED
     at every retry point; written back to back when it returns, each copy
