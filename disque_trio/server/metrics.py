@@ -203,7 +203,11 @@ def _clients(out: Exposition, server: ServerHost) -> None:
 def _cluster(out: Exposition, server: ServerHost, view: NodeView) -> None:
     bus = server.bus
     for name, counts, help_text in (
-        ("disque_bus_messages_sent_total", bus.sent_by_type, "Bus messages written or queued to peers."),
+        (
+            "disque_bus_messages_sent_total",
+            bus.sent_by_type,
+            "Bus messages written or queued to peers.",
+        ),
         (
             "disque_bus_messages_received_total",
             bus.received_by_type,

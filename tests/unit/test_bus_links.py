@@ -435,9 +435,7 @@ def test_messages_count_as_sent_once_written_or_queued_and_dropped_by_message() 
     from disque_trio.protocol import bus as bus_msgs
 
     bus, link, stream = _bus_with_link(10)
-    link.send_channel, link.receive_channel = trio.open_memory_channel[
-        tuple[str, bytes, float]
-    ](2)
+    link.send_channel, link.receive_channel = trio.open_memory_channel[tuple[str, bytes, float]](2)
     first = bus_msgs.NeedJobs("queue", 10)
     bus.send(PEER, first)
     bus.flush()  # the socket took 10 bytes: the rest is the link task's
