@@ -459,9 +459,17 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     if job is None:
         _answer_deleted(node, sender, msg.job_id)
         return
-    if job.state in (STATE_ACTIVE, STATE_QUEUED) and sender not in job.nodes_delivered:
+    known = sender in job.nodes_delivered
+    if job.state in (STATE_ACTIVE, STATE_QUEUED) and not known:
         _learned_holder(node, job, sender)
     if job.state == STATE_QUEUED:
+        if known and (job.id in node.answered_queued or job.id in node.answered_queued_before):
+            # Two holders announced it at once (their timers fell in one
+            # chatter slot): the QUEUED that answered the first went to
+            # every holder, this sender too, crossing its WILLQUEUE. A
+            # second answer would say the same (two messages more for
+            # about a third of the jobs held, each retry period).
+            return
         # To every holder, not just the sender: another one may have queued
         # its copy too, without either of us knowing (a lost QUEUED). In
         # steady state this answer is what spares the re-announcement at
@@ -470,6 +478,7 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         # one is then repeated a retry period sooner (seed 20005489).
         announce_queued(node, job)
         job.flags |= FLAG_TOLD_QUEUED
+        node.answered_queued.add(job.id)
         node.probe("willqueue-answered-queued", job)
     elif job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))

@@ -42,6 +42,8 @@ class JobHost(Protocol):
     deleted_expired: set[str]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]
+    answered_queued: set[str]
+    answered_queued_before: set[str]
 
     def now_ms(self) -> int: ...
 

@@ -72,6 +72,11 @@ WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes this long before a re-queue
 # active job's qtime) keeps its own millisecond: there the random time error
 # is what keeps two holders from queueing the same job at once.
 CHATTER_GRID_MS = 100
+# A job queued here that answered a WILLQUEUE (QUEUED to every holder) is
+# not answered again for the next WILLQUEUE of a holder during this many
+# cron periods, or twice as many (clusterjobs._on_willqueue): about one
+# WILLQUEUE advance.
+ANSWERED_QUEUED_CRONS = 3
 # Timers one tick runs at most (the original runs 10,000 per call, in C).
 # A node holding half a million jobs that fall due together (added in a burst
 # with one RETRY) ran them all in one tick: minutes of one CPU-bound call in
@@ -163,6 +168,13 @@ class Node:
         # SETACK goes to it at once, not after a back-off grown while it
         # was unknown (simulator seed 20003595).
         self.dummy_acks: set[str] = set()
+        # Jobs queued here whose QUEUED went to every holder in answer to a
+        # WILLQUEUE lately (ANSWERED_QUEUED_CRONS): another holder's
+        # WILLQUEUE that crossed that answer needs no second one
+        # (clusterjobs._on_willqueue).
+        self.answered_queued: set[str] = set()
+        self.answered_queued_before: set[str] = set()
+        self._answered_crons = 0
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here.
         self.observers: list[Callable[[str, Job], None]] = []
@@ -688,6 +700,11 @@ class Node:
         other nodes for jobs is each queue's delivery task's business:
         ``clusterjobs.needjobs_due``.)"""
         self.follow_clock()
+        self._answered_crons += 1
+        if self._answered_crons >= ANSWERED_QUEUED_CRONS:
+            self._answered_crons = 0
+            self.answered_queued_before = self.answered_queued
+            self.answered_queued = set()
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]

@@ -6,7 +6,13 @@ from __future__ import annotations
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
-from disque_trio.core.node import CHATTER_GRID_MS, WILLQUEUE_ADVANCE_MS, Node, chatter_slot_end
+from disque_trio.core.node import (
+    ANSWERED_QUEUED_CRONS,
+    CHATTER_GRID_MS,
+    WILLQUEUE_ADVANCE_MS,
+    Node,
+    chatter_slot_end,
+)
 from disque_trio.core.records import job_data
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
@@ -219,4 +225,47 @@ def test_a_repljob_for_another_node_id_is_not_kept() -> None:
     cj.receive(node, OTHER_ID, bus.ReplJob(job_data(job, node.now_ms()), False))
     assert job.id not in node.jobs
     assert not any(isinstance(m, bus.GotJob) for _, m in sent(node))
+    check_invariants(node)
+
+
+def test_a_willqueue_that_crossed_the_answer_to_another_is_not_answered_again() -> None:
+    """Two holders whose WILLQUEUE timers fell in one chatter slot announce
+    the job together; the QUEUED answering the first went to every holder,
+    so the second, which crossed it, gets no second answer (it was a third
+    of the QUEUED messages of jobs held with RETRY 5, no consumer). A
+    holder this node did not know of yet is answered, and so is a
+    WILLQUEUE once the window (ANSWERED_QUEUED_CRONS) has passed."""
+    node = _with_two_linked_peers()
+    fourth = "6b6b6b6b" + "d5" * 16
+    peer = node.cluster.add(fourth, "127.0.0.1", 7714, 17714)
+    assert peer is not None
+    peer.link_up = True
+    node.refresh_cluster_view()
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 5)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    job = node.jobs[job_id]
+    holders = [h for h in job.nodes_delivered if h != node.node_id]
+    for holder in holders:
+        cj.receive(node, holder, bus.GotJob(job_id))
+    assert adder.done and job.state == JobState.QUEUED
+    first, second = holders
+
+    def answers() -> list[str]:
+        to = sorted(t for t, m in sent(node) if m == bus.Queued(job_id, 0))
+        node.effects.clear()
+        return to
+
+    node.effects.clear()
+    cj.receive(node, first, bus.WillQueue(job_id))
+    assert answers() == sorted(holders)
+    cj.receive(node, second, bus.WillQueue(job_id))
+    assert answers() == []
+    stranger = next(n for n in (OTHER_ID, THIRD_ID, fourth) if n not in holders)
+    cj.receive(node, stranger, bus.WillQueue(job_id))  # a holder learned now
+    assert answers() == sorted([*holders, stranger])
+    for _ in range(2 * ANSWERED_QUEUED_CRONS):
+        node.cron()
+    cj.receive(node, second, bus.WillQueue(job_id))
+    assert answers() == sorted([*holders, stranger])
     check_invariants(node)
