@@ -216,8 +216,8 @@ def _first(events: list[tuple[int, str]], tag: str, after: int = 0) -> int | Non
     return next((ns for ns, t in events if t == tag and ns >= after), None)
 
 
-def _last(events: list[tuple[int, str]], tag: str) -> int | None:
-    return next((ns for ns, t in reversed(events) if t == tag), None)
+def _last(events: list[tuple[int, str]], tag: str, before: float = float("inf")) -> int | None:
+    return next((ns for ns, t in reversed(events) if t == tag and ns <= before), None)
 
 
 def stages(chain: list[tuple[int, str, str]]) -> dict[str, float] | None:
@@ -247,12 +247,13 @@ def stages(chain: list[tuple[int, str, str]]) -> dict[str, float] | None:
         assert r_read is not None and r_start is not None
         assert r_end is not None and r_write is not None
         back = _first(origin, "b_read", r_write)
-        if back is None:
+        woke = _last(origin, "b_write", r_read)  # the write that woke it
+        if back is None or woke is None:
             return None
         got["replica: REPLJOB read to decoded"].append(r_start - r_read)
         got["replica: handled (copy stored, GOTJOB sent)"].append(r_end - r_start)
         got["replica: commit, GOTJOB encoded, to the write"].append(r_write - r_end)
-        got["hop: origin's last REPLJOB write to the replica's read"].append(r_read - out)
+        got["hop: origin's REPLJOB write to the replica's read"].append(r_read - woke)
         got["hop: replica's GOTJOB write to the origin's read"].append(back - r_write)
     row: dict[str, float] = {
         "origin: request read to ADDJOB started (parse)": start - read,

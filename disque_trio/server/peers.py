@@ -366,7 +366,7 @@ class Bus:
             # answered (QUEUED to every holder) when it comes back. They
             # say the same thing: the last one goes, in its place.
             link.queued_announcement(frame)
-        self.sent_by_type[kind] = self.sent_by_type.get(kind, 0) + 1
+        self._count_sent(kind, 1)
 
     def flush(self) -> None:
         """Write the frames sent since the last flush to links that had
