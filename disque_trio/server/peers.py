@@ -357,7 +357,12 @@ class Bus:
             # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
             # that way flagged busy peers failing, and ADDJOBs got NOREPL.
             link.urgent.append(frame)
-            del link.urgent[:-URGENT_MAX]
+            if len(link.urgent) > URGENT_MAX:
+                # The oldest waiting heartbeat gives way (a newer one says
+                # as much): counted dropped (and sent, when it was queued).
+                del link.urgent[0]
+                link.dropped += 1
+                link.dropped_messages += 1
         elif not link.to_outbox(item):
             return
         elif type(msg) is bus.WillQueue or (type(msg) is bus.Queued and not msg.flags):

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from disque_trio.core.cluster import HANDSHAKE, ClusterTable
+from disque_trio.core.cluster import HANDSHAKE, LEAVING, ClusterTable
 from disque_trio.server.peers import Bus, PeerLink
 
 ME = "a" * 40
@@ -460,6 +460,25 @@ def test_messages_count_as_sent_once_written_or_queued_and_dropped_by_message() 
     bus.flush()
     assert len(stream.written) == 1 and link.dropped == link.dropped_messages == 0
     assert bus.sent_by_type == {bus_msgs.SetAck: 1, bus_msgs.NeedJobs: 1}
+
+
+def test_heartbeats_past_the_urgent_limit_drop_the_oldest_and_count_it() -> None:
+    """A busy link keeps at most URGENT_MAX heartbeats waiting: past that the
+    oldest goes, counted as dropped (it counted as sent when it was queued,
+    as a superseded announcement in the outbox does)."""
+    from disque_trio.protocol import bus as bus_msgs
+    from disque_trio.server.peers import URGENT_MAX
+
+    bus, link, _ = _bus_with_link(10)
+    bus.send(PEER, bus_msgs.NeedJobs("queue", 10))
+    bus.flush()  # the socket took 10 bytes: the link task has the rest
+    pings = [bus_msgs.Ping(ME, 0, ()), bus_msgs.Ping(ME, LEAVING, ())]
+    for k in range(URGENT_MAX + 1):
+        bus.send(PEER, pings[k % 2])
+    assert len(link.urgent) == URGENT_MAX
+    assert link.urgent[0] == bus_msgs.encode_frame(pings[1])  # the first one went
+    assert link.dropped == link.dropped_messages == 1
+    assert bus.sent_by_type[bus_msgs.Ping] == URGENT_MAX + 1
 
 
 def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
