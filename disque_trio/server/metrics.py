@@ -219,7 +219,7 @@ def _cluster(out: Exposition, server: ServerHost, view: NodeView) -> None:
     out.one(
         "disque_bus_messages_dropped_total",
         "counter",
-        "Bus messages dropped because a peer's outbox was full.",
+        "Bus messages dropped: a peer's outbox was full, or newer heartbeats replaced them.",
         bus.dropped_messages(),
     )
     cluster = server.node.cluster
