@@ -31,10 +31,7 @@ import argparse
 import atexit
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +39,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-HOST = "127.0.0.1"
-ADDJOB = b"*6\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$10\r\n0123456789\r\n$4\r\n5000\r\n$9\r\nREPLICATE\r\n$1\r\n3\r\n"
+from bench_single import BODY, HOST, BenchError, Server, command, encode
+from bench_vs_c import free_pair, one_client, reachable
+
+ADDJOB = encode("ADDJOB", "q", BODY, 5000, "REPLICATE", 3)
 
 
 # ------------------------------------------------------------ in a node
@@ -104,88 +103,37 @@ def _node_main(out: str, argv: list[str]) -> None:
 # --------------------------------------------------------------- driver
 
 
-def free_port() -> int:
-    """A port P with P and P + 10000 free on loopback."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port + 10000))
-            except OSError:
-                continue
-        return int(port)
-    raise SystemExit("bench_chain: no free port pair on loopback")
-
-
-def command(port: int, *args: object) -> bytes:
-    words = [str(a).encode() for a in args]
-    req = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
-    with socket.create_connection((HOST, port), timeout=5) as s:
-        s.sendall(req)
-        return s.recv(65536)
-
-
-def wait_ready(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if command(port, "PING").startswith(b"+PONG"):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"bench_chain: the node on port {port} did not start")
-
-
 def run(requests: int, root: str) -> tuple[list[float], list[str]]:
-    procs: list[subprocess.Popen[bytes]] = []
+    """Three probed nodes, meshed; ``requests`` ADDJOBs from one client.
+    The client's sorted times, and each node's event file (written when it
+    stops)."""
+    nodes: list[Server] = []
     outs: list[str] = []
-    ports: list[int] = []
     try:
         for i in range(3):
-            port = free_port()
+            port, bus_port = free_pair()
             work = os.path.join(root, f"n{i}")
             os.makedirs(work)
             out = os.path.join(root, f"events{i}")
-            argv = ["--port", str(port), "--cluster-port", str(port + 10000)]
+            argv = [sys.executable, os.path.abspath(__file__), "--node", out]
+            argv += ["--port", str(port), "--cluster-port", str(bus_port)]
             argv += ["--bind", HOST, "--dir", work, "--loglevel", "warning"]
-            cmd = [sys.executable, os.path.abspath(__file__), "--node", out, *argv]
-            procs.append(subprocess.Popen(cmd))
+            nodes.append(Server(f"node{i}", argv, port, work))
             outs.append(out)
-            ports.append(port)
-            wait_ready(port)
-        for port in ports[1:]:
-            if command(ports[0], "CLUSTER", "MEET", HOST, port, port + 10000) != b"+OK\r\n":
-                raise SystemExit("bench_chain: CLUSTER MEET failed")
+            nodes[-1].wait_ready()
+        first = nodes[0].port
+        for node in nodes[1:]:
+            if command(first, b"CLUSTER", b"MEET", HOST, node.port, node.port + 10000) != b"OK":
+                raise BenchError("CLUSTER MEET failed")
         deadline = time.monotonic() + 30
-        # HELLO lists every node known and reachable, each as an array of 4.
-        while any(command(p, "HELLO").count(b"*4\r\n") != 3 for p in ports):
+        while any(reachable(node.port) != 2 for node in nodes):
             if time.monotonic() > deadline:
-                raise SystemExit("bench_chain: the nodes did not mesh")
+                raise BenchError("the nodes did not mesh in 30 s")
             time.sleep(0.1)
-        times: list[float] = []
-        with socket.create_connection((HOST, ports[0]), timeout=10) as s:
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for _ in range(requests):
-                t0 = time.perf_counter()
-                s.sendall(ADDJOB)
-                data = s.recv(4096)
-                while not data.endswith(b"\r\n"):
-                    data += s.recv(4096)
-                times.append(time.perf_counter() - t0)
-                if not data.startswith(b"+D-"):
-                    raise SystemExit(f"bench_chain: ADDJOB answered {data!r}")
+        times = one_client(first, ADDJOB, requests)
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        for node in nodes:
+            node.stop()  # SIGTERM: each writes its events as it exits
     return times, outs
 
 
@@ -291,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="bench-chain-")
     try:
         times, outs = run(opts.requests, root)
-        times.sort()
         n = len(times)
         print(
             f"{n} ADDJOB REPLICATE 3, one client: p50 {times[n // 2] * 1000:.3f} ms, "
             f"p99 {times[int(n * 0.99)] * 1000:.3f} ms (client side, probes on)"
         )
         report(chains(outs, opts.skip))
+    except BenchError as e:
+        print(f"bench_chain: {e}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
