@@ -18,6 +18,11 @@ the same load back to back, and prints every figure as a ratio
     python bench/bench_vs_c.py --disque-c /path/to/disque/src/disque-server
     python bench/bench_vs_c.py --disque-c PATH --quick     # smoke run (< 2 min)
     python bench/bench_vs_c.py --disque-c PATH --only cluster --repeat 5
+    python bench/bench_vs_c.py --disque-c PATH --node-python PYTHON
+
+``--node-python`` runs the disque-trio nodes (and the bare Trio server) with
+another interpreter, say PyPy (``bench/pypy39.py`` prepares one from
+Debian's PyPy 3.9); the benchmark itself stays on this one.
 
 This is a benchmark that prints figures, not a test: it exits 0 even when a
 target is missed (exit 1 only if the benchmark itself could not run).
@@ -33,6 +38,7 @@ import platform
 import shutil
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -124,6 +130,7 @@ class Fleet:
     """Every node of one kind ("trio" or "c") in its own scratch directory."""
 
     def __init__(self, kind: str, exe: str, root: str) -> None:
+        # exe: C Disque's binary, or the interpreter of the disque-trio nodes.
         self.kind, self.exe, self.root = kind, exe, root
         self.nodes: list[Server] = []
 
@@ -132,7 +139,7 @@ class Fleet:
             port, bus = free_pair()
             workdir = tempfile.mkdtemp(prefix=f"{self.kind}{i}-", dir=self.root)
             if self.kind == "trio":
-                argv = [sys.executable, "-m", "disque_trio", "--port", str(port)]
+                argv = [self.exe or sys.executable, "-m", "disque_trio", "--port", str(port)]
                 argv += ["--cluster-port", str(bus), "--loglevel", "notice"]
             else:
                 argv = [self.exe, "--port", str(port), "--daemonize", "no"]
@@ -206,7 +213,8 @@ class Bench:
 
     def fleets_of(self, count: int) -> tuple[Fleet, Fleet]:
         self.stop_all()
-        trio, c = Fleet("trio", "", self.root), Fleet("c", self.exe, self.root)
+        trio = Fleet("trio", self.args.node_python, self.root)
+        c = Fleet("c", self.exe, self.root)
         self.fleets = [trio, c]
         trio.start(count)
         c.start(count)
@@ -284,7 +292,7 @@ class Bench:
         at -P 1. What the node can reach at -P 1 is below this ratio."""
         port = free_port()
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trio_floor.py")
-        srv = Server("floor", [sys.executable, script, str(port)], port, self.root)
+        srv = Server("floor", [self.args.node_python, script, str(port)], port, self.root)
         try:
             srv.wait_ready()
             out: dict[str, list[float]] = {"trio": [], "c": []}
@@ -393,6 +401,21 @@ def print_table(rows: list[Row]) -> None:
         print("  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
 
 
+def node_version(python: str) -> str:
+    """What ``python`` says it is, on one line (``--node-python``)."""
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(sys.version.replace(chr(10), ' '))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BenchError(f"--node-python {python}: does not run: {e}") from None
+    return f"{python} (Python {out.stdout.strip()})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = bench_parser(__doc__, timeout=3600)
     p.add_argument(
@@ -403,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--only", action="append", choices=PARTS, help="run only these parts (repeatable)"
+    )
+    p.add_argument(
+        "--node-python",
+        default=sys.executable,
+        metavar="PYTHON",
+        help="the interpreter of the disque-trio nodes (default: this one)",
     )
     args = settle_repeat(p, p.parse_args(argv))
     exe = os.path.abspath(args.disque_c)
@@ -421,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{CLIENTS} clients, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"load {load:.2f}"
     )
+    if args.node_python != sys.executable:
+        try:
+            print(f"bench_vs_c: the disque-trio nodes run on {node_version(args.node_python)}")
+        except BenchError as e:
+            print(f"bench_vs_c: {e}", file=sys.stderr)
+            return 1
     arm_signals(args.timeout)
     bench = Bench(args, exe)
     t0 = time.perf_counter()

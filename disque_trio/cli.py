@@ -318,7 +318,10 @@ def _tune_gc() -> None:
     """A node keeps millions of long-lived objects (jobs): with CPython's
     default thresholds the cycle collector runs every 700 allocations and
     re-scans them often. Jobs form no cycles, so collect less often, and move
-    everything allocated at start-up out of the collector's sight."""
+    everything allocated at start-up out of the collector's sight. PyPy's
+    collector has neither knob (nor this problem): nothing to do there."""
+    if sys.implementation.name != "cpython":
+        return
     gc.set_threshold(50_000, 20, 10)
     gc.freeze()
 

@@ -100,6 +100,23 @@ def test_loglevel_warning_prints_warnings_only(node_factory: object) -> None:
     assert ("#", "Disque is now ready to exit, bye bye...") in lines
 
 
+def test_gc_tuning_only_on_cpython(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyPy's gc module has neither set_threshold nor freeze: the node must
+    start there without touching them."""
+    import gc
+    import types
+
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "set_threshold", lambda *a: calls.append("set_threshold"))
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(cli.sys, "implementation", types.SimpleNamespace(name="pypy"))
+    cli._tune_gc()
+    assert calls == []
+    monkeypatch.setattr(cli.sys, "implementation", types.SimpleNamespace(name="cpython"))
+    cli._tune_gc()
+    assert calls == ["set_threshold", "freeze"]
+
+
 def test_unknown_directive_names_file_and_line(tmp_path: Path) -> None:
     conf = tmp_path / "disque.conf"
     conf.write_text("# a comment\nport 7711\nbogus-directive yes\n")

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from disque_trio.protocol import resp
 from disque_trio.protocol.replies import (
     NULL_ARRAY,
     OK,
@@ -178,6 +179,7 @@ def test_buffered_counts_unconsumed_bytes(parser_cls: ParserClass) -> None:
 
 
 def test_make_parser() -> None:
+    # The tests run on CPython with hiredis installed: hiredis by default.
     assert type(make_parser()) is HiredisRequestParser
     assert type(make_parser(use_hiredis=False)) is RequestParser
     for use_hiredis in (True, False):
@@ -185,6 +187,20 @@ def test_make_parser() -> None:
         assert outcome(parser, [multibulk([b"12345"])]) == ([], "invalid bulk length")
         parser = make_parser(4, use_hiredis=use_hiredis, max_multibulk_len=2)
         assert outcome(parser, [b"*3\r\n"]) == ([], "invalid multibulk length")
+
+
+def test_hiredis_only_by_default_where_it_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resp.hiredis_pays(True, "cpython")
+    assert not resp.hiredis_pays(True, "pypy")  # the pure parser is faster there
+    assert not resp.hiredis_pays(False, "cpython")
+    # Without hiredis installed, asking for it is a clear error, and the
+    # pure parser does the work.
+    monkeypatch.setattr(resp, "hiredis", None)
+    with pytest.raises(RuntimeError, match="hiredis is not installed"):
+        make_parser(use_hiredis=True)
+    parser = make_parser(use_hiredis=False)
+    parser.feed(b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\n")
+    assert parser.next_command() == [b"PING", b"hi"]
 
 
 def test_tiny_max_inline_len_still_parses(parser_cls: ParserClass) -> None:
