@@ -10,9 +10,13 @@ A job ID is exactly 40 characters::
     | +-- first 8 hex chars of the creating node's ID
     +-- "D-"
 
-The random part is SHA1(seed || counter) in counter mode: the seed comes from
-the node's RNG once, so a simulated node produces the same IDs for the same
-seed while a real node never repeats them. The TTL in the ID lets a node that
+The random part comes from SHAKE-128(seed || counter) in counter mode, the
+random parts of 64 IDs from each call (one hash call per ID cost a fifth of
+an ADDJOB's core under CPython, two fifths under PyPy, where hashlib goes
+through its C-API emulation: 1.1 and 3.0 us an ID, against 0.23 and 0.14
+batched). The seed comes from the node's RNG once, so a simulated node
+produces the same IDs for the same seed while a real node never repeats
+them. The TTL in the ID lets a node that
 never saw a job still expire an acknowledgement for it, and the parity tells
 it whether an acknowledgement (a "dummy ack") is worth keeping at all.
 """
@@ -27,6 +31,8 @@ JOB_ID_LEN = 40
 NODE_ID_LEN = 40
 # A u16 of minutes: about 45 days. Longer TTLs saturate in the ID only.
 MAX_TTL_MINUTES = 0xFFFF
+# IDs whose random parts one hash call makes.
+_BATCH = 64
 
 
 def new_node_id(rng: random.Random) -> str:
@@ -69,16 +75,17 @@ class JobIdGenerator:
     process in the simulator and must not share a counter.
     """
 
-    __slots__ = ("_counter", "_prefix", "_seeded", "_suffixes")
+    __slots__ = ("_batch", "_counter", "_next", "_prefix", "_seed", "_suffixes")
 
     def __init__(self, node_id: str, rng: random.Random) -> None:
         self._prefix = "D-" + node_id[:8] + "-"
-        # SHA1 state after absorbing the seed: each ID copies it and adds the
-        # counter, instead of hashing the seed again (ADDJOB's hot path).
-        self._seeded = hashlib.sha1(
-            rng.getrandbits(160).to_bytes(20, "big"), usedforsecurity=False
-        )
+        self._seed = rng.getrandbits(160).to_bytes(20, "big")
         self._counter = 0
+        # The random parts of the next IDs, already in base64: 18 bytes are
+        # exactly 24 characters, so a batch of 64 encodes in one call, with
+        # no padding, and each ID takes the next 24 characters.
+        self._batch = ""
+        self._next = 0
         # "-" + the 4 TTL hex digits, per (ttl, retry > 0): a handful of values.
         self._suffixes: dict[tuple[int, bool], str] = {}
 
@@ -87,11 +94,17 @@ class JobIdGenerator:
         self._prefix = "D-" + node_id[:8] + "-"
 
     def next_id(self, ttl_seconds: int, retry: int) -> str:
-        self._counter += 1
-        h = self._seeded.copy()
-        h.update(self._counter.to_bytes(8, "little"))
-        # 18 bytes are exactly 24 base64 characters, no padding.
-        middle = binascii.b2a_base64(h.digest()[:18], newline=False).decode("ascii")
+        at = self._next
+        if at >= len(self._batch):
+            self._counter += 1
+            shake = hashlib.shake_128(
+                self._seed + self._counter.to_bytes(8, "little"), usedforsecurity=False
+            )
+            raw = shake.digest(18 * _BATCH)
+            self._batch = binascii.b2a_base64(raw, newline=False).decode("ascii")
+            at = 0
+        self._next = at + 24
+        middle = self._batch[at : at + 24]
         key = (ttl_seconds, retry > 0)
         suffix = self._suffixes.get(key)
         if suffix is None:

@@ -879,7 +879,14 @@ def test_a_stranger_queued_copy_follows_the_queued_rule(stranger_wins: bool) -> 
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
     copy = job(node, job_id)
     node.enqueue(copy)
-    candidates = [c * 40 for c in "0123456789abcdef"]
+    # Node IDs one character away from ours: whatever the job's random
+    # part, some win and some lose against ours.
+    candidates = [
+        NODE_ID[:i] + c + NODE_ID[i + 1 :]
+        for i in range(len(NODE_ID))
+        for c in "0123456789abcdef"
+        if c != NODE_ID[i]
+    ]
     stranger = next(
         c for c in candidates if (cj.compare_ids_by_job(c, NODE_ID, job_id) > 0) == stranger_wins
     )
