@@ -11,10 +11,10 @@ A job ID is exactly 40 characters::
     +-- "D-"
 
 The random part comes from SHAKE-128(seed || counter) in counter mode, the
-random parts of 64 IDs from each call (one hash call per ID cost a fifth of
-an ADDJOB's core under CPython, two fifths under PyPy, where hashlib goes
-through its C-API emulation: 1.1 and 3.0 us an ID, against 0.23 and 0.14
-batched). The seed comes from the node's RNG once, so a simulated node
+random parts of 64 IDs from each call. One hash call per ID cost 7 % of an
+ADDJOB's core under CPython and 40 % under PyPy, where each hashlib call is
+dear (1.1 and 3.0 us an ID; batched, 0.5 and 0.14 to 0.24 us, the whole
+``next_id``). The seed comes from the node's RNG once, so a simulated node
 produces the same IDs for the same seed while a real node never repeats
 them. The TTL in the ID lets a node that
 never saw a job still expire an acknowledgement for it, and the parity tells

@@ -58,9 +58,9 @@ every command is incomplete and goes the pure way plus some bookkeeping. A
 50 MB bulk fed in 4 KB chunks costs the same in both (one copy, well under a
 second). On other interpreters (PyPy), or where hiredis is not installed,
 the pure parser is the default: PyPy's JIT runs it faster than hiredis runs
-through PyPy's C-API emulation (parsing a pipelined ``GETJOB NOHANG FROM q``:
-0.5 us a command under PyPy 7.3, against 1.7 to 2.1 us with hiredis under
-CPython).
+on CPython (parsing a pipelined ``GETJOB NOHANG FROM q``: 0.5 us a command
+under PyPy 7.3, against 1.7 to 2.1 us with hiredis under CPython), and
+hiredis, a C extension, did not even build for Debian's PyPy.
 
 The encoder turns ``replies.Reply`` values into RESP2 or RESP3 following the
 table in ``replies``. ``encode_into`` appends to a caller's ``bytearray`` so a
