@@ -149,17 +149,15 @@ class To39(ast.NodeTransformer):
             node.annotation = _Annotation().visit(node.annotation)
         return node
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+    def visit_FunctionDef(
+        self, node: ast.FunctionDef | ast.AsyncFunctionDef
+    ) -> ast.FunctionDef | ast.AsyncFunctionDef:
         if node.returns is not None:
             node.returns = _Annotation().visit(node.returns)
         self.generic_visit(node)
         return node
 
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
-        if node.returns is not None:
-            node.returns = _Annotation().visit(node.returns)
-        self.generic_visit(node)
-        return node
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Call(self, node: ast.Call) -> ast.Call:
         name = node.func.id if isinstance(node.func, ast.Name) else ""

@@ -133,8 +133,9 @@ class PeerLink:
         # Cancelled to drop just the current connection (a stuck link): the
         # outbox survives and the link task reconnects.
         self.connection_scope = trio.CancelScope()
-        # Frames a full outbox refused, and the messages in them (a BATCH
-        # frame is one frame, and each of its messages).
+        # Frames a full outbox refused or newer heartbeats pushed out, and
+        # the messages in them (a BATCH frame is one frame, and each of its
+        # messages).
         self.dropped = 0
         self.dropped_messages = 0
         # Set to cut a reconnection back-off short: the node just connected
@@ -175,11 +176,23 @@ class PeerLink:
         try:
             self.send_channel.send_nowait(item)
         except trio.WouldBlock:
-            self.dropped += 1
-            self.dropped_messages += messages
+            self._dropped(messages)
             return False
         self.queued += 1
         return True
+
+    def to_urgent(self, frame: bytes) -> None:
+        """Queue a heartbeat or FAIL ahead of the outbox; past URGENT_MAX
+        waiting, the oldest gives way (a newer one says as much): counted
+        dropped (and sent, when it was queued)."""
+        self.urgent.append(frame)
+        if len(self.urgent) > URGENT_MAX:
+            del self.urgent[0]
+            self._dropped(1)
+
+    def _dropped(self, messages: int) -> None:
+        self.dropped += 1
+        self.dropped_messages += messages
 
     def queued_announcement(self, frame: bytes) -> None:
         """``frame``, an announcement, went into the outbox."""
@@ -356,13 +369,7 @@ class Bus:
             # traffic, nor get dropped with it when the outbox is full:
             # under load (50,000 RETRY 5 jobs on three nodes) PONGs lost
             # that way flagged busy peers failing, and ADDJOBs got NOREPL.
-            link.urgent.append(frame)
-            if len(link.urgent) > URGENT_MAX:
-                # The oldest waiting heartbeat gives way (a newer one says
-                # as much): counted dropped (and sent, when it was queued).
-                del link.urgent[0]
-                link.dropped += 1
-                link.dropped_messages += 1
+            link.to_urgent(frame)
         elif not link.to_outbox(item):
             return
         elif type(msg) is bus.WillQueue or (type(msg) is bus.Queued and not msg.flags):
