@@ -149,9 +149,7 @@ class _Pipe:
             self.wire.clear()
             self.receiver.put_eof()
             return
-        self.net.trace.record(
-            "net", "deliver", {"src": self.src, "dst": self.dst, "len": len(data)}
-        )
+        self.net.trace.record_delivery(self.src, self.dst, len(data))
         try:
             self.receiver.put_data(data)
         except trio.ClosedResourceError:
