@@ -133,6 +133,10 @@ class ClusterTable:
         # leaving flags): the shell saves the file when it moves, and only
         # then.
         self.version = 0
+        # Bumped whenever a node enters or leaves the table (gossiped nodes
+        # waiting for their handshake included): the shell's links follow
+        # the table, and need a look only when this moved.
+        self.membership = 0
         self.stats_sent = 0
         self.stats_received = 0
         self._next_ping_ms = 0
@@ -190,6 +194,7 @@ class ClusterTable:
         node = PeerNode(node_id, ip, port, cport)
         self.nodes[node_id] = node
         self.version += 1
+        self.membership += 1
         return node
 
     def forget(self, node_id: str, now: int) -> bool:
@@ -198,6 +203,7 @@ class ClusterTable:
             return False
         del self.nodes[node_id]
         self.version += 1
+        self.membership += 1
         self.blacklist[node_id] = now + BLACKLIST_MS
         for other in self.nodes.values():
             other.fail_reports.pop(node_id, None)
@@ -234,6 +240,7 @@ class ClusterTable:
             self.myself.node_id = new_id
         self.nodes = {self.myself.node_id: self.myself}
         self.version += 1
+        self.membership += 1
         self.blacklist.clear()
         self.myself.flags &= ~LEAVING
 
@@ -305,6 +312,7 @@ class ClusterTable:
         node = PeerNode(entry.node_id, entry.ip, entry.port, entry.cluster_port, HANDSHAKE)
         node.added_ms = now
         self.nodes[entry.node_id] = node
+        self.membership += 1
 
     def _handshakes(self) -> int:
         return sum(1 for n in self.nodes.values() if n.flags & HANDSHAKE)
@@ -362,6 +370,7 @@ class ClusterTable:
         node.added_ms = min(node.added_ms, now)
         if now - node.added_ms > max(HANDSHAKE_TIMEOUT_MS, self.timeout_ms):
             del self.nodes[node.node_id]
+            self.membership += 1
 
     def _ping_oldest_of_a_sample(self, now: int) -> None:
         candidates = [n for n in self.others() if n.link_up and not n.ping_sent]

@@ -689,7 +689,7 @@ class NodeServer:
         table = self.node.cluster
         if isinstance(msg, bus.Heartbeat):
             table.on_heartbeat(msg, self.env.clock.wall_ms())
-            self.bus.sync_links()
+            self.bus.sync_links_if_moved()
         elif isinstance(msg, bus.Fail):
             table.on_fail(msg, self.env.clock.wall_ms())
         else:  # job traffic, by the thousand a second: no clock read

@@ -235,6 +235,7 @@ class Bus:
         self.dispatch = dispatch
         self.links: dict[str, PeerLink] = {}
         self._nursery: trio.Nursery | None = None
+        self._synced_membership = -1  # the table's membership at the last sync_links
         self.frames_in = 0
         self.frames_out = 0
         self.bad_frames = 0
@@ -275,10 +276,18 @@ class Bus:
             self.sync_links()
             task_status.started()
 
+    def sync_links_if_moved(self) -> None:
+        """:meth:`sync_links` if a node entered or left the table since the
+        last one (a heartbeat's gossip may have named a new node; most name
+        none, and there is nothing to do)."""
+        if self.table.membership != self._synced_membership:
+            self.sync_links()
+
     def sync_links(self) -> None:
         """Start link tasks for new nodes, stop those of forgotten ones."""
         if self._nursery is None:
             return
+        self._synced_membership = self.table.membership
         # In a stable order (never a set's): the simulator replays the
         # order in which tasks start.
         wanted = [n.node_id for n in self.table.wanted_links()]

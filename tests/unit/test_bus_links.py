@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from disque_trio.core.cluster import HANDSHAKE, LEAVING, ClusterTable
+from disque_trio.protocol import bus as bus_module
 from disque_trio.server.peers import Bus, PeerLink
 
 ME = "a" * 40
@@ -512,5 +513,57 @@ def test_an_outbox_writes_only_the_last_copy_of_an_announcement() -> None:
         expected = [ping, counted3, counted3, will1, queued2]
         assert written == b"".join(bus_msgs.encode_frame(m) for m in expected)
         assert link.queued == 0 and link.repeats == {}
+
+    trio.run(main)
+
+
+def test_links_follow_the_table_after_a_heartbeat_only_when_it_moved() -> None:
+    """After each PING and PONG the node syncs its links only if a node
+    entered or left the table since the last sync: a heartbeat whose gossip
+    names known nodes starts and stops nothing and builds nothing; one that
+    names a new node starts its link; a node the cron dropped (handshake
+    timed out) loses its link at the next heartbeat."""
+    third = "c" * 40
+
+    async def main() -> None:
+        table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        bus = Bus(Any, table, lambda sender, msg: None)  # type: ignore[arg-type]
+        syncs: list[int] = []
+        sync = bus.sync_links
+
+        def counted() -> None:
+            syncs.append(table.membership)
+            sync()
+
+        bus.sync_links = counted  # type: ignore[method-assign]
+
+        async def run_link(link: PeerLink) -> None:
+            await trio.sleep_forever()
+
+        bus._run_link = run_link  # type: ignore[method-assign]
+
+        def entry(node_id: str, port: int) -> bus_module.GossipEntry:
+            return bus_module.GossipEntry(node_id, "127.0.0.1", port, port + 10000, 0, 0, 0)
+
+        async with trio.open_nursery() as nursery:
+            bus._nursery = nursery
+            bus.sync_links()
+            assert list(bus.links) == [PEER] and len(syncs) == 1
+            known = bus_module.Ping(PEER, 0, (entry(PEER, 7712),))
+            for _ in range(3):
+                table.on_heartbeat(known, 1000)
+                bus.sync_links_if_moved()
+            assert len(syncs) == 1  # nothing moved: no sync
+            table.on_heartbeat(bus_module.Pong(PEER, 0, (entry(third, 7713),)), 1000)
+            bus.sync_links_if_moved()
+            assert len(syncs) == 2 and sorted(bus.links) == [PEER, third]
+            assert table.nodes[third].flags & HANDSHAKE
+            table.cron(1000 + 60_000)  # no handshake in time: dropped
+            assert third not in table.nodes
+            table.on_heartbeat(known, 61_000)
+            bus.sync_links_if_moved()
+            assert len(syncs) == 3 and list(bus.links) == [PEER]
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
