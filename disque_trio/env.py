@@ -181,6 +181,34 @@ class FileDisk:
             pass
 
 
+class Alarm(Protocol):
+    """A sleep whose end can move while it sleeps (Trio time, seconds)."""
+
+    async def sleep_until(self, deadline: float) -> None: ...
+
+    def move(self, deadline: float) -> None:
+        """The sleep in progress ends at ``deadline`` instead."""
+
+
+class ScopeAlarm:
+    """The node's alarm: a cancel scope whose deadline moves."""
+
+    def __init__(self) -> None:
+        self._scope: trio.CancelScope | None = None
+
+    async def sleep_until(self, deadline: float) -> None:
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._scope = scope
+                await trio.sleep_forever()
+        finally:
+            self._scope = None
+
+    def move(self, deadline: float) -> None:
+        if self._scope is not None:
+            self._scope.deadline = deadline
+
+
 @attrs.define
 class Env:
     clock: Clock
@@ -202,6 +230,9 @@ class Env:
     # Unpredictable bytes (bus handshake nonces): the OS's in production;
     # unset, they come from rng, so that simulated runs replay exactly.
     secure_bytes: Callable[[int], bytes] | None = None
+    # A new alarm for the node's timer task (server/timer.py). The simulator
+    # makes them of its virtual timers: a wake-up without a cancel scope.
+    alarm: Callable[[], Alarm] = ScopeAlarm
 
     def token_bytes(self, count: int) -> bytes:
         if self.secure_bytes is not None:

@@ -67,6 +67,50 @@ class Timers:
             clock.jump(jump)
 
 
+class TimerAlarm:
+    """The node timer's alarm in a run (``Env.alarm``): the sleeping task
+    is rescheduled by a virtual timer, with no cancel scope (the node's own
+    alarm is a scope whose deadline moves: its end costs a Cancelled
+    unwound through the task, and a loop pass of its own after the clock
+    jumped). A move disarms the armed timer and arms one at the new time."""
+
+    def __init__(self, timers: Timers) -> None:
+        self._timers = timers
+        self._task: trio.lowlevel.Task | None = None
+        self._armed = [False]
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self._timers.clock.current_time():
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+        self._arm(deadline)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._armed[0] = False
+            self._task = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def move(self, deadline: float) -> None:
+        if self._task is not None:
+            self._armed[0] = False
+            self._arm(deadline)
+
+    def _arm(self, deadline: float) -> None:
+        armed = self._armed = [True]
+
+        def fire() -> None:
+            if armed[0]:
+                armed[0] = False
+                task, self._task = self._task, None
+                assert task is not None
+                trio.lowlevel.reschedule(task)
+
+        self._timers.call_at(deadline, fire)
+
+
 # ------------------------------------------------------------ cheap sleeps
 
 # trio.sleep(s) is a cancel scope with a deadline around sleep_forever: when

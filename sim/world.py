@@ -64,7 +64,7 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
-from .clock import Timers, sleeping_on
+from .clock import TimerAlarm, Timers, sleeping_on
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
@@ -362,6 +362,7 @@ class World:
             # Handshake nonces from a stream of their own: the node's other
             # random choices stay what they were before nonces existed.
             secure_bytes=random.Random(seed ^ 0x6E6F6E6365).randbytes,
+            alarm=lambda: TimerAlarm(self.timers),
         )
         server = NodeServer(config, env, persist_cluster=True)
         if node is None:

@@ -199,7 +199,7 @@ class NodeServer:
         self.connections = Connections(self, self._tls_client)
         self.delivery = Delivery(self)
         node = self.node
-        self.timer = Timer(node.next_deadline, node.now_ms, self._timer_tick)
+        self.timer = Timer(node.next_deadline, node.now_ms, self._timer_tick, env.alarm())
         self.cron = Cron(self._cron_tick, self._cron_second)
         self.shutdown_requested = False
         self.finished = trio.Event()  # set when run() returns

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import trio
 
+from ..env import Alarm, ScopeAlarm
+
 MAX_SLEEP_S = 1.0  # the timer looks at the clock at least this often
 # No grain of its own. Deadlines were once rounded up to 10 ms, so that the
 # timers due within one grain ran in one tick (one commit, one write per
@@ -38,11 +40,13 @@ class Timer:
         next_deadline: Callable[[], int | None],
         now_ms: Callable[[], int],
         tick: Callable[[], None],
+        alarm: Alarm | None = None,
     ) -> None:
         self._next_deadline = next_deadline
         self._now_ms = now_ms
         self._tick = tick
-        self._scope: trio.CancelScope | None = None
+        self._alarm = ScopeAlarm() if alarm is None else alarm
+        self._sleeping = False
         self._due_ms: int | None = None
 
     async def run(self) -> None:
@@ -51,20 +55,21 @@ class Timer:
             due = self._next_deadline()
             self._due_ms = due
             delay = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, (due - now) / 1000))
-            with trio.CancelScope(deadline=trio.current_time() + delay) as scope:
-                self._scope = scope
-                await trio.sleep_forever()
-            self._scope = None
+            self._sleeping = True
+            try:
+                await self._alarm.sleep_until(trio.current_time() + delay)
+            finally:
+                self._sleeping = False
             self._tick()
 
     def reschedule(self, due: int | None) -> None:
         """A commit moved the next deadline: wake earlier if it is sooner."""
-        if due is None or self._scope is None:
+        if due is None or not self._sleeping:
             return
         if self._due_ms is None or due < self._due_ms:
             self._due_ms = due
             delay = max(0.0, (due - self._now_ms()) / 1000)
-            self._scope.deadline = trio.current_time() + delay
+            self._alarm.move(trio.current_time() + delay)
 
 
 class Cron:

@@ -15,7 +15,7 @@ import trio.testing
 from disque_trio.config import Config
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
-from disque_trio.env import Env, TrioClock
+from disque_trio.env import Alarm, Env, ScopeAlarm, TrioClock
 from disque_trio.protocol.replies import NULL_ARRAY, Reply, Status
 from disque_trio.protocol.resp import NOT_READY, ReplyReader
 from disque_trio.server.aof import AppendOnlyFile
@@ -23,6 +23,7 @@ from disque_trio.server.client import Client
 from disque_trio.server.connections import serve_client
 from disque_trio.server.delivery import Delivery
 from disque_trio.server.timer import CRON_PERIOD_S, MAX_SLEEP_S, Cron, Timer
+from sim.clock import TimerAlarm, Timers
 from sim.disk import DiskHandle, SimDisk
 
 
@@ -34,8 +35,15 @@ def clock() -> trio.testing.MockClock:
 # --------------------------------------------------------------- Timer
 
 
+@pytest.fixture(params=["scope", "virtual"])
+def alarm(request: pytest.FixtureRequest, clock: trio.testing.MockClock) -> Alarm | None:
+    """The timer's two alarms: the node's (a cancel scope whose deadline
+    moves) and the simulator's (its virtual timers): the same ticks."""
+    return None if request.param == "scope" else TimerAlarm(Timers(clock))
+
+
 async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
-    clock: trio.testing.MockClock,
+    clock: trio.testing.MockClock, alarm: Alarm | None
 ) -> None:
     due: list[int | None] = [5_000]
     ticks: list[float] = []
@@ -47,7 +55,7 @@ async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
         ticks.append(trio.current_time())
         due[0] = None
 
-    timer = Timer(lambda: due[0], now_ms, tick)
+    timer = Timer(lambda: due[0], now_ms, tick, alarm)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(timer.run)
         await trio.sleep(0.5)
@@ -65,7 +73,7 @@ async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
 
 
 async def test_a_later_deadline_does_not_delay_an_earlier_one(
-    clock: trio.testing.MockClock,
+    clock: trio.testing.MockClock, alarm: Alarm | None
 ) -> None:
     due: list[int | None] = [300]
     ticks: list[float] = []
@@ -74,7 +82,7 @@ async def test_a_later_deadline_does_not_delay_an_earlier_one(
         ticks.append(trio.current_time())
         due[0] = None
 
-    timer = Timer(lambda: due[0], lambda: int(trio.current_time() * 1000), tick)
+    timer = Timer(lambda: due[0], lambda: int(trio.current_time() * 1000), tick, alarm)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(timer.run)
         await trio.sleep(0.1)
@@ -85,7 +93,7 @@ async def test_a_later_deadline_does_not_delay_an_earlier_one(
 
 
 async def test_each_timer_runs_at_its_own_millisecond(
-    clock: trio.testing.MockClock,
+    clock: trio.testing.MockClock, alarm: Alarm | None
 ) -> None:
     # Jobs due at 501, 504, 509 and 513 ms, and one at 502 ms added while the
     # timer sleeps for 501: a tick at each one's millisecond, never before it
@@ -103,7 +111,7 @@ async def test_each_timer_runs_at_its_own_millisecond(
         pending[:] = [due for due in pending if due > now]
         ticks.append((now, ran))
 
-    timer = Timer(lambda: min(pending, default=None), now_ms, tick)
+    timer = Timer(lambda: min(pending, default=None), now_ms, tick, alarm)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(timer.run)
         await trio.sleep(0.2)
@@ -112,6 +120,26 @@ async def test_each_timer_runs_at_its_own_millisecond(
         await trio.sleep(0.4)
         nursery.cancel_scope.cancel()
     assert ticks == [(501, [501]), (502, [502]), (504, [504]), (509, [509]), (513, [513])]
+
+
+async def test_an_alarm_cancelled_while_it_sleeps_never_fires(
+    clock: trio.testing.MockClock, alarm: Alarm | None
+) -> None:
+    """A sleep cancelled from outside (the node stopping) leaves nothing
+    armed: its deadline passes and then a new sleep runs to its own end; a
+    move to a time already past wakes it at once."""
+    chosen = alarm if alarm is not None else ScopeAlarm()
+    with trio.move_on_after(1):
+        await chosen.sleep_until(5)
+    assert trio.current_time() == pytest.approx(1)
+    chosen.move(2)  # nothing sleeps: nothing to move
+    await chosen.sleep_until(8)
+    assert trio.current_time() == pytest.approx(8)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(chosen.sleep_until, 20)
+        await trio.sleep(1)
+        chosen.move(trio.current_time() - 0.5)
+    assert trio.current_time() == pytest.approx(9)
 
 
 async def test_cron_runs_ten_times_a_second_and_once_a_second(
