@@ -1,27 +1,112 @@
 """Simulator speed: simulated seconds per wall second for 5-node runs.
 
     python bench/bench_sim.py [--seeds 1..10] [--nodes 5] [--cpu]
+                              [--repeat N] [--peer DIR]
 
 Prints one line per seed and the total ratio. Whole runs count: the safety
 phase with faults and clients, then the liveness, drain and settle phases
 (where the cluster mostly idles on heartbeats, which is cheaper per
 simulated second). ``--cpu`` counts this process's CPU seconds instead of
 wall seconds (steadier on a machine shared with other work).
+
+``--repeat N`` runs every seed N times, each pass in a fresh process, and
+keeps each seed's fastest pass (this machine's noise only ever slows a run
+down). ``--peer DIR`` runs another checkout of the project (a clone at an
+older commit) the same way, its passes alternating with this one's, and
+prints both and their ratios: figures from one run on one machine, which
+is what two speeds can be compared by. The safety phases are summed two
+ways: the median of the seeds' speeds, and all their simulated seconds
+over all their seconds (the aggregate, which weighs each second alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
 import sys
 import time
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent.parent
 
-import sim.workload as workload_module
-from sim.plan import Plan
-from sim.runner import execute
+
+def seed_range(text: str) -> range:
+    first, _, last = text.partition("..")
+    return range(int(first), int(last or first) + 1)
+
+
+def run_seeds(tree: Path, seeds: range, nodes: int, cpu: bool) -> None:
+    """One pass over ``seeds`` with the simulator of checkout ``tree``,
+    printing a JSON line per seed (``--worker``)."""
+    sys.path.insert(0, str(tree))
+    import sim.workload as workload_module
+    from sim.plan import Plan
+    from sim.runner import execute
+
+    clock = time.perf_counter
+    if cpu:
+        clock = time.process_time
+        # The workload times its safety phase with perf_counter: give it
+        # process time (it alone: Trio's MockClock reads perf_counter at
+        # every current_time, and process time costs a system call).
+        workload_module.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[attr-defined,assignment]
+    for seed in seeds:
+        plan = Plan.from_seed(seed, nodes=nodes, duration=10)
+        t0 = clock()
+        outcome = execute(plan)
+        spent = clock() - t0
+        record = {
+            "seed": seed,
+            "simulated": outcome.world.virtual_seconds,
+            "spent": spent,
+            "safety_speed": outcome.workload.safety_speed,
+            "events": len(outcome.world.trace.lines),
+            "ok": outcome.ok,
+        }
+        print(json.dumps(record), flush=True)
+
+
+class Tally:
+    """Each seed's fastest pass, for one checkout."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.best: dict[int, dict[str, float]] = {}
+
+    def add(self, record: dict[str, float]) -> None:
+        seed = int(record["seed"])
+        old = self.best.get(seed)
+        if old is None:
+            self.best[seed] = dict(record)
+            return
+        old["spent"] = min(old["spent"], record["spent"])
+        old["safety_speed"] = max(old["safety_speed"], record["safety_speed"])
+
+    def whole(self) -> float:
+        simulated = sum(r["simulated"] for r in self.best.values())
+        return simulated / sum(r["spent"] for r in self.best.values())
+
+    def safety_median(self) -> float:
+        return statistics.median(r["safety_speed"] for r in self.best.values())
+
+    def safety_aggregate(self) -> float:
+        # Every safety phase lasts the plan's duration (10 simulated s).
+        return len(self.best) / sum(1 / r["safety_speed"] for r in self.best.values())
+
+
+def one_pass(tree: Path, args: argparse.Namespace) -> list[dict[str, float]]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree)]
+    command += ["--seeds", args.seeds, "--nodes", str(args.nodes)]
+    if args.cpu:
+        command.append("--cpu")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench_sim: the pass over {tree} failed: {tail}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 def main() -> int:
@@ -29,37 +114,50 @@ def main() -> int:
     parser.add_argument("--seeds", default="1..10")
     parser.add_argument("--nodes", type=int, default=5)
     parser.add_argument("--cpu", action="store_true", help="CPU seconds, not wall seconds")
+    parser.add_argument("--repeat", type=int, default=1, help="passes per checkout (default 1)")
+    parser.add_argument("--peer", type=Path, help="another checkout, run alternately")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    clock = time.perf_counter
-    if args.cpu:
-        clock = time.process_time
-        # The workload times its safety phase with perf_counter: give it
-        # process time (it alone: Trio's MockClock reads perf_counter at
-        # every current_time, and process time costs a system call).
-        workload_module.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[assignment]
-    first, _, last = args.seeds.partition("..")
-    virtual = wall = 0.0
-    safety = []
-    for seed in range(int(first), int(last or first) + 1):
-        plan = Plan.from_seed(seed, nodes=args.nodes, duration=10)
-        t0 = clock()
-        outcome = execute(plan)
-        spent = clock() - t0
-        sim_s = outcome.world.virtual_seconds
-        virtual += sim_s
-        wall += spent
-        events = len(outcome.world.trace.lines)
-        safety.append(outcome.workload.safety_speed)
+    if args.worker is not None:
+        run_seeds(args.worker, seed_range(args.seeds), args.nodes, args.cpu)
+        return 0
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    trees = [("this", HERE)]
+    if args.peer is not None:
+        if not (args.peer / "sim" / "runner.py").is_file():
+            parser.error(f"--peer {args.peer}: no sim/runner.py there")
+        trees.append(("peer", args.peer.resolve()))
+    tallies = {name: Tally(name) for name, _ in trees}
+    for round_ in range(args.repeat):
+        # Alternate which checkout goes first: a machine slowing down over
+        # the minutes weighs on both alike.
+        for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
+            for record in one_pass(tree, args):
+                tallies[name].add(record)
+                print(
+                    f"{name} pass {round_ + 1} seed {record['seed']}: "
+                    f"{record['simulated']:6.1f} simulated s in {record['spent']:5.2f} s "
+                    f"({record['simulated'] / record['spent']:5.1f}x; safety phase "
+                    f"{record['safety_speed']:5.1f}x), {record['events']} events, "
+                    f"ok={record['ok']}",
+                    flush=True,
+                )
+    unit = "CPU" if args.cpu else "wall"
+    for name, tree in trees:
+        tally = tallies[name]
         print(
-            f"seed {seed}: {sim_s:6.1f} simulated s in {spent:5.2f} wall s "
-            f"({sim_s / spent:5.1f}x; safety phase {safety[-1]:5.1f}x), {events} events, "
-            f"ok={outcome.ok}",
-            flush=True,
+            f"{name} ({tree}): whole runs {tally.whole():.1f}x real time ({unit} s, "
+            f"fastest of {args.repeat}); safety phases median {tally.safety_median():.1f}x, "
+            f"aggregate {tally.safety_aggregate():.1f}x"
         )
-    print(
-        f"total: {virtual:.0f} simulated s in {wall:.1f} wall s: {virtual / wall:.1f}x real time"
-    )
-    print(f"safety phases (faults and clients): median {sorted(safety)[len(safety) // 2]:.1f}x")
+    if args.peer is not None:
+        this, peer = tallies["this"], tallies["peer"]
+        print(
+            f"this / peer: whole runs {this.whole() / peer.whole():.2f}; safety phases "
+            f"median {this.safety_median() / peer.safety_median():.2f}, aggregate "
+            f"{this.safety_aggregate() / peer.safety_aggregate():.2f}"
+        )
     return 0
 
 

@@ -1,0 +1,69 @@
+"""bench/bench_sim.py: each seed's fastest pass, the safety phases summed
+two ways, and a peer checkout run alternately in fresh processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "bench_sim.py"
+
+
+def load() -> object:
+    spec = importlib.util.spec_from_file_location("bench_sim", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_tally_keeps_each_seeds_fastest_pass() -> None:
+    bench = load()
+    tally = bench.Tally("this")  # type: ignore[attr-defined]
+    tally.add({"seed": 1, "simulated": 100.0, "spent": 2.0, "safety_speed": 20.0})
+    tally.add({"seed": 1, "simulated": 100.0, "spent": 1.0, "safety_speed": 40.0})
+    tally.add({"seed": 1, "simulated": 100.0, "spent": 4.0, "safety_speed": 10.0})
+    tally.add({"seed": 2, "simulated": 60.0, "spent": 1.0, "safety_speed": 10.0})
+    assert tally.whole() == pytest.approx(160 / 2)
+    assert tally.safety_median() == pytest.approx(25)
+    # Two 10 s phases: 0.25 s and 1 s.
+    assert tally.safety_aggregate() == pytest.approx(20 / 1.25)
+
+
+def test_against_a_peer_checkout_prints_both_and_the_ratios() -> None:
+    args = ["--seeds", "2", "--nodes", "3", "--cpu", "--repeat", "2", "--peer", str(ROOT)]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    passes = [line for line in lines if re.match(r"(this|peer) pass [12] seed 2: ", line)]
+    assert len(passes) == 4 and all("ok=True" in line for line in passes)
+    # The passes alternate: this, peer, then peer, this.
+    assert [line.split()[0] for line in passes] == ["this", "peer", "peer", "this"]
+    summary = [line for line in lines if "fastest of 2" in line]
+    assert [line.split()[0] for line in summary] == ["this", "peer"]
+    ratios = re.search(
+        r"this / peer: whole runs ([\d.]+); safety phases median ([\d.]+)", done.stdout
+    )
+    assert ratios is not None and all(float(x) > 0 for x in ratios.groups())
+
+
+def test_a_peer_that_is_not_a_checkout_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--seeds", "1", "--peer", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "no sim/runner.py there" in done.stderr
