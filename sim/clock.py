@@ -117,8 +117,8 @@ class TimerAlarm:
 # it ends, Trio raises Cancelled into the task and unwinds the scope. In a
 # simulator run the nodes' cron tasks alone sleep fifty times a virtual
 # second; ``sleeping_on`` makes each sleep a timer that reschedules the
-# task instead (a cancel from an enclosing scope still ends it: the abort
-# callback disarms the timer). Only inside the ``with`` block, and only for
+# task instead (a TimerAlarm's sleep: a cancel from an enclosing scope
+# still ends it, and its abort callback disarms the timer). Only inside the ``with`` block, and only for
 # a deadline still ahead (a sleep already due is Trio's own checkpoint).
 _TRIO_SLEEP_UNTIL = trio.sleep_until
 _TRIO_SLEEP = trio.sleep
@@ -130,20 +130,7 @@ async def _sleep_until(deadline: float) -> None:
     if timers is None or deadline <= timers.clock.current_time():
         await _TRIO_SLEEP_UNTIL(deadline)
         return
-    task = trio.lowlevel.current_task()
-    armed = [True]
-
-    def fire() -> None:
-        if armed[0]:
-            armed[0] = False
-            trio.lowlevel.reschedule(task)
-
-    def abort(_: object) -> trio.lowlevel.Abort:
-        armed[0] = False
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    timers.call_at(deadline, fire)
-    await trio.lowlevel.wait_task_rescheduled(abort)
+    await TimerAlarm(timers).sleep_until(deadline)
 
 
 async def _sleep(seconds: float) -> None:

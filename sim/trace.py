@@ -52,28 +52,27 @@ class Trace:
         self.lines: list[str] = []
 
     def record(self, node: str, category: str, data: dict[str, Any]) -> None:
-        try:
-            now = trio.current_time()
-        except RuntimeError:  # outside trio.run
-            now = 0.0
-        # encode({"t": round(now, 6), "node": node, "cat": category, "data": data}),
-        # spelled out (keys sorted, no spaces): the same bytes.
-        self.lines.append(
-            f'{{"cat":{_string(category)},"data":{encode(data)},'
-            f'"node":{_string(node)},"t":{float.__repr__(round(now, 6))}}}'
-        )
+        self._append(node, category, encode(data))
 
     def record_delivery(self, src: str, dst: str, size: int) -> None:
         """``record("net", "deliver", {"src": src, "dst": dst, "len": size})``
         without the JSON encoder: the network's deliveries are most of a
         run's events (the same bytes)."""
+        self._append(
+            "net", "deliver", f'{{"dst":{_string(dst)},"len":{int(size)},"src":{_string(src)}}}'
+        )
+
+    def _append(self, node: str, category: str, data: str) -> None:
+        """One event, its ``data`` already encoded: encode({"t": round(now,
+        6), "node": node, "cat": category, "data": data}) spelled out (keys
+        sorted, no spaces): the same bytes."""
         try:
             now = trio.current_time()
         except RuntimeError:  # outside trio.run
             now = 0.0
         self.lines.append(
-            f'{{"cat":"deliver","data":{{"dst":{_string(dst)},"len":{int(size)},'
-            f'"src":{_string(src)}}},"node":"net","t":{float.__repr__(round(now, 6))}}}'
+            f'{{"cat":{_string(category)},"data":{data},'
+            f'"node":{_string(node)},"t":{float.__repr__(round(now, 6))}}}'
         )
 
     def digest(self) -> str:
