@@ -423,14 +423,20 @@ class ClusterTable:
         failing nodes first (as the original biases them): every heartbeat
         then carries our report on a node we suspect, and the reports of a
         majority meet within their validity."""
-        others = [n for n in self.others() if not n.flags & (HANDSHAKE | NOADDR)]
-        count = min(len(others), max(3, len(self.nodes) // 10))
-        failing = [n for n in others if n.flags & (PFAIL | FAIL)]
+        # One pass (this runs for every PING and PONG sent).
+        failing: list[PeerNode] = []
+        rest: list[PeerNode] = []
+        myself = self.myself
+        for n in self.nodes.values():
+            flags = n.flags
+            if n is myself or flags & (HANDSHAKE | NOADDR):
+                continue
+            (failing if flags & (PFAIL | FAIL) else rest).append(n)
+        count = min(len(failing) + len(rest), max(3, len(self.nodes) // 10))
         if len(failing) >= count:
-            chosen = self.rng.sample(failing, count)
+            chosen = self._pick(failing, count)
         else:
-            rest = [n for n in others if not n.flags & (PFAIL | FAIL)]
-            chosen = failing + self.rng.sample(rest, count - len(failing))
+            chosen = failing + self._pick(rest, count - len(failing))
         return tuple(
             bus.GossipEntry(
                 n.node_id,
@@ -443,6 +449,19 @@ class ClusterTable:
             )
             for n in chosen
         )
+
+    def _pick(self, nodes: list[PeerNode], count: int) -> list[PeerNode]:
+        """``count`` of ``nodes`` at random (the list is consumed). When few
+        are left out (a small cluster: 3 of 4 peers), drop that many at
+        random instead of drawing a sample: one draw each."""
+        left_out = len(nodes) - count
+        if left_out <= 0:
+            return nodes
+        if left_out > count:
+            return self.rng.sample(nodes, count)
+        for _ in range(left_out):
+            del nodes[self.rng.randrange(len(nodes))]
+        return nodes
 
     # ------------------------------------------------------------ reports
 

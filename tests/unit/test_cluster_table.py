@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -318,6 +319,20 @@ def test_gossip_size_property(others: int, seed: int, noaddr: set[int]) -> None:
     assert ME not in ids
     assert not hidden & set(ids)
     assert set(ids) <= set(table.nodes)
+
+
+def test_gossip_picks_every_subset_of_a_small_cluster() -> None:
+    """Three of four peers: one left out at random, each of the four about
+    as often, and the entries always distinct."""
+    table = with_peers(B, C, D, E, seed=7)
+    left_out: Counter[str] = Counter()
+    for _ in range(800):
+        named = [e.node_id for e in table.gossip()]
+        assert len(named) == len(set(named)) == 3
+        (missing,) = {B, C, D, E} - set(named)
+        left_out[missing] += 1
+    assert set(left_out) == {B, C, D, E}
+    assert all(150 <= n <= 250 for n in left_out.values()), left_out
 
 
 # ---------------------------------------------------------------- heartbeats
