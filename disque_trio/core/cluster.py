@@ -215,7 +215,8 @@ class ClusterTable:
             return
         node.link_up = up
         node.link_since = now
-        if up and node.flags & HANDSHAKE:
+        gossiped = up and bool(node.flags & HANDSHAKE)
+        if gossiped:
             node.flags &= ~HANDSHAKE  # it answered as itself: a member now
             self.version += 1
         if up:
@@ -224,8 +225,16 @@ class ClusterTable:
             node.flags &= ~(PFAIL | FAIL)
             node.fail_reports.clear()
             # A fresh link: ping at once, failure detection needs a ping in
-            # flight to notice anything.
-            self._send_heartbeat(node, bus.Ping, now)
+            # flight to notice anything. To a node we know from gossip, a
+            # MEET: it may not know us yet, and drops a PING from a node it
+            # does not know (links are one-way: it has no link to answer
+            # on), while the ping stays in flight, unanswered, for a whole
+            # node timeout; a MEET makes it learn us and answer (simulator
+            # seed 106285: a replaced node, met again by n0, learned n1 from
+            # n0's gossip; n1 dropped its PING and the new node replicated
+            # an ASYNC job to n0 alone, its link to n1 being restarted as
+            # stuck 3 s later).
+            self._send_heartbeat(node, bus.Meet if gossiped else bus.Ping, now)
 
     def set_leaving(self, leaving: bool) -> None:
         self.version += 1

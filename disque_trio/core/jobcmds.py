@@ -257,6 +257,7 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
             known += 1
         else:
             node.remember_deleted(job_id, acked=True)
+            node.remember_unknown_fastack(job_id)
     return known
 
 

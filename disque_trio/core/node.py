@@ -168,6 +168,10 @@ class Node:
         # SETACK goes to it at once, not after a back-off grown while it
         # was unknown (simulator seed 20003595).
         self.dummy_acks: set[str] = set()
+        # FASTACKs of jobs unknown here, ID -> monotonic ms, oldest first:
+        # their DELJOB went to the nodes known then; a node that joins later
+        # gets it too (see resend_unknown_fastacks).
+        self.fastacked_unknown: dict[str, int] = {}
         # Jobs queued here whose QUEUED went to every holder in answer to a
         # WILLQUEUE lately (ANSWERED_QUEUED_CRONS): another holder's
         # WILLQUEUE that crossed that answer needs no second one
@@ -210,6 +214,39 @@ class Node:
             self.adopt_pending_holders()
         if grew and self.dummy_acks:
             self.retry_dummy_acks()
+        if grew and self.fastacked_unknown:
+            self.resend_unknown_fastacks()
+
+    def remember_unknown_fastack(self, job_id: str) -> None:
+        """A FASTACK named a job this node does not hold: its DELJOB went to
+        every node known now; remember it for a while (as long as a deleted
+        ID), so that a node met later hears it too."""
+        fastacked = self.fastacked_unknown
+        fastacked.pop(job_id, None)
+        fastacked[job_id] = self.clock.mono_ms()
+        self._age_unknown_fastacks()
+
+    def _age_unknown_fastacks(self) -> None:
+        fastacked = self.fastacked_unknown
+        now = self.clock.mono_ms()
+        while fastacked:
+            oldest, at = next(iter(fastacked.items()))
+            if len(fastacked) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
+                break
+            del fastacked[oldest]
+
+    def resend_unknown_fastacks(self) -> None:
+        """A node joined: the DELJOB of each recent FASTACK of a job unknown
+        here goes out again, to every node. The holder may be one this node
+        did not know at the FASTACK (simulator seed 106709: a node restarted
+        with the table of its nodes.conf, where a replaced node still had
+        its old ID, took a FASTACK at once; the new ID held the only copy of
+        a REPLICATE 1 job, which no other holder would ever announce, and
+        kept delivering it). A DELJOB for a job a node does not hold is
+        only remembered there."""
+        self._age_unknown_fastacks()
+        for job_id in self.fastacked_unknown:
+            cj.broadcast_deljob(self, job_id, None)
 
     def retry_dummy_acks(self) -> None:
         """A node joined: every dummy ack held here must hear from it too,

@@ -235,6 +235,27 @@ def test_a_gossiped_node_counts_only_once_our_link_to_it_is_up() -> None:
     assert C in table.to_config() and table.version > version
 
 
+def test_the_first_heartbeat_to_a_gossiped_node_is_a_meet() -> None:
+    """Seed 106285: a node we learned from gossip may not know us yet, and
+    drops a PING from a node it does not know (it has no link to answer
+    on); the ping then stays unanswered for a whole node timeout. The first
+    heartbeat on our link to it is a MEET, which it takes from anyone who
+    passed the link's handshake. A node we knew already gets a PING, also
+    when its link comes back later."""
+    table = with_peers(B)
+    table.on_heartbeat(ping(B, entry(C)), START_MS)
+    sent(table)
+    table.link_changed(C, True, START_MS + 10)
+    out = sent(table)
+    assert [(dest, type(msg)) for dest, msg in out] == [(C, bus.Meet)]
+    assert out[0][1].sender == ME and table.nodes[C].ping_sent == START_MS + 10
+    table.on_heartbeat(bus.Pong(C, 0, ()), START_MS + 20)
+    table.link_changed(C, False, START_MS + 30)
+    table.link_changed(C, True, START_MS + 40)
+    table.link_changed(B, True, START_MS + 40)
+    assert [(dest, type(msg)) for dest, msg in sent(table)] == [(C, bus.Ping), (B, bus.Ping)]
+
+
 def test_a_gossiped_node_that_never_answers_is_dropped() -> None:
     table = with_peers(B)
     table.on_heartbeat(ping(B, entry(C)), START_MS)

@@ -515,6 +515,34 @@ def test_a_node_that_joins_hears_the_pending_dummy_acks_at_once() -> None:
     assert not node.dummy_acks
 
 
+def test_a_node_that_joins_hears_the_recent_fastacks_of_unknown_jobs() -> None:
+    # Seed 106709: a node restarted with a stale table (a replaced node
+    # still under its old ID) took a FASTACK for a job it never held; the
+    # DELJOB went to the nodes it knew, not to the replacement, the only
+    # holder of that REPLICATE 1 job, which kept delivering it. When the
+    # membership grows, the DELJOB of each recent such FASTACK goes out
+    # again; one older than a deleted ID's memory does not.
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    old = "D-5a5a5a5a-" + "C" * 24 + "-05a1"
+    assert run(node, "FASTACK", old) == 0
+    elapse(node, clock, node_module.DELETED_IDS_MS - 1_000)
+    job_id = "D-5a5a5a5a-" + "D" * 24 + "-05a1"
+    assert run(node, "FASTACK", job_id) == 0
+    assert {to for to, m in sent(node) if m == bus.DelJob(job_id)} == {OTHER_ID}
+    elapse(node, clock, 2_000)
+    node.effects.clear()
+    node.refresh_cluster_view()  # nobody new: nothing sent
+    assert not [m for _, m in sent(node) if isinstance(m, bus.DelJob)]
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    dels = [(to, m.job_id) for to, m in sent(node) if isinstance(m, bus.DelJob)]
+    assert (THIRD_ID, job_id) in dels
+    assert old not in {j for _, j in dels}  # past DELETED_IDS_MS: forgotten
+    assert list(node.fastacked_unknown) == [job_id]
+
+
 def test_ackjob_of_a_job_deleted_unacked_still_makes_a_dummy_ack() -> None:
     node, job_id, data = _replica_of_a_job_added_on_other()
     cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
