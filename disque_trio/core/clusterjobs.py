@@ -622,18 +622,26 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
     if len(q.jobs) < count * 2:
         count = len(q.jobs) // 2
     count = max(1, min(count, NEEDJOBS_MAX_REQUEST))
-    jobs = []
-    for _ in range(count):
+    jobs: list[Job] = []
+    while len(jobs) < count:
         job = node.take_oldest(q)
         if job is None:
             break
+        if job.etime * 1000 <= now:
+            # Its TTL ran out (its timer fires a second later): it expires
+            # here. Sent, it would travel with a second of TTL left and live
+            # a second more there (simulator seed 107705: a RETRY 0 job with
+            # TTL 7 moved 7.5 s after its ADDJOB, delivered after 8.6 s).
+            node.expire(job)
+            continue
         if job.retry and sender not in job.nodes_delivered:
             # Unlike the original, remember where the copy went: an ack
             # made anywhere must reach it, or it comes back after the job
             # was collected everywhere else.
             job.nodes_delivered = (*job.nodes_delivered, sender)
         jobs.append(job)
-    node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs)))
+    if jobs:
+        node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs)))
     for job in jobs:
         if job.retry == 0:
             node.unregister(job)  # at most once: it now lives there only

@@ -799,15 +799,19 @@ class Node:
             else:
                 self.process_job(entry, now)  # type: ignore[arg-type]
 
+    def expire(self, job: Job) -> None:
+        """The job's TTL ran out: it goes, and a late copy is refused."""
+        self.stats.expired_jobs += 1
+        self.unregister(job)
+        if job.id in self.deleted_ids:
+            self.deleted_expired.add(job.id)
+
     def process_job(self, job: Job, now: int) -> None:
         """A job's timer fired: expire, announce, (re)queue or collect it."""
         if self.jobs.get(job.id) is not job:
             return
         if job.etime * 1000 <= now:
-            self.stats.expired_jobs += 1
-            self.unregister(job)
-            if job.id in self.deleted_ids:
-                self.deleted_expired.add(job.id)
+            self.expire(job)
             return
         if job.state == STATE_WAIT_REPL:
             if job.qtime <= now:

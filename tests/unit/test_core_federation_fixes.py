@@ -43,6 +43,31 @@ def test_yourjobs_sender_lists_the_receiver_as_a_holder() -> None:
     assert OTHER_ID in msg.jobs[0].nodes_delivered  # the copy knows both holders
 
 
+def test_needjobs_moves_no_job_whose_ttl_ran_out() -> None:
+    # Seed 107705: a RETRY 0 job with TTL 7, still queued 7.5 s after its
+    # ADDJOB (its TTL timer fires a second after the TTL), went out in a
+    # YOURJOBS with a second of TTL left and was delivered there after
+    # 8.6 s. A job past its TTL expires instead; the others still move.
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    old = add(node, "q", "old", "RETRY", 0, "REPLICATE", 1, "TTL", 7)
+    clock.ms += 7_500
+    young = add(node, "q", "young", "RETRY", 0, "REPLICATE", 1, "TTL", 60)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 2))
+    [msg] = [m for to, m in sent(node) if isinstance(m, bus.YourJobs) and to == OTHER_ID]
+    assert [data.id for data in msg.jobs] == [young]
+    assert old not in node.jobs and young not in node.jobs  # expired; moved
+    assert node.stats.expired_jobs == 1
+    node.effects.clear()
+    only_old = add(node, "q", "older", "RETRY", 0, "REPLICATE", 1, "TTL", 1)
+    clock.ms += 1_500
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
+    assert only_old not in node.jobs
+    assert not [m for _, m in sent(node) if isinstance(m, bus.YourJobs)]  # none empty
+
+
 def _yourjobs_from_other_listing_third() -> tuple[str, bus.YourJobs]:
     """A YOURJOBS from OTHER_ID moving one RETRY 5 job whose holders are
     OTHER_ID and THIRD_ID."""
