@@ -34,7 +34,8 @@ Rules, one per message:
   SETACK when it announces its copy.
 * ENQUEUE: queue it now (or after the delay): the sender chose us.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
-  when short) in YOURJOBS; YOURJOBS: queue what arrived, remember the source.
+  when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
+  queue what arrived, remember the source.
 * PAUSE: set the queue's pause flags.
 """
 

@@ -48,9 +48,7 @@ def test_needjobs_moves_no_job_whose_ttl_ran_out() -> None:
     # ADDJOB (its TTL timer fires a second after the TTL), went out in a
     # YOURJOBS with a second of TTL left and was delivered there after
     # 8.6 s. A job past its TTL expires instead; the others still move.
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     old = add(node, "q", "old", "RETRY", 0, "REPLICATE", 1, "TTL", 7)
     clock.ms += 7_500
     young = add(node, "q", "young", "RETRY", 0, "REPLICATE", 1, "TTL", 60)
@@ -192,9 +190,7 @@ def _moved_here_by_yourjobs(retry: int, listing_us: bool = False) -> tuple[Node,
         sender.jobs[job_id].nodes_delivered = (OTHER_ID, NODE_ID)
     cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     cj.receive(node, OTHER_ID, msg)
     return node, clock, job_id
 
@@ -304,9 +300,7 @@ def test_a_repljob_after_local_collection_is_refused() -> None:
 
 
 def test_deleted_ids_are_bounded_in_time_and_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     monkeypatch.setattr(node_module, "DELETED_IDS_MAX", 3)
     for i in range(5):
         node.remember_deleted(f"id{i}")
@@ -323,9 +317,7 @@ def test_deleted_ids_age_on_the_monotonic_clock() -> None:
     """Seed 20001394: a 59.5 s forward step of the wall clock aged a
     tombstone at once; a REPLJOB a one-way partition had held back then
     brought back a job that had expired here."""
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     node.remember_deleted("expired")
     clock.jump(node_module.DELETED_IDS_MS + 1)  # the wall clock steps ahead
     node.remember_deleted("later")
@@ -442,9 +434,7 @@ def test_wait_repl_job_told_queued_does_not_spin_its_timer() -> None:
     """Seed 8020: a QUEUED for a job still waiting for replication gave it a
     WILLQUEUE timer; once the clock passed qtime - advance, every tick found
     nothing to do and re-armed the same past deadline (a busy loop)."""
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 2, "RETRY", 1)
     [job_id] = list(node.jobs)
     assert node.jobs[job_id].state == JobState.WAIT_REPL
@@ -517,14 +507,20 @@ def test_ackjob_after_collection_makes_a_dummy_ack_once_a_node_joined() -> None:
     assert THIRD_ID in told
 
 
+def _node_with_other() -> tuple[Node, FakeClock]:
+    """A node whose table holds OTHER_ID too."""
+    node, clock = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    return node, clock
+
+
 def test_a_node_that_joins_hears_the_pending_dummy_acks_at_once() -> None:
     # Seed 20003595: a dummy ack's SETACK retries backed off (32 s after
     # five) while a replacement node was not known yet; the retry that
     # would ask it came after the run. When the membership grows, each dummy
     # ack asks again within a moment, its back-off started afresh.
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     job_id = "D-5a5a5a5a-" + "B" * 24 + "-05a1"
     assert run(node, "ACKJOB", job_id) == 0
     assert job_id in node.dummy_acks
@@ -547,9 +543,7 @@ def test_a_node_that_joins_hears_the_recent_fastacks_of_unknown_jobs() -> None:
     # holder of that REPLICATE 1 job, which kept delivering it. When the
     # membership grows, the DELJOB of each recent such FASTACK goes out
     # again; one older than a deleted ID's memory does not.
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     old = "D-5a5a5a5a-" + "C" * 24 + "-05a1"
     assert run(node, "FASTACK", old) == 0
     elapse(node, clock, node_module.DELETED_IDS_MS - 1_000)
@@ -769,9 +763,7 @@ def test_a_stale_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
     sender, _ = make_node(node_id=OTHER_ID)
     stale_id = add(sender, "q", "stale", "RETRY", 5)
     data = cj.job_data(sender.jobs[stale_id], sender.now_ms())
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
     assert run(node, "FASTACK", stale_id) == 1
     assert isinstance(run(node, "GETJOB", "FROM", "q"), Waiter)
@@ -863,9 +855,7 @@ def test_a_late_yourjobs_does_not_bring_back_a_job_expired_here() -> None:
     job_id = add(sender, "q", "body", "RETRY", 1, "TTL", 4)
     cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
     [msg] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
-    node, clock = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.refresh_cluster_view()
+    node, clock = _node_with_other()
     cj.receive(node, OTHER_ID, msg)
     assert job_id in node.jobs
     elapse(node, clock, 6000)
