@@ -118,8 +118,9 @@ class TimerAlarm:
 # simulator run the nodes' cron tasks alone sleep fifty times a virtual
 # second; ``sleeping_on`` makes each sleep a timer that reschedules the
 # task instead (a TimerAlarm's sleep: a cancel from an enclosing scope
-# still ends it, and its abort callback disarms the timer). Only inside the ``with`` block, and only for
-# a deadline still ahead (a sleep already due is Trio's own checkpoint).
+# still ends it, and its abort callback disarms the timer). Only inside the
+# ``with`` block, and only for a deadline still ahead (a sleep already due
+# is Trio's own checkpoint).
 _TRIO_SLEEP_UNTIL = trio.sleep_until
 _TRIO_SLEEP = trio.sleep
 _active: Timers | None = None

@@ -109,6 +109,19 @@ class Clock(Protocol):
     def mono_ms(self) -> int: ...
 
 
+def _drop_aged(entries: dict[str, int], now: int) -> list[str]:
+    """Drop from ``entries`` (ID -> monotonic ms, oldest first) those older
+    than DELETED_IDS_MS and the oldest beyond DELETED_IDS_MAX; their IDs."""
+    dropped = []
+    while entries:
+        oldest, at = next(iter(entries.items()))
+        if len(entries) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
+            break
+        del entries[oldest]
+        dropped.append(oldest)
+    return dropped
+
+
 class Node:
     """One Disque node's jobs, queues and timers."""
 
@@ -222,18 +235,10 @@ class Node:
         every node known now; remember it for a while (as long as a deleted
         ID), so that a node met later hears it too."""
         fastacked = self.fastacked_unknown
-        fastacked.pop(job_id, None)
-        fastacked[job_id] = self.clock.mono_ms()
-        self._age_unknown_fastacks()
-
-    def _age_unknown_fastacks(self) -> None:
-        fastacked = self.fastacked_unknown
         now = self.clock.mono_ms()
-        while fastacked:
-            oldest, at = next(iter(fastacked.items()))
-            if len(fastacked) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
-                break
-            del fastacked[oldest]
+        fastacked.pop(job_id, None)
+        fastacked[job_id] = now
+        _drop_aged(fastacked, now)
 
     def resend_unknown_fastacks(self) -> None:
         """A node joined: the DELJOB of each recent FASTACK of a job unknown
@@ -244,7 +249,7 @@ class Node:
         a REPLICATE 1 job, which no other holder would ever announce, and
         kept delivering it). A DELJOB for a job a node does not hold is
         only remembered there."""
-        self._age_unknown_fastacks()
+        _drop_aged(self.fastacked_unknown, self.clock.mono_ms())
         for job_id in self.fastacked_unknown:
             cj.broadcast_deljob(self, job_id, None)
 
@@ -448,11 +453,7 @@ class Node:
         deleted[job_id] = now
         if acked:
             self.deleted_acked[job_id] = self.cluster.version
-        while True:
-            oldest, at = next(iter(deleted.items()))
-            if len(deleted) <= DELETED_IDS_MAX and now - at <= DELETED_IDS_MS:
-                break
-            del deleted[oldest]
+        for oldest in _drop_aged(deleted, now):
             self.deleted_acked.pop(oldest, None)
             self.deleted_expired.discard(oldest)
 
