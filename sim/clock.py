@@ -111,18 +111,24 @@ class TimerAlarm:
         self._timers.call_at(deadline, fire)
 
 
-# ------------------------------------------------------------ cheap sleeps
+# ------------------------------------------------- cheap sleeps and clock
 
 # trio.sleep(s) is a cancel scope with a deadline around sleep_forever: when
 # it ends, Trio raises Cancelled into the task and unwinds the scope. In a
 # simulator run the nodes' cron tasks alone sleep fifty times a virtual
-# second; ``sleeping_on`` makes each sleep a timer that reschedules the
+# second; ``virtual_time`` makes each sleep a timer that reschedules the
 # task instead (a TimerAlarm's sleep: a cancel from an enclosing scope
 # still ends it, and its abort callback disarms the timer). Only inside the
 # ``with`` block, and only for a deadline still ahead (a sleep already due
 # is Trio's own checkpoint).
+#
+# trio.current_time() goes through three calls (the run context, the
+# runner, the clock) to the float the World's clock holds at rate 0; a run
+# asks for it a hundred thousand times (the trace, the network, the nodes'
+# clocks). Inside the block it reads that float at once: the same value.
 _TRIO_SLEEP_UNTIL = trio.sleep_until
 _TRIO_SLEEP = trio.sleep
+_TRIO_CURRENT_TIME = trio.current_time
 _active: Timers | None = None
 
 
@@ -145,16 +151,27 @@ async def _sleep(seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def sleeping_on(timers: Timers) -> Iterator[None]:
-    """Inside the block, trio.sleep and trio.sleep_until use ``timers``
-    (module attributes: every ``trio.sleep(...)`` call sees them)."""
+def virtual_time(timers: Timers) -> Iterator[None]:
+    """Inside the block (which runs one ``trio.run`` with ``timers``'
+    clock): trio.sleep and trio.sleep_until use ``timers``, and
+    trio.current_time reads the clock's virtual time directly (module
+    attributes: every ``trio.sleep(...)`` or ``trio.current_time()`` call
+    sees them; Trio's own internals do not)."""
     global _active
+    clock = timers.clock
+    assert clock.rate == 0, "the direct read is the time at rate 0 only"
+
+    def current_time() -> float:
+        return clock._virtual_base  # type: ignore[no-any-return]  # MockClock's own state
+
     _active = timers
     trio.sleep = _sleep
     trio.sleep_until = _sleep_until
+    trio.current_time = current_time
     try:
         yield
     finally:
         _active = None
         trio.sleep = _TRIO_SLEEP
         trio.sleep_until = _TRIO_SLEEP_UNTIL
+        trio.current_time = _TRIO_CURRENT_TIME

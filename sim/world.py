@@ -64,7 +64,7 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
-from .clock import TimerAlarm, Timers, sleeping_on
+from .clock import TimerAlarm, Timers, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
@@ -292,7 +292,7 @@ class World:
         trio_run._r.seed(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
         try:
-            with sleeping_on(self.timers):
+            with virtual_time(self.timers):
                 trio.run(self._main, body, clock=self.clock)
         finally:
             trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
@@ -897,9 +897,11 @@ class World:
                 if not n.up:
                     continue
                 core = n.server.node
+                # Each queue's jobs by identity, as ``job in q.jobs`` tests
+                # them (Job has no __eq__), without a search per job.
+                members = {name: {id(j) for j in q.jobs} for name, q in core.queues.items()}
                 for job in core.jobs.values():
-                    q = core.queues.get(job.queue)
-                    inq = q is not None and job in q.jobs
+                    inq = id(job) in members.get(job.queue, ())
                     if (job.state == JobState.QUEUED) != inq:
                         self._violate(
                             f"queued-iff-in-queue: {n.name} {job.id} {job.state.name} "

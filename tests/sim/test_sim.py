@@ -266,14 +266,15 @@ def test_clock_timers_run_at_their_time_without_a_task() -> None:
     assert fired == [1.0, 2.5]
 
 
-def test_cheap_sleeps_end_on_time_obey_cancels_and_are_undone() -> None:
-    """``sleeping_on``: trio.sleep and sleep_until become timers inside the
+def test_cheap_sleeps_and_clock_end_on_time_obey_cancels_and_are_undone() -> None:
+    """``virtual_time``: trio.sleep and sleep_until become timers inside the
     block (ending at their virtual time, in order with other timers, a
     cancel from an enclosing scope still ending them, sleep(0) still a
-    checkpoint) and Trio's own outside it."""
-    from sim.clock import sleeping_on
+    checkpoint), trio.current_time reads the virtual clock (the value
+    Trio's own gives), and Trio's own are back outside it."""
+    from sim.clock import virtual_time
 
-    original = trio.sleep, trio.sleep_until
+    original = trio.sleep, trio.sleep_until, trio.current_time
     clock = trio.testing.MockClock(autojump_threshold=0)
     timers = Timers(clock)
     order: list[str] = []
@@ -288,6 +289,7 @@ def test_cheap_sleeps_end_on_time_obey_cancels_and_are_undone() -> None:
             nursery.start_soon(sleeper, "a", 1.0)
             timers.call_at(1.5, lambda: order.append("timer@1.5"))
         assert order == ["a@1.0", "timer@1.5", "b@2.0"]
+        assert trio.current_time() == original[2]() == 2.0
         with trio.move_on_after(0.5) as scope:
             await trio.sleep(100)
         assert scope.cancelled_caught and trio.current_time() == 2.5
@@ -297,10 +299,10 @@ def test_cheap_sleeps_end_on_time_obey_cancels_and_are_undone() -> None:
         with pytest.raises(ValueError):
             await trio.sleep(-1)
 
-    with sleeping_on(timers):
-        assert (trio.sleep, trio.sleep_until) != original
+    with virtual_time(timers):
+        assert (trio.sleep, trio.sleep_until, trio.current_time) != original
         trio.run(main, clock=clock)
-    assert (trio.sleep, trio.sleep_until) == original
+    assert (trio.sleep, trio.sleep_until, trio.current_time) == original
 
 
 def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> None:
