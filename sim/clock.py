@@ -150,6 +150,41 @@ async def _sleep(seconds: float) -> None:
     await _sleep_until(timers.clock.current_time() + seconds)
 
 
+# With autojump_threshold=0 every pass of Trio's run loop polls for I/O
+# with a zero timeout, and in a run nothing but Trio's wake-up socket is
+# ever registered: the answer is nothing, one system call a pass, some
+# twenty thousand a run. That socket only matters once something went
+# into Trio's entry queue (run_sync_soon: an async generator's finalizer, a
+# Ctrl-C, a thread's result), whose callbacks its task runs when the poll
+# reports the socket. Inside the block, a zero-timeout poll with that queue
+# empty answers nothing at once; any other poll is the kernel's. Linux's
+# epoll manager only; others are left alone.
+def _polls_when_due() -> contextlib.AbstractContextManager[None]:
+    try:
+        from trio._core._io_epoll import EpollIOManager
+    except ImportError:  # not Linux
+        return contextlib.nullcontext()
+    real = EpollIOManager.get_events
+    context = trio_run.GLOBAL_RUN_CONTEXT
+
+    def get_events(self: EpollIOManager, timeout: float) -> object:
+        if timeout <= 0:
+            entry = context.runner.entry_queue
+            if not entry.queue and not entry.idempotent_queue:
+                return []
+        return real(self, timeout)
+
+    @contextlib.contextmanager
+    def patched() -> Iterator[None]:
+        EpollIOManager.get_events = get_events  # type: ignore[assignment,method-assign]
+        try:
+            yield
+        finally:
+            EpollIOManager.get_events = real  # type: ignore[method-assign]
+
+    return patched()
+
+
 @contextlib.contextmanager
 def virtual_time(timers: Timers) -> Iterator[None]:
     """Inside the block (which runs one ``trio.run`` with ``timers``'
@@ -169,7 +204,8 @@ def virtual_time(timers: Timers) -> Iterator[None]:
     trio.sleep_until = _sleep_until
     trio.current_time = current_time
     try:
-        yield
+        with _polls_when_due():
+            yield
     finally:
         _active = None
         trio.sleep = _TRIO_SLEEP

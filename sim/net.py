@@ -94,9 +94,13 @@ class _Inbox:
             await trio.lowlevel.wait_task_rescheduled(abort)
         if self.closed:
             raise trio.ClosedResourceError("stream closed")
-        size = len(self.data) if max_bytes is None else max_bytes
-        chunk = bytes(self.data[:size])
-        del self.data[:size]
+        data = self.data
+        if max_bytes is None or max_bytes >= len(data):
+            chunk = bytes(data)
+            data.clear()
+        else:
+            chunk = bytes(data[:max_bytes])
+            del data[:max_bytes]
         return chunk
 
 

@@ -50,6 +50,9 @@ class Trace:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        # The last instant's time as written (many events share an instant).
+        self._at = -1.0
+        self._at_text = ""
 
     def record(self, node: str, category: str, data: dict[str, Any]) -> None:
         self._append(node, category, encode(data))
@@ -70,9 +73,12 @@ class Trace:
             now = trio.current_time()
         except RuntimeError:  # outside trio.run
             now = 0.0
+        if now != self._at:
+            self._at = now
+            self._at_text = float.__repr__(round(now, 6))
         self.lines.append(
             f'{{"cat":{_string(category)},"data":{data},'
-            f'"node":{_string(node)},"t":{float.__repr__(round(now, 6))}}}'
+            f'"node":{_string(node)},"t":{self._at_text}}}'
         )
 
     def digest(self) -> str:

@@ -160,12 +160,32 @@ class SimClock:
 
 def job_ids(msg: object) -> list[str]:
     """The jobs a bus message is about (none for gossip)."""
-    if isinstance(msg, bus.ReplJob):
-        return [msg.job.id]
-    if isinstance(msg, bus.YourJobs):
-        return [job.id for job in msg.jobs]
-    job_id = getattr(msg, "job_id", None)
-    return [job_id] if isinstance(job_id, str) else []
+    kind = type(msg)
+    how = _JOB_IDS_BY_TYPE.get(kind)
+    if how is None:
+        how = _JOB_IDS_BY_TYPE[kind] = _job_ids_of(kind)
+    return how(msg)
+
+
+def _job_ids_of(kind: type) -> Callable[[Any], list[str]]:
+    """How ``job_ids`` reads a message of ``kind`` (chosen once per type:
+    it runs twice for every bus message of a run)."""
+    if issubclass(kind, bus.ReplJob):
+        return lambda msg: [msg.job.id]
+    if issubclass(kind, bus.YourJobs):
+        return lambda msg: [job.id for job in msg.jobs]
+    fields = getattr(kind, "__attrs_attrs__", None)
+    if fields is not None and not any(f.name == "job_id" for f in fields):
+        return lambda msg: []
+
+    def one(msg: Any) -> list[str]:
+        job_id = getattr(msg, "job_id", None)
+        return [job_id] if isinstance(job_id, str) else []
+
+    return one
+
+
+_JOB_IDS_BY_TYPE: dict[type, Callable[[Any], list[str]]] = {}
 
 
 class SimNode:

@@ -305,6 +305,45 @@ def test_cheap_sleeps_and_clock_end_on_time_obey_cancels_and_are_undone() -> Non
     assert (trio.sleep, trio.sleep_until, trio.current_time) == original
 
 
+def test_virtual_time_skips_empty_polls_but_runs_the_entry_queue() -> None:
+    """Inside ``virtual_time`` a zero-timeout poll with Trio's entry queue
+    empty asks no kernel; a run_sync_soon callback (how a Ctrl-C, an async
+    generator's finalizer or a thread's result comes in) still runs at
+    once, and the poll is Trio's own again after the block."""
+    from trio._core._io_epoll import EpollIOManager
+
+    from sim.clock import virtual_time
+
+    real = EpollIOManager.get_events
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    timers = Timers(clock)
+    polls: list[float] = []
+    ran: list[float] = []
+
+    def counting(self: EpollIOManager, timeout: float) -> object:
+        polls.append(timeout)
+        return real(self, timeout)
+
+    async def main() -> None:
+        await trio.sleep(1)
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()
+        assert polls == []  # fifty passes, not one system call
+        token = trio.lowlevel.current_trio_token()
+        token.run_sync_soon(lambda: ran.append(trio.current_time()))
+        await trio.sleep(5)
+
+    EpollIOManager.get_events = counting  # type: ignore[method-assign]
+    try:
+        with virtual_time(timers):
+            assert EpollIOManager.get_events is not counting
+            trio.run(main, clock=clock)
+        assert EpollIOManager.get_events is counting
+    finally:
+        EpollIOManager.get_events = real  # type: ignore[method-assign]
+    assert ran == [1.0] and polls  # polled for the callback, at its instant
+
+
 def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> None:
     """Canary: the simulator seeds Trio's private scheduling hook. If a Trio
     upgrade moves it, runs silently stop being reproducible; fail loudly."""
