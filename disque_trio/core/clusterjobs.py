@@ -7,7 +7,9 @@ Rules, one per message:
   answer GOTJOB unless told not to. Refused for queues paused in input,
   while leaving, and for jobs deleted here lately (a late copy, sent before
   the job was collected, would resurrect it). Receivers never queue it: they
-  re-queue after RETRY unless told (QUEUED) that someone else did.
+  re-queue after RETRY unless told (QUEUED) that someone else did. None is
+  sent for a job whose TTL ran out (in the second before its timer expires
+  it), nor is one moved by NEEDJOBS.
 * GOTJOB: the sender holds a copy. When REPLICATE nodes confirmed, the job
   is replicated: queue it here and answer the waiting ADDJOB client.
 * WILLQUEUE: a holder will re-queue soon. If queued here, send QUEUED to
@@ -98,9 +100,21 @@ def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
 # ----------------------------------------------------------- replication
 
 
+def ttl_ran_out(job: Job, now: int) -> bool:
+    """The job's TTL is over; its timer expires it within a second (the
+    original's granularity). No copy of it may leave in that second: it
+    would travel with the one second of TTL ``job_data`` sends at least,
+    and live that much longer there (simulator seed 107705)."""
+    return job.etime * 1000 <= now
+
+
 def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
     """Add up to ``count`` random reachable nodes to the job's holders
-    and (re)send REPLJOB to every holder. Returns how many were added."""
+    and (re)send REPLJOB to every holder. Returns how many were added
+    (none, and nothing sent, once the job's TTL ran out)."""
+    now = node.now_ms()
+    if ttl_ran_out(job, now):
+        return 0
     added = 0
     if count > 0:
         candidates = [n.node_id for n in node.cluster.reachable() if n.link_up]
@@ -111,7 +125,7 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
             if node_id not in job.nodes_delivered:
                 job.nodes_delivered = (*job.nodes_delivered, node_id)
                 added += 1
-    data = job_data(job, node.now_ms())
+    data = job_data(job, now)
     confirmed = job.nodes_confirmed or ()
     # One message object per kind, sent to each (the shell encodes it once).
     answer = bus.ReplJob(data, noreply)
@@ -451,8 +465,11 @@ def _learned_holder(node: JobHost, job: Job, sender: str) -> None:
     every other holder as well (for seed 20000403, open) set off a message
     storm after a partition healed (seed 20009252)."""
     job.nodes_delivered = (*job.nodes_delivered, sender)
+    now = node.now_ms()
+    if ttl_ran_out(job, now):
+        return  # it holds a copy of its own, which expires there
     if any(n != node.node_id and n != sender for n in job.nodes_delivered):
-        node.effects.send(sender, bus.ReplJob(job_data(job, node.now_ms()), True))
+        node.effects.send(sender, bus.ReplJob(job_data(job, now), True))
 
 
 def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
@@ -628,11 +645,9 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
         job = node.take_oldest(q)
         if job is None:
             break
-        if job.etime * 1000 <= now:
-            # Its TTL ran out (its timer fires a second later): it expires
-            # here. Sent, it would travel with a second of TTL left and live
-            # a second more there (simulator seed 107705: a RETRY 0 job with
-            # TTL 7 moved 7.5 s after its ADDJOB, delivered after 8.6 s).
+        if ttl_ran_out(job, now):
+            # It expires here instead (seed 107705: a RETRY 0 job with TTL 7
+            # moved 7.5 s after its ADDJOB, delivered there after 8.6 s).
             node.expire(job)
             continue
         if job.retry and sender not in job.nodes_delivered:

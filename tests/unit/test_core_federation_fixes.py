@@ -66,6 +66,40 @@ def test_needjobs_moves_no_job_whose_ttl_ran_out() -> None:
     assert not [m for _, m in sent(node) if isinstance(m, bus.YourJobs)]  # none empty
 
 
+def test_no_repljob_leaves_for_a_job_whose_ttl_ran_out() -> None:
+    # The TTL timer fires a second after the TTL; a REPLJOB sent in that
+    # second (the holders learning a holder added late, or one that
+    # announced itself) carried a second of TTL and the copy lived on
+    # there. Past its TTL, replicate() adds and sends nothing, and a holder
+    # learned from its QUEUED is recorded without a REPLJOB.
+    node, clock = _node_with_other()
+    node.cluster.nodes[OTHER_ID].link_up = True
+    job_id = add(node, "q", "body", "RETRY", 5, "REPLICATE", 1, "TTL", 3)
+    jb = job(node, job_id)
+    jb.nodes_delivered = (NODE_ID, THIRD_ID)
+    node.effects.clear()
+    assert cj.replicate(node, jb, 1, noreply=True) == 1  # OTHER_ID added
+    assert {to for to, m in sent(node) if isinstance(m, bus.ReplJob)} == {OTHER_ID, THIRD_ID}
+    clock.ms += 3_500
+    node.effects.clear()
+    jb.nodes_delivered = (NODE_ID, THIRD_ID)
+    assert cj.replicate(node, jb, 1, noreply=True) == 0
+    assert jb.nodes_delivered == (NODE_ID, THIRD_ID)
+    cj.receive(node, OTHER_ID, bus.Queued(job_id, 0))
+    assert OTHER_ID in jb.nodes_delivered
+    assert not [m for _, m in sent(node) if isinstance(m, bus.ReplJob)]
+
+
+def test_a_holder_learned_in_time_hears_the_holder_list() -> None:
+    node, _ = _node_with_other()
+    job_id = add(node, "q", "body", "RETRY", 5, "REPLICATE", 1, "TTL", 3)
+    job(node, job_id).nodes_delivered = (NODE_ID, THIRD_ID)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.Queued(job_id, 0))
+    [msg] = [m for to, m in sent(node) if isinstance(m, bus.ReplJob) and to == OTHER_ID]
+    assert msg.job.nodes_delivered == (NODE_ID, THIRD_ID, OTHER_ID) and msg.job.ttl >= 1
+
+
 def _yourjobs_from_other_listing_third() -> tuple[str, bus.YourJobs]:
     """A YOURJOBS from OTHER_ID moving one RETRY 5 job whose holders are
     OTHER_ID and THIRD_ID."""
