@@ -197,7 +197,7 @@ def virtual_time(timers: Timers) -> Iterator[None]:
     assert clock.rate == 0, "the direct read is the time at rate 0 only"
 
     def current_time() -> float:
-        return clock._virtual_base  # type: ignore[no-any-return]  # MockClock's own state
+        return clock._virtual_base  # MockClock's own state
 
     _active = timers
     trio.sleep = _sleep
