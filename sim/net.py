@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import trio
 
 from .clock import Timers
-from .trace import Trace
+from .trace import Trace, delivery_text
 
 Owner = int | None
 
@@ -114,6 +114,7 @@ class _Pipe:
         self.src = src
         self.dst = dst
         self.owners = owners  # (sender, receiver)
+        self.traced_as = delivery_text(src, dst)
         self.receiver = _Inbox()
         # Unbounded: this queue is the data in flight on the wire (due time,
         # bytes or None for FIN); the sender must not block on it (a real
@@ -153,7 +154,7 @@ class _Pipe:
             self.wire.clear()
             self.receiver.put_eof()
             return
-        self.net.trace.record_delivery(self.src, self.dst, len(data))
+        self.net.trace.record_delivery_between(self.traced_as, len(data))
         try:
             self.receiver.put_data(data)
         except trio.ClosedResourceError:

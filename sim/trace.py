@@ -45,6 +45,15 @@ encode = _make_encode()
 _string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
+def delivery_text(src: str, dst: str) -> tuple[str, str]:
+    """The text of a delivery event from ``src`` to ``dst`` before its size,
+    and between its size and its time (``Trace.record_delivery_between``)."""
+    return (
+        f'{{"cat":"deliver","data":{{"dst":{_string(dst)},"len":',
+        f',"src":{_string(src)}}},"node":"net","t":',
+    )
+
+
 class Trace:
     """Events collected in memory, in the order they happened."""
 
@@ -61,14 +70,45 @@ class Trace:
         """``record("net", "deliver", {"src": src, "dst": dst, "len": size})``
         without the JSON encoder: the network's deliveries are most of a
         run's events (the same bytes)."""
-        self._append(
-            "net", "deliver", f'{{"dst":{_string(dst)},"len":{int(size)},"src":{_string(src)}}}'
-        )
+        self.record_delivery_between(delivery_text(src, dst), size)
 
-    def _append(self, node: str, category: str, data: str) -> None:
-        """One event, its ``data`` already encoded: encode({"t": round(now,
-        6), "node": node, "cat": category, "data": data}) spelled out (keys
-        sorted, no spaces): the same bytes."""
+    def record_delivery_between(self, between: tuple[str, str], size: int) -> None:
+        """``record_delivery`` with the pipe's ``delivery_text(src, dst)``,
+        made once per pipe: the line is two constants around the size and
+        the time."""
+        at = self._time_text()
+        self.lines.append(f"{between[0]}{int(size)}{between[1]}{at}}}")
+
+    def record_bus(
+        self, node: str, ev: str, msg: str, peer_key: str, peer: str, ids: list[str]
+    ) -> None:
+        """``record(node, "bus", {"ev": ev, "msg": msg, peer_key: peer,
+        "ids": ids})`` for ``peer_key`` "from" or "to", without the JSON
+        encoder (every bus message about jobs is traced twice; the same
+        bytes, keys in sorted order)."""
+        s = _string
+        listed = ",".join([s(i) for i in ids])
+        if peer_key == "from":
+            data = f'{{"ev":{s(ev)},"from":{s(peer)},"ids":[{listed}],"msg":{s(msg)}}}'
+        elif peer_key == "to":
+            data = f'{{"ev":{s(ev)},"ids":[{listed}],"msg":{s(msg)},"to":{s(peer)}}}'
+        else:
+            raise ValueError(f"peer_key must be 'from' or 'to', not {peer_key!r}")
+        self._append(node, "bus", data)
+
+    def record_job(self, node: str, ev: str, job_id: str, via: str | None) -> None:
+        """``record(node, "job", {"ev": ev, "id": job_id})``, with ``"via":
+        via`` unless it is None, without the JSON encoder (the same bytes)."""
+        s = _string
+        if via is None:
+            data = f'{{"ev":{s(ev)},"id":{s(job_id)}}}'
+        else:
+            data = f'{{"ev":{s(ev)},"id":{s(job_id)},"via":{s(via)}}}'
+        self._append(node, "job", data)
+
+    def _time_text(self) -> str:
+        """The time of an event now, as written (``round(now, 6)``; 0
+        outside ``trio.run``), formatted once per instant."""
         try:
             now = trio.current_time()
         except RuntimeError:  # outside trio.run
@@ -76,9 +116,15 @@ class Trace:
         if now != self._at:
             self._at = now
             self._at_text = float.__repr__(round(now, 6))
+        return self._at_text
+
+    def _append(self, node: str, category: str, data: str) -> None:
+        """One event, its ``data`` already encoded: encode({"t": round(now,
+        6), "node": node, "cat": category, "data": data}) spelled out (keys
+        sorted, no spaces): the same bytes."""
+        at = self._time_text()
         self.lines.append(
-            f'{{"cat":{_string(category)},"data":{data},'
-            f'"node":{_string(node)},"t":{self._at_text}}}'
+            f'{{"cat":{_string(category)},"data":{data},"node":{_string(node)},"t":{at}}}'
         )
 
     def digest(self) -> str:

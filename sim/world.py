@@ -593,8 +593,9 @@ class World:
         def deliver(sender: str, msg: object) -> None:
             ids = job_ids(msg)
             if ids:
-                data = {"ev": "recv", "msg": type(msg).__name__, "from": sender[:8], "ids": ids}
-                self.trace.record(node.name, "bus", data)
+                self.trace.record_bus(
+                    node.name, "recv", type(msg).__name__, "from", sender[:8], ids
+                )
             self._window_messages += 1
             if self._window_messages > STORM_MESSAGES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
@@ -666,8 +667,7 @@ class World:
         def traced(peer: str, msg: object) -> None:
             ids = job_ids(msg)
             if ids:
-                data = {"ev": "send", "msg": type(msg).__name__, "to": peer[:8], "ids": ids}
-                self.trace.record(node.name, "bus", data)
+                self.trace.record_bus(node.name, "send", type(msg).__name__, "to", peer[:8], ids)
             send(peer, msg)
 
         return traced
@@ -708,10 +708,10 @@ class World:
         queued = self.queued_once.setdefault(key, set())
 
         def observe(event: str, job: Job) -> None:
-            data = {"ev": event, "id": job.id}
-            if node.handling is not None:
-                data["via"] = node.handling.__name__
-            self.trace.record(name, "job", data)
+            handling = node.handling
+            self.trace.record_job(
+                name, event, job.id, None if handling is None else handling.__name__
+            )
             loading = server.aof.loading
             reloaded_before = job.id in node.reloaded
             if event == "registered":
