@@ -45,6 +45,7 @@ sampling monitor (``World.violations``):
 from __future__ import annotations
 
 import logging
+import math
 import random
 import sys
 from collections import Counter
@@ -659,16 +660,16 @@ class World:
         return job, confirmed
 
     def _traced_send(
-        self, node: SimNode, send: Callable[[str, object], None]
-    ) -> Callable[[str, object], None]:
+        self, node: SimNode, send: Callable[[str, object, float], None]
+    ) -> Callable[[str, object, float], None]:
         """The bus messages about jobs, traced as the core sends them (the
         timeline's arrows: sim/timeline.py pairs them with their "recv")."""
 
-        def traced(peer: str, msg: object) -> None:
+        def traced(peer: str, msg: object, send_by: float = math.inf) -> None:
             ids = job_ids(msg)
             if ids:
                 self.trace.record_bus(node.name, "send", type(msg).__name__, "to", peer[:8], ids)
-            send(peer, msg)
+            send(peer, msg, send_by)
 
         return traced
 

@@ -657,7 +657,12 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
             job.nodes_delivered = (*job.nodes_delivered, sender)
         jobs.append(job)
     if jobs:
-        node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in jobs)))
+        # The TTLs it carries are what is left in this second of the wall
+        # clock (whole seconds): written in a later one, it would give the
+        # jobs more. A RETRY 0 job leaves this node with it: late, not never.
+        valid_ms = 0 if any(j.retry == 0 for j in jobs) else 1000 - now % 1000
+        answer = bus.YourJobs(tuple(job_data(j, now) for j in jobs))
+        node.effects.send(sender, answer, valid_ms)
     for job in jobs:
         if job.retry == 0:
             node.unregister(job)  # at most once: it now lives there only

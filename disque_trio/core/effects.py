@@ -27,10 +27,16 @@ if TYPE_CHECKING:
 @attrs.frozen(slots=True)
 class Send:
     """Send ``message`` (a ``protocol.bus`` message) to the node ``peer``.
-    Best effort: a link may drop it; the protocol re-sends what matters."""
+    Best effort: a link may drop it; the protocol re-sends what matters.
+
+    ``valid_ms``: 0, or how long after the commit the message still says
+    what it says. One not written to its link by then is dropped (a
+    YOURJOBS carries the TTL its jobs have left in this second of the wall
+    clock: written later, it would give them more)."""
 
     peer: str
     message: object
+    valid_ms: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -73,8 +79,8 @@ class Effects(list[Effect]):
 
     __slots__ = ()
 
-    def send(self, peer: str, message: object) -> None:
-        self.append(Send(peer, message))
+    def send(self, peer: str, message: object, valid_ms: int = 0) -> None:
+        self.append(Send(peer, message, valid_ms))
 
     def log(self, message: str, level: int = logging.INFO) -> None:
         self.append(Log(level, message))

@@ -38,6 +38,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from math import inf
 from typing import Any
 
 import attrs
@@ -574,10 +575,15 @@ class NodeServer:
             kind = type(effect)
             if kind is Send:
                 assert isinstance(effect, Send)
+                # Counted from now, the core's instant, not from when the
+                # records it waits for are written.
+                send_by = trio.current_time() + effect.valid_ms / 1000 if effect.valid_ms else inf
                 if barrier:
-                    self.aof.after_written(barrier, partial(send, effect.peer, effect.message))
+                    self.aof.after_written(
+                        barrier, partial(send, effect.peer, effect.message, send_by)
+                    )
                 else:
-                    send(effect.peer, effect.message)
+                    send(effect.peer, effect.message, send_by)
             elif kind is Wake:
                 assert isinstance(effect, Wake)
                 effect.waiter.durable = barrier

@@ -80,9 +80,6 @@ log = logging.getLogger("disque_trio.bus")
 # the peer is too slow and messages are dropped (and counted).
 OUTBOX_SIZE = 65_536
 URGENT_MAX = 64  # heartbeats waiting for a busy link task (ten a second at most)
-# A YOURJOBS not on the wire this long after it was queued is dropped (its
-# jobs' TTLs travel as what is left of them; see Bus._stale).
-YOURJOBS_MAX_WAIT_S = 1.0
 # The writer sends what is queued in one system call, up to this many frames.
 SEND_BATCH = 256
 READ_SIZE = 64 * 1024
@@ -336,7 +333,10 @@ class Bus:
         """A link came up or a message was handled: wake wait_peers_heard."""
         self._progress.set()
 
-    def send(self, node_id: str, msg: object) -> None:
+    def send(self, node_id: str, msg: object, send_by: float = math.inf) -> None:
+        """Queue ``msg`` for the node's link, or drop it if there is none.
+        ``send_by``: the Trio time after which it is no longer written
+        (``Send.valid_ms``: what a YOURJOBS says is true for a while only)."""
         link = self.links.get(node_id)
         if link is None:
             return
@@ -360,12 +360,8 @@ class Bus:
         # external replication (ASYNC on a leaving node, or one short of
         # memory) are of a job this node never keeps, and must go out.
         job_id = ""
-        send_by = math.inf
         if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
             job_id = msg.job.id
-        elif isinstance(msg, bus.YourJobs) and all(j.retry for j in msg.jobs):
-            # (RETRY 0 jobs left this node with the message: late, not never.)
-            send_by = trio.current_time() + YOURJOBS_MAX_WAIT_S
         item = (job_id, frame, send_by)
         urgent = up and isinstance(msg, bus.Heartbeat | bus.Fail)
         if link.idle or (link.pending and not urgent):
@@ -599,13 +595,16 @@ class Bus:
         """A queued REPLJOB whose job this node held when it was queued and
         no longer holds, or holds acked, is not sent: it would resurrect a job collected meanwhile
         (queues outlive reconnections, so a partition can delay a frame
-        for as long as it lasts). Nor a YOURJOBS that waited past its
-        ``send_by``: its jobs carry the TTL left when it was queued, so a
-        late one would outlive their TTL on the receiver (simulator seed
-        20003187: a TTL 3 job delivered 9.5 s after ADDJOB, its YOURJOBS sent
-        7.5 s late when the link came back). The jobs stay with this node,
-        which re-queues them at their RETRY (a YOURJOBS with a RETRY 0 job,
-        which left this node with it, has no ``send_by``)."""
+        for as long as it lasts). Nor a message that waited past its
+        ``send_by``: a YOURJOBS carries the TTL its jobs had left in the
+        second of the wall clock it was made in, so a late one would let
+        them outlive their TTL on the receiver (simulator seed 20003187: a
+        TTL 3 job delivered 9.5 s after ADDJOB, its YOURJOBS sent 7.5 s
+        late when the link came back; seed 112967: one sent 1 s late, in
+        the next second, when the limit was a second from the commit). The
+        jobs stay with this node, which re-queues them at their RETRY (a
+        YOURJOBS with a RETRY 0 job, which left this node with it, has no
+        ``send_by``)."""
         if send_by < math.inf and trio.current_time() > send_by:
             return True
         if not job_id:

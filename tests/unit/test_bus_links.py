@@ -90,24 +90,26 @@ def test_a_node_back_in_the_table_while_its_link_is_up_is_a_member_at_once() -> 
 
 
 def test_a_yourjobs_that_waited_too_long_in_the_outbox_is_not_sent() -> None:
-    """A YOURJOBS gives jobs with the TTL they had left when it was queued:
-    one that waits in a link's outbox (the link down) and goes out seconds
-    later would let them outlive their TTL on the receiver (simulator seed
-    20003187). Past YOURJOBS_MAX_WAIT_S it is dropped; other frames wait."""
+    """A YOURJOBS gives jobs with the TTL they had left when it was made:
+    one that waits in a link's outbox (the link down) and goes out later
+    would let them outlive their TTL on the receiver (simulator seeds
+    20003187 and 112967). Past its ``send_by`` it is dropped; other frames
+    wait."""
     from disque_trio.protocol import bus as bus_msgs
-    from disque_trio.server.peers import YOURJOBS_MAX_WAIT_S
 
     async def main() -> None:
         table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
         table.add(PEER, "127.0.0.1", 7712, 17712)
         bus = Bus(Any, table, lambda sender, msg: None)  # type: ignore[arg-type]
         link = bus.links[PEER] = PeerLink(PEER)
-        bus.send(PEER, bus_msgs.YourJobs(()))
+        bus.send(PEER, bus_msgs.YourJobs(()), trio.current_time() + 0.63)
         bus.send(PEER, bus_msgs.WillQueue("D-" + "0" * 8 + "-" + "A" * 24 + "-05a1"))
         first = link.receive_channel.receive_nowait()
         second = link.receive_channel.receive_nowait()
         assert not bus._stale(first[0], first[2]) and not bus._stale(second[0], second[2])
-        await trio.sleep(YOURJOBS_MAX_WAIT_S + 0.1)
+        await trio.sleep(0.62)
+        assert not bus._stale(first[0], first[2])
+        await trio.sleep(0.02)
         assert bus._stale(first[0], first[2])
         assert not bus._stale(second[0], second[2])
 

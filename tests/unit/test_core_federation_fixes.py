@@ -9,7 +9,7 @@ import pytest
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import node as node_module
 from disque_trio.core.cluster import HANDSHAKE, LEAVING
-from disque_trio.core.effects import Persist
+from disque_trio.core.effects import Persist, Send
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.core.records import PENDING_HOLDERS_MS, job_data
@@ -41,6 +41,29 @@ def test_yourjobs_sender_lists_the_receiver_as_a_holder() -> None:
     assert to == OTHER_ID
     assert OTHER_ID in job(node, job_id).nodes_delivered
     assert OTHER_ID in msg.jobs[0].nodes_delivered  # the copy knows both holders
+
+
+def test_a_yourjobs_says_how_long_its_ttls_hold() -> None:
+    # Seed 112967: a YOURJOBS made at t=12.37 with 1 s of TTL left waited in
+    # the outbox for a reconnection and went out at 13.37, in the next
+    # second of the wall clock: the receiver gave the job a second more
+    # (TTL 9, delivered 10.63 s after ADDJOB). The TTLs it carries (whole
+    # seconds left) hold until the end of the second they were read in.
+    node, clock = make_node()
+    add(node, "q", "body", "RETRY", 5, "TTL", 60)
+    clock.ms += 1_000 - clock.ms % 1_000 + 370  # 370 ms into a second
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
+    [effect] = [e for e in node.effects if isinstance(e, Send)]
+    assert isinstance(effect.message, bus.YourJobs) and effect.valid_ms == 630
+    # A RETRY 0 job leaves this node with it: the message must go, late or not.
+    node, clock = make_node()
+    add(node, "q", "body", "RETRY", 0, "REPLICATE", 1, "TTL", 60)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
+    [effect] = [e for e in node.effects if isinstance(e, Send)]
+    assert isinstance(effect.message, bus.YourJobs) and effect.message.jobs[0].retry == 0
+    assert effect.valid_ms == 0
 
 
 def test_needjobs_moves_no_job_whose_ttl_ran_out() -> None:
