@@ -272,10 +272,14 @@ def tell_new_holders(node: JobHost, job: Job, node_ids: Iterable[str]) -> None:
     """Holders just added to the list of a job queued here hear QUEUED: if
     one queued its own copy without knowing ours, the QUEUED rule leaves one
     (pending holders adopted, seeds 20000327 and others; a merged list,
-    seed 20005489)."""
-    if job.state != STATE_QUEUED or not job.retry:
+    seed 20005489). Of a job acked here they hear SETACK: the collection
+    waits for their GOTACK (seed 492135135)."""
+    if job.state == STATE_ACKED:
+        msg: bus.Message = bus.SetAck(job.id, len(job.nodes_delivered))
+    elif job.state == STATE_QUEUED and job.retry:
+        msg = bus.Queued(job.id, 0)
+    else:
         return
-    msg = bus.Queued(job.id, 0)
     for node_id in node_ids:
         node.effects.send(node_id, msg)
 

@@ -267,10 +267,14 @@ class Node:
         """Add to their jobs' holder lists the nodes that were still in
         their handshake when a peer's list named them, now that they
         answered, and tell each about a copy queued here: if it queued its
-        own, the QUEUED rule leaves one. A node that left the table (its
-        handshake timed out) may come back by gossip and answer (simulator
-        seed 20004545): it is dropped once forgotten (CLUSTER FORGET) or
-        PENDING_HOLDERS_MS after it was first named."""
+        own, the QUEUED rule leaves one; or about the ack of a job acked
+        here since, whose collection must now wait for their GOTACK (seed
+        492135135: a wiped node's new incarnation took a job by YOURJOBS,
+        acked it, and collected it on its one known holder's GOTACK; three
+        holders adopted meanwhile held it on). A node that left the table
+        (its handshake timed out) may come back by gossip and answer
+        (simulator seed 20004545): it is dropped once forgotten (CLUSTER
+        FORGET) or PENDING_HOLDERS_MS after it was first named."""
         nodes = self.cluster.nodes
         now = self.now_ms()
         for peer_id in list(self.pending_holders):
@@ -287,8 +291,10 @@ class Node:
             self.pending_since.pop(peer_id, None)
             for job_id in sorted(job_ids):
                 job = self.jobs.get(job_id)
-                if job is None or job.state not in (STATE_ACTIVE, STATE_QUEUED):
+                if job is None or job.state not in (STATE_ACTIVE, STATE_QUEUED, STATE_ACKED):
                     continue
+                if job.is_dummy_ack:
+                    continue  # asks every node anyway
                 if peer_id not in job.nodes_delivered:
                     job.nodes_delivered = (*job.nodes_delivered, peer_id)
                 cj.tell_new_holders(self, job, (peer_id,))

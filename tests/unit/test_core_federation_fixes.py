@@ -172,6 +172,38 @@ def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
     assert any(to == THIRD_ID and isinstance(m, bus.Queued) for to, m in sent(node))
 
 
+def test_a_holder_that_answers_after_the_ack_holds_up_the_collection() -> None:
+    # Seed 492135135: a wiped node's new incarnation took a job by YOURJOBS
+    # while its handshakes with three holders were not through, delivered
+    # and acked it, then adopted them: an acked job was left out, so it was
+    # collected on its one known holder's GOTACK and the three held it on.
+    # Now they join the list, hear SETACK, and the collection waits.
+    job_id, msg = _yourjobs_from_other_listing_third()
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE  # known by gossip only
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, msg)
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    [delivered] = get(node, "q")
+    assert delivered[1] == job_id
+    assert run(node, "ACKJOB", job_id) == 1
+    copy = job(node, job_id)
+    assert copy.state == JobState.ACKED and THIRD_ID not in copy.nodes_delivered
+    sent(node)
+    node.effects.clear()
+    node.cluster.link_changed(THIRD_ID, True, node.now_ms())  # it answered
+    node.refresh_cluster_view()
+    assert THIRD_ID in copy.nodes_delivered and not node.pending_holders
+    assert any(to == THIRD_ID and isinstance(m, bus.SetAck) for to, m in sent(node))
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
+    assert job_id in node.jobs  # THIRD has not confirmed yet
+    cj.receive(node, THIRD_ID, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs
+    assert {to for to, m in sent(node) if isinstance(m, bus.DelJob)} == {OTHER_ID, THIRD_ID}
+
+
 def test_a_pending_holder_whose_handshake_timed_out_is_dropped() -> None:
     node, job_id, data = _replica_of_a_job_added_on_other()
     node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
