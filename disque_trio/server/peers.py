@@ -48,7 +48,7 @@ from typing import Final, Protocol, TypeVar
 import trio
 
 from ..config import Config
-from ..core.cluster import HANDSHAKE, ClusterTable
+from ..core.cluster import ClusterTable
 from ..core.job import JobState
 from ..core.node import Node
 from ..env import Env
@@ -298,12 +298,18 @@ class Bus:
             if old is None or old.ended:
                 link = self.links[node_id] = PeerLink(node_id)
                 self._nursery.start_soon(self._link_task, link)
-            elif old.up and self.table.nodes[node_id].flags & HANDSHAKE:
+            elif old.up and not self.table.nodes[node_id].link_up:
                 # The node left the table (a handshake timeout) and came back
-                # by gossip while our link to it stayed connected: its new
-                # entry would wait for a handshake that already happened,
-                # be dropped again 5 s later, and so on for ever (simulator
-                # seed 20000951). The link is up: say so.
+                # while our link to it stayed connected: its new entry says
+                # no link. Come back by gossip, it would wait for a
+                # handshake that already happened, be dropped again 5 s
+                # later, and so on for ever (simulator seed 20000951); by a
+                # MEET, it would never be pinged (pings go over a link that
+                # is up) and stay PFAIL for ever, its first PING's clock
+                # running (seed 115774: a replaced node's link to a node
+                # that was down finished its handshake after the cron had
+                # dropped the gossiped entry, and CLUSTER MEET added it
+                # again). The link is up: say so.
                 self.table.link_changed(node_id, True, self.server.env.clock.wall_ms())
         keep = set(wanted)
         for node_id in [x for x in self.links if x not in keep]:

@@ -1,5 +1,5 @@
 """Bus links (server/peers.py): a link task that ended is replaced, a node
-back in the table while its link is up is a member, stale frames are not
+back in the table while its link is up is a member (and pinged), stale frames are not
 sent, a starting node does not wait for a peer that is down, a commit
 writes to an idle link itself and in order."""
 
@@ -84,6 +84,50 @@ def test_a_node_back_in_the_table_while_its_link_is_up_is_a_member_at_once() -> 
             assert table.nodes[PEER].flags & HANDSHAKE  # nobody said so yet
             bus.sync_links()
             assert not table.nodes[PEER].flags & HANDSHAKE and table.size == 2
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_node_met_again_while_its_link_is_up_is_pinged() -> None:
+    """The cron dropped a gossiped node (no handshake in time) while our
+    link to it was finishing its handshake, then CLUSTER MEET added it
+    again: its new entry (no flag) must take the link's word, or it is never
+    pinged (pings go over a link that is up) and stays PFAIL for ever
+    (simulator seed 115774: a replaced node saw a restarted one as fail?
+    to the end of the run)."""
+
+    class Clock:
+        def wall_ms(self) -> int:
+            return 1_700_000_000_000
+
+        def mono_ms(self) -> int:
+            return 0
+
+    class Host:
+        env = type("Env", (), {"clock": Clock()})()
+
+    async def main() -> None:
+        table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+        bus = Bus(Host(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+        connected = trio.Event()
+
+        async def run_link(link: PeerLink) -> None:
+            link.up = True  # the handshake ends after the entry was dropped
+            connected.set()
+            await trio.sleep_forever()
+
+        bus._run_link = run_link  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            bus._nursery = nursery
+            table.add(PEER, "127.0.0.1", 7712, 17712)
+            bus.sync_links()
+            await connected.wait()
+            table.effects.clear()
+            assert not table.nodes[PEER].link_up
+            bus.sync_links()  # as CLUSTER MEET does after adding it
+            assert table.nodes[PEER].link_up
+            assert [type(e.message) for e in table.effects] == [bus_module.Ping]
             nursery.cancel_scope.cancel()
 
     trio.run(main)
