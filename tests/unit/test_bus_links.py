@@ -47,26 +47,34 @@ def test_a_link_whose_task_ended_is_started_again() -> None:
     trio.run(main)
 
 
-def test_a_node_back_in_the_table_while_its_link_is_up_is_a_member_at_once() -> None:
-    """A gossiped node the cron dropped (no handshake in time) while our link
-    to it stayed connected, then named again by gossip: its new entry
-    (HANDSHAKE) must take the link's word, not wait for a handshake that
+class _Clock:
+    def wall_ms(self) -> int:
+        return 1_700_000_000_000
+
+    def mono_ms(self) -> int:
+        return 0
+
+
+class _Host:
+    env = type("Env", (), {"clock": _Clock()})()
+
+
+@pytest.mark.parametrize("back_by", ["gossip", "meet"])
+def test_a_node_back_in_the_table_while_its_link_is_up_takes_the_links_word(back_by: str) -> None:
+    """The cron dropped a gossiped node (no handshake in time) while our
+    link to it stayed connected, or was finishing its handshake. Named again
+    by gossip, its new entry (HANDSHAKE) must not wait for a handshake that
     already happened and be dropped again every 5 s (simulator seed
-    20000951: n2 never counted n0 as a member after heal)."""
-
-    class Clock:
-        def wall_ms(self) -> int:
-            return 1_700_000_000_000
-
-        def mono_ms(self) -> int:
-            return 0
-
-    class Host:
-        env = type("Env", (), {"clock": Clock()})()
+    20000951: n2 never counted n0 as a member after heal). Added again by
+    CLUSTER MEET (no flag), it must not say "no link": it would never be
+    pinged (pings go over a link that is up) and stay PFAIL for ever (seed
+    115774: a replaced node saw a restarted one as fail? to the end of the
+    run). The link check marks the link up, which sends the first
+    heartbeat (a MEET to a node known from gossip)."""
 
     async def main() -> None:
         table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
-        bus = Bus(Host(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+        bus = Bus(_Host(), table, lambda sender, msg: None)  # type: ignore[arg-type]
         connected = trio.Event()
 
         async def run_link(link: PeerLink) -> None:
@@ -78,56 +86,17 @@ def test_a_node_back_in_the_table_while_its_link_is_up_is_a_member_at_once() -> 
         async with trio.open_nursery() as nursery:
             bus._nursery = nursery
             table.add(PEER, "127.0.0.1", 7712, 17712)
-            table.nodes[PEER].flags |= HANDSHAKE  # as gossip adds it
-            bus.sync_links()
-            await connected.wait()
-            assert table.nodes[PEER].flags & HANDSHAKE  # nobody said so yet
-            bus.sync_links()
-            assert not table.nodes[PEER].flags & HANDSHAKE and table.size == 2
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
-
-
-def test_a_node_met_again_while_its_link_is_up_is_pinged() -> None:
-    """The cron dropped a gossiped node (no handshake in time) while our
-    link to it was finishing its handshake, then CLUSTER MEET added it
-    again: its new entry (no flag) must take the link's word, or it is never
-    pinged (pings go over a link that is up) and stays PFAIL for ever
-    (simulator seed 115774: a replaced node saw a restarted one as fail?
-    to the end of the run)."""
-
-    class Clock:
-        def wall_ms(self) -> int:
-            return 1_700_000_000_000
-
-        def mono_ms(self) -> int:
-            return 0
-
-    class Host:
-        env = type("Env", (), {"clock": Clock()})()
-
-    async def main() -> None:
-        table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
-        bus = Bus(Host(), table, lambda sender, msg: None)  # type: ignore[arg-type]
-        connected = trio.Event()
-
-        async def run_link(link: PeerLink) -> None:
-            link.up = True  # the handshake ends after the entry was dropped
-            connected.set()
-            await trio.sleep_forever()
-
-        bus._run_link = run_link  # type: ignore[method-assign]
-        async with trio.open_nursery() as nursery:
-            bus._nursery = nursery
-            table.add(PEER, "127.0.0.1", 7712, 17712)
+            if back_by == "gossip":
+                table.nodes[PEER].flags |= HANDSHAKE  # as gossip adds it
             bus.sync_links()
             await connected.wait()
             table.effects.clear()
-            assert not table.nodes[PEER].link_up
-            bus.sync_links()  # as CLUSTER MEET does after adding it
+            assert not table.nodes[PEER].link_up  # nobody said so yet
+            bus.sync_links()
             assert table.nodes[PEER].link_up
-            assert [type(e.message) for e in table.effects] == [bus_module.Ping]
+            assert not table.nodes[PEER].flags & HANDSHAKE and table.size == 2
+            first = bus_module.Meet if back_by == "gossip" else bus_module.Ping
+            assert [type(e.message) for e in table.effects] == [first]
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -166,13 +135,6 @@ def test_a_starting_node_does_not_wait_to_hear_a_peer_that_refused_it() -> None:
     has no flag on us to clear: waiting for it only delayed a node restarted
     among stopped ones (the original's suite, "mass restart", 5 s each)."""
 
-    class Clock:
-        def wall_ms(self) -> int:
-            return 1_700_000_000_000
-
-        def mono_ms(self) -> int:
-            return 0
-
     refuse = trio.Event()
 
     class Net:
@@ -181,7 +143,7 @@ def test_a_starting_node_does_not_wait_to_hear_a_peer_that_refused_it() -> None:
             raise ConnectionRefusedError(111, "Connection refused")
 
     class Host:
-        env = type("Env", (), {"clock": Clock(), "net": Net()})()
+        env = type("Env", (), {"clock": _Clock(), "net": Net()})()
 
     async def main() -> None:
         table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)

@@ -149,12 +149,9 @@ def test_yourjobs_receiver_merges_holders_and_announces_queued() -> None:
     assert {OTHER_ID, THIRD_ID} <= told
 
 
-def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
-    # Seeds 20000327, 20001208, 20002084, 20002451: a node that joined
-    # lately took a job by YOURJOBS while its handshake with one holder
-    # (THIRD, which had queued its own copy) was not through; it dropped
-    # THIRD from the list, so the two queued copies never heard of each
-    # other. Now THIRD is added, and told QUEUED, once it answers.
+def _moved_here_with_third_in_its_handshake() -> tuple[Node, str]:
+    """A node that took a job by YOURJOBS from OTHER_ID while THIRD_ID, also
+    a holder, was known by gossip only (its handshake not through)."""
     job_id, msg = _yourjobs_from_other_listing_third()
     node, _ = make_node()
     node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
@@ -162,6 +159,16 @@ def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
     node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE  # known by gossip only
     node.refresh_cluster_view()
     cj.receive(node, OTHER_ID, msg)
+    return node, job_id
+
+
+def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
+    # Seeds 20000327, 20001208, 20002084, 20002451: a node that joined
+    # lately took a job by YOURJOBS while its handshake with one holder
+    # (THIRD, which had queued its own copy) was not through; it dropped
+    # THIRD from the list, so the two queued copies never heard of each
+    # other. Now THIRD is added, and told QUEUED, once it answers.
+    node, job_id = _moved_here_with_third_in_its_handshake()
     copy = job(node, job_id)
     assert copy.state == JobState.QUEUED and THIRD_ID not in copy.nodes_delivered
     assert node.pending_holders == {THIRD_ID: {job_id}}
@@ -178,13 +185,7 @@ def test_a_holder_that_answers_after_the_ack_holds_up_the_collection() -> None:
     # and acked it, then adopted them: an acked job was left out, so it was
     # collected on its one known holder's GOTACK and the three held it on.
     # Now they join the list, hear SETACK, and the collection waits.
-    job_id, msg = _yourjobs_from_other_listing_third()
-    node, _ = make_node()
-    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
-    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
-    node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE  # known by gossip only
-    node.refresh_cluster_view()
-    cj.receive(node, OTHER_ID, msg)
+    node, job_id = _moved_here_with_third_in_its_handshake()
     assert node.pending_holders == {THIRD_ID: {job_id}}
     [delivered] = get(node, "q")
     assert delivered[1] == job_id
