@@ -96,7 +96,7 @@ def test_a_node_back_in_the_table_while_its_link_is_up_takes_the_links_word(back
             assert table.nodes[PEER].link_up
             assert not table.nodes[PEER].flags & HANDSHAKE and table.size == 2
             first = bus_module.Meet if back_by == "gossip" else bus_module.Ping
-            assert [type(e.message) for e in table.effects] == [first]
+            assert [type(m) for _, m in table.effects.sent()] == [first]
             nursery.cancel_scope.cancel()
 
     trio.run(main)
