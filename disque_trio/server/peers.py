@@ -342,7 +342,9 @@ class Bus:
     def send(self, node_id: str, msg: object, send_by: float = math.inf) -> None:
         """Queue ``msg`` for the node's link, or drop it if there is none.
         ``send_by``: the Trio time after which it is no longer written
-        (``Send.valid_ms``: what a YOURJOBS says is true for a while only)."""
+        (``Send.valid_ms``: what a YOURJOBS says is true for a while only).
+        It applies to messages sent in frames of their own; BATCHABLE ones
+        (a job ID and a flag at most) never go stale, and have none."""
         link = self.links.get(node_id)
         if link is None:
             return
