@@ -54,6 +54,11 @@ def job_record(job: Job) -> aof.JobRecord:
     )
 
 
+def wire_ttl(job: Job, now: int) -> int:
+    """The TTL a job travels with: whole seconds left, at least 1."""
+    return max(1, job.etime - now // 1000)
+
+
 def job_data(job: Job, now: int) -> bus.JobData:
     """A job as it travels: TTL left instead of an absolute expire time,
     because node clocks are not synchronised."""
@@ -63,7 +68,7 @@ def job_data(job: Job, now: int) -> bus.JobData:
         job.body or b"",
         job.repl,
         job.ctime,
-        max(1, job.etime - now // 1000),
+        wire_ttl(job, now),
         job.delay,
         job.retry,
         job.nacks,

@@ -45,12 +45,14 @@ import math
 from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
+import attrs
 import trio
 
 from ..config import Config
 from ..core.cluster import ClusterTable
 from ..core.job import JobState
 from ..core.node import Node
+from ..core.records import wire_ttl
 from ..env import Env
 from ..protocol import bus
 from . import tls
@@ -113,7 +115,7 @@ class _Pending:
 
 # An outbox item that carries nothing: it wakes the link task to write a
 # link's ``rest``.
-_WAKE: Final = ("", b"", math.inf)
+_WAKE: Final = (None, b"", math.inf)
 
 
 class PeerLink:
@@ -121,10 +123,11 @@ class PeerLink:
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
-        # (job id of a REPLJOB or "", frame, send-by time): see Bus._stale.
-        self.send_channel, self.receive_channel = trio.open_memory_channel[
-            tuple[str, bytes, float]
-        ](OUTBOX_SIZE)
+        # (the REPLJOB of a job held here or None, frame, send-by time):
+        # see Bus._outgoing.
+        self.send_channel, self.receive_channel = trio.open_memory_channel[_OutboxItem](
+            OUTBOX_SIZE
+        )
         # Cancelled when the node is forgotten: ends the link for good.
         self.cancel_scope = trio.CancelScope()
         # Cancelled to drop just the current connection (a stuck link): the
@@ -167,7 +170,7 @@ class PeerLink:
         commit may write to it itself (Bus.flush)."""
         return self.stream is not None and not self.writing and not self.queued
 
-    def to_outbox(self, item: tuple[str, bytes, float], messages: int = 1) -> bool:
+    def to_outbox(self, item: _OutboxItem, messages: int = 1) -> bool:
         """Queue ``item`` (a frame of ``messages`` messages) for the link
         task; False (counted as dropped) when the outbox is full."""
         try:
@@ -208,10 +211,13 @@ class PeerLink:
         return False
 
 
-# A pending item: (job id, frame or BATCHABLE message, send-by time, its
-# message class); an encoded one: (outbox item, message class, messages).
-_PendingItem = tuple[str, "bytes | bus.Message", float, type]
-_Encoded = tuple[tuple[str, bytes, float], type, int]
+# An outbox item: (the REPLJOB of a job held here or None, frame, send-by
+# time). A pending item: the same with a BATCHABLE message in place of the
+# frame, and its message class; an encoded one: (outbox item, message
+# class, messages).
+_OutboxItem = tuple["bus.ReplJob | None", bytes, float]
+_PendingItem = tuple["bus.ReplJob | None", "bytes | bus.Message", float, type]
+_Encoded = tuple[_OutboxItem, type, int]
 
 
 def _encode_run(run: list[bus.Message], items: list[_Encoded]) -> None:
@@ -220,7 +226,7 @@ def _encode_run(run: list[bus.Message], items: list[_Encoded]) -> None:
     for start in range(0, len(run), bus.BATCH_MAX):
         chunk = run[start : start + bus.BATCH_MAX]
         frame = bus.encode_frame(chunk[0]) if len(chunk) == 1 else bus.encode_batch(chunk)
-        items.append((("", frame, math.inf), kind, len(chunk)))
+        items.append(((None, frame, math.inf), kind, len(chunk)))
 
 
 class Bus:
@@ -355,7 +361,7 @@ class Bus:
             # kind around it, one BATCH frame for them all; written then if
             # the link is idle, else queued then. (A link that is down
             # queues frames of their own: see the announcements below.)
-            self._to_pending(link, ("", msg, math.inf, kind))  # type: ignore[arg-type]
+            self._to_pending(link, (None, msg, math.inf, kind))  # type: ignore[arg-type]
             return
         # The core sends one message object to every holder of a job
         # (messages are frozen): encode it once.
@@ -364,18 +370,19 @@ class Bus:
         else:
             frame = bus.encode_frame(msg)  # type: ignore[arg-type]
             self._last_msg, self._last_frame = msg, frame
-        # Only a copy of a job held here can go stale: the copies of an
-        # external replication (ASYNC on a leaving node, or one short of
-        # memory) are of a job this node never keeps, and must go out.
-        job_id = ""
+        # Only a copy of a job held here can go stale, or be brought up to
+        # date when written (Bus._outgoing): the copies of an external
+        # replication (ASYNC on a leaving node, or one short of memory) are
+        # of a job this node never keeps, and must go out.
+        copy = None
         if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
-            job_id = msg.job.id
-        item = (job_id, frame, send_by)
+            copy = msg
+        item = (copy, frame, send_by)
         urgent = up and isinstance(msg, bus.Heartbeat | bus.Fail)
         if link.idle or (link.pending and not urgent):
             # Nothing waits before it (written at the end of the commit), or
             # it follows this commit's earlier messages to the link.
-            self._to_pending(link, (job_id, frame, send_by, kind))
+            self._to_pending(link, (copy, frame, send_by, kind))
             return
         if urgent:
             # The failure detector's messages do not wait behind job
@@ -444,13 +451,13 @@ class Bus:
         in a frame of its own), the order kept."""
         items: list[_Encoded] = []
         run: list[bus.Message] = []
-        for job_id, payload, send_by, kind in pending:
+        for copy, payload, send_by, kind in pending:
             if isinstance(payload, bytes):
                 if run:
                     _encode_run(run, items)
                     run = []
-                if not self._stale(job_id, send_by):
-                    items.append(((job_id, payload, send_by), kind, 1))
+                if not self._stale(copy, send_by):
+                    items.append(((copy, payload, send_by), kind, 1))
             else:
                 if run and type(run[0]) is not type(payload):
                     _encode_run(run, items)
@@ -552,9 +559,8 @@ class Bus:
                 link.stream = stream
                 async for item in link.receive_channel:
                     link.queued -= 1
-                    frame = item[1]
-                    if link.superseded(frame) or self._stale(item[0], item[2]):
-                        frame = b""  # not sent (but heartbeats behind it are)
+                    # Not sent: b"" (but heartbeats behind it are).
+                    frame = b"" if link.superseded(item[1]) else self._outgoing(item)
                     if link.rest:
                         frame, link.rest = link.rest + frame, b""
                     data = self._batch(link, frame)
@@ -577,7 +583,7 @@ class Bus:
                 link.writing = False
                 link.rest = b""
                 for frame in link.urgent:
-                    link.to_outbox(("", frame, math.inf))
+                    link.to_outbox((None, frame, math.inf))
                 link.urgent = []
             nursery.cancel_scope.cancel()
 
@@ -590,16 +596,36 @@ class Bus:
             link.urgent = []
         while len(frames) < SEND_BATCH:
             try:
-                job_id, frame, send_by = link.receive_channel.receive_nowait()
+                item = link.receive_channel.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             link.queued -= 1
-            if not link.superseded(frame) and not self._stale(job_id, send_by):
-                frames.append(frame)
+            if not link.superseded(item[1]):
+                frame = self._outgoing(item)
+                if frame:
+                    frames.append(frame)
         self.frames_out += len(frames)
         return b"".join(frames)
 
-    def _stale(self, job_id: str, send_by: float = math.inf) -> bool:
+    def _outgoing(self, item: _OutboxItem) -> bytes:
+        """The frame of an outbox item as it is written now: b"" if stale.
+        A held job's REPLJOB carries the TTL its job has left when written,
+        not when made: one that waited in the outbox (its link down for a
+        partition) would otherwise give the receiver's copy the time it
+        waited on top of the job's TTL. Re-encoded only when the TTL in
+        whole seconds changed, so rarely."""
+        copy, frame, send_by = item
+        if self._stale(copy, send_by):
+            return b""
+        if copy is None:
+            return frame
+        job = self.server.node.jobs[copy.job.id]  # held: not stale
+        ttl = wire_ttl(job, self.server.node.now_ms())
+        if ttl == copy.job.ttl:
+            return frame
+        return bus.encode_frame(attrs.evolve(copy, job=attrs.evolve(copy.job, ttl=ttl)))
+
+    def _stale(self, copy: bus.ReplJob | None, send_by: float = math.inf) -> bool:
         """A queued REPLJOB whose job this node held when it was queued and
         no longer holds, or holds acked, is not sent: it would resurrect a job collected meanwhile
         (queues outlive reconnections, so a partition can delay a frame
@@ -615,9 +641,9 @@ class Bus:
         ``send_by``)."""
         if send_by < math.inf and trio.current_time() > send_by:
             return True
-        if not job_id:
+        if copy is None:
             return False
-        job = self.server.node.jobs.get(job_id)
+        job = self.server.node.jobs.get(copy.job.id)
         return job is None or job.state == JobState.ACKED
 
     def restart_link(self, node_id: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -127,6 +128,54 @@ def test_a_yourjobs_that_waited_too_long_in_the_outbox_is_not_sent() -> None:
         assert not bus._stale(second[0], second[2])
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _decoded(frame: bytes) -> bus_module.ReplJob:
+    decoder = bus_module.FrameDecoder()
+    decoder.feed(frame)
+    msg = decoder.next_message()
+    assert isinstance(msg, bus_module.ReplJob) and decoder.next_message() is None
+    return msg
+
+
+def test_a_repljob_that_waited_in_the_outbox_carries_the_ttl_left_when_written() -> None:
+    """A REPLJOB gives the receiver the TTL its job had left in whole
+    seconds. One that waits in a link's outbox (the link down for a
+    partition) and went out as made would let the receiver's copy outlive
+    the job by the wait. Written, it carries the TTL left then; it is
+    re-encoded only if that changed, and dropped once the job is gone."""
+    from types import SimpleNamespace
+
+    from disque_trio.core.job import Job, JobState
+    from disque_trio.core.records import job_data
+
+    now = [1_700_000_000_250]
+    job = Job("D-" + "0" * 8 + "-" + "A" * 24 + "-05a1", "q", b"body", JobState.ACTIVE)
+    job.etime = now[0] // 1000 + 30
+    node = SimpleNamespace(jobs={job.id: job}, now_ms=lambda: now[0])
+    host = SimpleNamespace(node=node, env=SimpleNamespace(clock=_Clock()))
+
+    async def main() -> None:
+        table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        bus = Bus(host, table, lambda sender, msg: None)  # type: ignore[arg-type]
+        link = bus.links[PEER] = PeerLink(PEER)
+        msg = bus_module.ReplJob(job_data(job, now[0]), False)
+        bus.send(PEER, msg)  # the link is down: queued
+        item = link.receive_channel.receive_nowait()
+        assert item[1] == bus_module.encode_frame(msg) and item[0] is msg
+        now[0] += 700  # the same whole second left: the frame as made
+        assert bus._outgoing(item) is item[1]
+        bus.send(PEER, msg)  # again, written by the link task 12.7 s later
+        now[0] += 12_000
+        written = _decoded(bus._batch(link, b""))
+        assert written == bus_module.ReplJob(attrs.evolve(msg.job, ttl=18), False)
+        now[0] += 60_000  # past its TTL, not yet expired here: at least 1
+        assert _decoded(bus._outgoing(item)).job.ttl == 1
+        del node.jobs[job.id]  # collected meanwhile: not sent at all
+        assert bus._outgoing(item) == b""
+
+    trio.run(main)
 
 
 def test_a_starting_node_does_not_wait_to_hear_a_peer_that_refused_it() -> None:
