@@ -137,6 +137,12 @@ class ClusterTable:
         # waiting for their handshake included): the shell's links follow
         # the table, and need a look only when this moved.
         self.membership = 0
+        # Bumped whenever a link to a peer comes up (again): the peer may
+        # have restarted and reloaded from its AOF a copy of a job it had
+        # acked before the crash (the ack not yet on disk), so a tombstone
+        # of an acked job made before no longer proves every copy acked
+        # (jobcmds._dummy_ack).
+        self.relinks = 0
         self.stats_sent = 0
         self.stats_received = 0
         self._next_ping_ms = 0
@@ -215,6 +221,8 @@ class ClusterTable:
             return
         node.link_up = up
         node.link_since = now
+        if up:
+            self.relinks += 1
         gossiped = up and bool(node.flags & HANDSHAKE)
         if gossiped:
             node.flags &= ~HANDSHAKE  # it answered as itself: a member now

@@ -38,7 +38,7 @@ class JobHost(Protocol):
     myself_only: tuple[str, ...]
     repl_waiters: dict[str, Waiter]
     deleted_ids: dict[str, int]
-    deleted_acked: dict[str, int]
+    deleted_acked: dict[str, tuple[int, int]]
     deleted_expired: set[str]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]

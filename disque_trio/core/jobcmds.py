@@ -228,14 +228,19 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
     """
     if node.cluster_size <= 1 or node.leaving or is_at_most_once_id(job_id):
         return None
-    if node.deleted_acked.get(job_id) == node.cluster.version:
+    if node.deleted_acked.get(job_id) == node.acked_epoch():
         # Acked and deleted here lately: the ack already reached the
         # holders (a straggler is told when it announces the job), and a
         # dummy would wait for every node of the cluster, a dead one too.
         # Not if the membership moved since: a holder this node did not
         # know then never heard of the ack (simulator seed 20000361: a
         # replaced node, met again after a partition, re-queued its job
-        # for ever while ACKJOBs elsewhere answered 0).
+        # for ever while ACKJOBs elsewhere answered 0). Nor if a peer's
+        # link came up again: it may have crashed and reloaded the job
+        # from an AOF that never got its ack, and announces that copy only
+        # to its own holder list (seed 123372: n0 reloaded a job acked by
+        # n4's dummy ack, gave it to n1 by YOURJOBS, and a later ACKJOB on
+        # n4 answered 0 with no SETACK: delivered again).
         return None
     job = Job(job_id, "", None, STATE_ACKED)
     job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60

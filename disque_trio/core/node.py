@@ -167,10 +167,11 @@ class Node:
         # remember_deleted).
         self.deleted_ids: dict[str, int] = {}
         # Those of them that were acked (ACKJOB, FASTACK), with the cluster
-        # table's version then: a holder that missed the ack and still
-        # announces the job is told (SETACK); an ACKJOB for it makes no new
-        # dummy ack unless the membership moved since (jobcmds._dummy_ack).
-        self.deleted_acked: dict[str, int] = {}
+        # table's version and link count then (acked_epoch): a holder that
+        # missed the ack and still announces the job is told (SETACK); an
+        # ACKJOB for it makes no new dummy ack unless the membership moved
+        # or a peer relinked (maybe restarted) since (jobcmds._dummy_ack).
+        self.deleted_acked: dict[str, tuple[int, int]] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
         # Node id -> jobs whose holder list it belongs in once its handshake
@@ -440,6 +441,13 @@ class Node:
         self.remember_deleted(job.id, acked=acked or job.state == STATE_ACKED)
         self._notify("deleted", job)
 
+    def acked_epoch(self) -> tuple[int, int]:
+        """What an acked tombstone is stamped with: while it stays the same,
+        every holder the ack reached still knows it (the membership did not
+        move, no peer's link came up again after a restart that may have
+        brought back from its AOF a copy acked before the crash)."""
+        return self.cluster.version, self.cluster.relinks
+
     def remember_deleted(self, job_id: str, acked: bool = False) -> None:
         """Remember for a while that a job is gone from here (collected,
         DELJOB, expired, moved away). A REPLJOB sent before may still be on
@@ -458,7 +466,7 @@ class Node:
         deleted.pop(job_id, None)
         deleted[job_id] = now
         if acked:
-            self.deleted_acked[job_id] = self.cluster.version
+            self.deleted_acked[job_id] = self.acked_epoch()
         for oldest in _drop_aged(deleted, now):
             self.deleted_acked.pop(oldest, None)
             self.deleted_expired.discard(oldest)

@@ -597,6 +597,34 @@ def test_ackjob_after_collection_makes_a_dummy_ack_once_a_node_joined() -> None:
     assert THIRD_ID in told
 
 
+def test_ackjob_after_collection_makes_a_dummy_ack_once_a_holder_relinked() -> None:
+    # Seed 123372: n4 acked n0's job (REPLICATE 1) with a dummy ack, n0
+    # confirmed (GOTACK) and n4 collected it. n0 then crashed before its
+    # ack reached the disk (appendfsync no), reloaded the job from its AOF,
+    # and gave it to n1 by YOURJOBS: the copies announce themselves only to
+    # each other, never to n4. An ACKJOB on n4 answered 0 from the tombstone
+    # and told nobody; the job was delivered again. A peer whose link came
+    # up again since may be such a restarted holder: make the dummy ack.
+    node, job_id, _ = _replica_of_a_job_added_on_other()
+    node.cluster.link_changed(OTHER_ID, True, node.now_ms())
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
+    assert (OTHER_ID, bus.SetAck(job_id, 0)) in sent(node)
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs and job_id in node.deleted_acked
+    # Nothing moved: no new dummy ack (seed 9010).
+    node.effects.clear()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert job_id not in node.jobs and sent(node) == []
+    # The holder crashed and came back: its link went down, then up.
+    node.cluster.link_changed(OTHER_ID, False, node.now_ms())
+    node.cluster.link_changed(OTHER_ID, True, node.now_ms())
+    node.refresh_cluster_view()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
+    assert (OTHER_ID, bus.SetAck(job_id, 0)) in sent(node)
+
+
 def _node_with_other() -> tuple[Node, FakeClock]:
     """A node whose table holds OTHER_ID too."""
     node, clock = make_node()
