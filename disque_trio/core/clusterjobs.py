@@ -696,7 +696,14 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             # Its TTL ran out here: a copy the network held back since (the
             # TTL travels as what is left of it) must not bring it back to
             # life (simulator seed 20: a YOURJOBS stalled 4 s by a one-way
-            # partition, delivered 3 s after the TTL).
+            # partition, delivered 3 s after the TTL). The sender still
+            # counts as a source of the queue, as above: a sender whose
+            # clock runs behind keeps the job queued past its TTL, at the
+            # head of its queue (lowest ctime), and would answer every
+            # NEEDJOBS with it alone; left uncounted, its live jobs wait
+            # out the broadcast back-off, up to 30 s (simulator seed 133855:
+            # a clock 36.5 s behind, 16 jobs never delivered).
+            _count_responder(node, sender, data.queue, now)
             continue
         if job is None:
             job = job_from_data(node, data)

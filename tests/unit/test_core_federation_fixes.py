@@ -1064,3 +1064,36 @@ def test_a_forgotten_node_is_not_learned_from_its_queued() -> None:
     due = job(node, job_id).qtime
     cj.receive_from_stranger(node, THIRD_ID, bus.Queued(job_id, 0))
     assert job(node, job_id).qtime == due and THIRD_ID not in node.pending_holders
+
+
+def test_an_expired_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
+    """Simulator seed 133855: a node whose wall clock stepped 36.5 s back
+    kept a job queued past its TTL, at the head of its queue (lowest
+    ctime), and answered every NEEDJOBS with it alone. The receivers had
+    expired it and dropped the copy without counting the sender as a
+    source: the broadcast backed off to 30 s while 16 live jobs stayed
+    queued there past the drain. Like a copy acked here, it counts the
+    sender, and the next ad-hoc NEEDJOBS asks it for more in 25 ms."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    old_id = add(sender, "q", "old", "RETRY", 1, "TTL", 3)
+    data = cj.job_data(sender.jobs[old_id], sender.now_ms())
+    node, clock = _node_with_other()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
+    assert old_id in node.jobs
+    elapse(node, clock, 5_000)  # its TTL ran out here
+    assert old_id not in node.jobs and old_id in node.deleted_expired
+    assert isinstance(run(node, "GETJOB", "FROM", "q"), Waiter)
+    q = node.queues["q"]
+    q.needjobs_responders.clear()  # a while later: no source known
+    q.needjobs_bcast_attempt = 3
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.YourJobs((data,)))  # the sender's clock lags
+    assert old_id not in node.jobs  # not back to life
+    assert OTHER_ID in q.needjobs_responders
+    due = cj.needjobs_due(node, "q")
+    assert due is not None and due - node.now_ms() <= cj.NEEDJOBS_ADHOC_MIN_MS + 1
+    node.effects.clear()
+    clock.ms += cj.NEEDJOBS_ADHOC_MIN_MS + 1
+    cj.need_jobs(node, "q")
+    asks = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.NeedJobs)]
+    assert len(asks) == 1
