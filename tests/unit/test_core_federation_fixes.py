@@ -892,15 +892,23 @@ def test_a_stale_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
     node.effects.clear()
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))
     assert (OTHER_ID, bus.SetAck(stale_id, 0)) in sent(node)
-    assert OTHER_ID in q.needjobs_responders
     assert q.wake_pending  # its delivery task recomputes its deadline
+    asks = _asked_again_soon(node, clock)
+    assert asks[0].count >= cj.NEEDJOBS_MIN_REQUEST
+
+
+def _asked_again_soon(node: Node, clock: FakeClock) -> list[bus.NeedJobs]:
+    """OTHER_ID counts as a source of "q": the next NEEDJOBS is due within
+    the ad-hoc minimum and goes to it. Returns what it was sent."""
+    assert OTHER_ID in node.queues["q"].needjobs_responders
     due = cj.needjobs_due(node, "q")
     assert due is not None and due - node.now_ms() <= cj.NEEDJOBS_ADHOC_MIN_MS + 1
     node.effects.clear()
     clock.ms += cj.NEEDJOBS_ADHOC_MIN_MS + 1
     cj.need_jobs(node, "q")
     asks = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.NeedJobs)]
-    assert len(asks) == 1 and asks[0].count >= cj.NEEDJOBS_MIN_REQUEST
+    assert len(asks) == 1
+    return asks
 
 
 @pytest.mark.parametrize("announce", [bus.Queued, bus.WillQueue, bus.Working])
@@ -1089,11 +1097,4 @@ def test_an_expired_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
     node.effects.clear()
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))  # the sender's clock lags
     assert old_id not in node.jobs  # not back to life
-    assert OTHER_ID in q.needjobs_responders
-    due = cj.needjobs_due(node, "q")
-    assert due is not None and due - node.now_ms() <= cj.NEEDJOBS_ADHOC_MIN_MS + 1
-    node.effects.clear()
-    clock.ms += cj.NEEDJOBS_ADHOC_MIN_MS + 1
-    cj.need_jobs(node, "q")
-    asks = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.NeedJobs)]
-    assert len(asks) == 1
+    _asked_again_soon(node, clock)
