@@ -50,7 +50,7 @@ import trio
 
 from ..config import Config
 from ..core.cluster import ClusterTable
-from ..core.job import JobState
+from ..core.job import Job, JobState
 from ..core.node import Node
 from ..core.records import wire_ttl
 from ..env import Env
@@ -227,6 +227,11 @@ def _encode_run(run: list[bus.Message], items: list[_Encoded]) -> None:
         chunk = run[start : start + bus.BATCH_MAX]
         frame = bus.encode_frame(chunk[0]) if len(chunk) == 1 else bus.encode_batch(chunk)
         items.append(((None, frame, math.inf), kind, len(chunk)))
+
+
+def _late(send_by: float) -> bool:
+    """A message that had to be written by ``send_by`` (Trio time) was not."""
+    return send_by < math.inf and trio.current_time() > send_by
 
 
 class Bus:
@@ -615,11 +620,13 @@ class Bus:
         waited on top of the job's TTL. Re-encoded only when the TTL in
         whole seconds changed, so rarely."""
         copy, frame, send_by = item
-        if self._stale(copy, send_by):
+        if _late(send_by):
             return b""
         if copy is None:
             return frame
-        job = self.server.node.jobs[copy.job.id]  # held: not stale
+        job = self._held(copy)
+        if job is None:
+            return b""
         ttl = wire_ttl(job, self.server.node.now_ms())
         if ttl == copy.job.ttl:
             return frame
@@ -639,12 +646,12 @@ class Bus:
         jobs stay with this node, which re-queues them at their RETRY (a
         YOURJOBS with a RETRY 0 job, which left this node with it, has no
         ``send_by``)."""
-        if send_by < math.inf and trio.current_time() > send_by:
-            return True
-        if copy is None:
-            return False
+        return _late(send_by) or (copy is not None and self._held(copy) is None)
+
+    def _held(self, copy: bus.ReplJob) -> Job | None:
+        """The job of a queued REPLJOB if this node still holds it unacked."""
         job = self.server.node.jobs.get(copy.job.id)
-        return job is None or job.state == JobState.ACKED
+        return None if job is None or job.state == JobState.ACKED else job
 
     def restart_link(self, node_id: str) -> None:
         """Drop a connection that looks stuck; its link task reconnects and
