@@ -952,6 +952,13 @@ class Node:
         self.queues.clear()
         self.awake.clear()
         self.scan_snapshots.clear()
+        # What named the dropped jobs goes with them (tombstones stay: a
+        # late copy of a job deleted here is still refused).
+        self.dummy_acks.clear()
+        self.pending_holders.clear()
+        self.pending_since.clear()
+        self.answered_queued.clear()
+        self.answered_queued_before.clear()
         self.body_bytes = 0
         self.forget_shared_ints()
 

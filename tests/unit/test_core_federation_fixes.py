@@ -654,6 +654,20 @@ def test_a_node_that_joins_hears_the_pending_dummy_acks_at_once() -> None:
     assert not node.dummy_acks
 
 
+def test_debug_flushall_forgets_the_dummy_acks_it_dropped() -> None:
+    # DEBUG FLUSHALL drops every job, a dummy ack too: the set naming them
+    # must not keep the IDs (nor a joining node's retry walk over them).
+    node, _ = _node_with_other()
+    job_id = "D-5a5a5a5a-" + "C" * 24 + "-05a1"
+    assert run(node, "ACKJOB", job_id) == 0
+    assert job_id in node.dummy_acks
+    node.flush_all()
+    assert not node.jobs and not node.dummy_acks
+    # A job ACKed again after the flush makes a fresh dummy ack.
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.dummy_acks == {job_id} and job_id in node.jobs
+
+
 def test_a_node_that_joins_hears_the_recent_fastacks_of_unknown_jobs() -> None:
     # Seed 106709: a node restarted with a stale table (a replaced node
     # still under its old ID) took a FASTACK for a job it never held; the
