@@ -459,9 +459,11 @@ class World:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
-        if self.appendfsync != "always":
+        if wipe or self.appendfsync != "always":
             # An ack only this node knew of: its AOF record and its SETACKs
-            # may die with the crash (legal unless every write is fsynced).
+            # may die with the crash (legal unless every write is fsynced
+            # and the disk survives: seed 138278, a dummy ack held only by
+            # a node then wiped, its one holder cut off meanwhile).
             self.lose_acks_only_on(node)
         node.up = False
         node.crashed_at = trio.current_time()
