@@ -143,6 +143,9 @@ class ClusterTable:
         # of an acked job made before no longer proves every copy acked
         # (jobcmds._dummy_ack).
         self.relinks = 0
+        # Peers whose link came up since the core last looked (it drains
+        # this: Node.refresh_cluster_view), in order, for acks waiting on them.
+        self.came_up: dict[str, None] = {}
         self.stats_sent = 0
         self.stats_received = 0
         self._next_ping_ms = 0
@@ -223,6 +226,7 @@ class ClusterTable:
         node.link_since = now
         if up:
             self.relinks += 1
+            self.came_up[node_id] = None
         gossiped = up and bool(node.flags & HANDSHAKE)
         if gossiped:
             node.flags &= ~HANDSHAKE  # it answered as itself: a member now

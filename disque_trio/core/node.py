@@ -33,7 +33,7 @@ Rules kept here (docs/design.md, "Jobs and timers"):
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from ..protocol import aof
@@ -182,6 +182,10 @@ class Node:
         # SETACK goes to it at once, not after a back-off grown while it
         # was unknown (simulator seed 20003595).
         self.dummy_acks: set[str] = set()
+        # Every acked job held here (dummies too), in the order acked: when
+        # a peer's link comes up, those waiting for it ask it again at once
+        # (retry_acks_waiting_on).
+        self.acked_jobs: dict[str, None] = {}
         # FASTACKs of jobs unknown here, ID -> monotonic ms, oldest first:
         # their DELJOB went to the nodes known then; a node that joins later
         # gets it too (see resend_unknown_fastacks).
@@ -230,6 +234,11 @@ class Node:
             self.retry_dummy_acks()
         if grew and self.fastacked_unknown:
             self.resend_unknown_fastacks()
+        came_up = self.cluster.came_up
+        if came_up:
+            if self.acked_jobs:
+                self.retry_acks_waiting_on(came_up.keys())
+            came_up.clear()
 
     def remember_unknown_fastack(self, job_id: str) -> None:
         """A FASTACK named a job this node does not hold: its DELJOB went to
@@ -263,6 +272,28 @@ class Node:
             if job is not None and job.state == STATE_ACKED:
                 job.gc_retry = 0
                 self.update_awake(job, now + 100 + self.time_error(200))
+
+    def retry_acks_waiting_on(self, peers: Collection[str]) -> None:
+        """Links to ``peers`` came up (again): every acked job still waiting
+        for one of them to confirm asks again soon, its back-off started
+        afresh. The back-off grows to minutes while a holder is down or cut
+        off, and the holder, back, would queue its copy again meanwhile
+        (simulator seed 138841: a holder frozen for 7.5 s, then restarted,
+        queued and delivered a job acked elsewhere 3 s after its link was
+        up again; the acker's next SETACK was due 6 s after that)."""
+        now = self.now_ms()
+        for job_id in self.acked_jobs:
+            job = self.jobs[job_id]
+            confirmed = job.nodes_confirmed or ()
+            if job.is_dummy_ack:
+                waiting = any(p not in confirmed for p in peers)
+            else:
+                waiting = any(p in job.nodes_delivered and p not in confirmed for p in peers)
+            if waiting:
+                at = now + 100 + self.time_error(200)
+                if job.awake > at:
+                    job.gc_retry = 0
+                    self.update_awake(job, at)
 
     def adopt_pending_holders(self) -> None:
         """Add to their jobs' holder lists the nodes that were still in
@@ -407,6 +438,8 @@ class Node:
         self.jobs[job.id] = job
         if job.body is not None:
             self.body_bytes += len(job.body)
+        if job.state == STATE_ACKED:
+            self.acked_jobs[job.id] = None
         if schedule:
             self.update_awake(job)
         if record is not None:
@@ -436,6 +469,7 @@ class Node:
             self.effects.append(Persist(aof.deljob(job.id)))
         self.awake.unschedule(job)
         del self.jobs[job.id]
+        self.acked_jobs.pop(job.id, None)
         if job.body is not None:
             self.body_bytes -= len(job.body)
         self.remember_deleted(job.id, acked=acked or job.state == STATE_ACKED)
@@ -688,6 +722,7 @@ class Node:
             return
         self.dequeue(job)
         job.state = STATE_ACKED
+        self.acked_jobs[job.id] = None
         job.nodes_confirmed = None
         self.update_awake(job)
         if self.persisting and job.body is not None:
@@ -955,6 +990,7 @@ class Node:
         # What named the dropped jobs goes with them (tombstones stay: a
         # late copy of a job deleted here is still refused).
         self.dummy_acks.clear()
+        self.acked_jobs.clear()
         self.pending_holders.clear()
         self.pending_since.clear()
         self.answered_queued.clear()

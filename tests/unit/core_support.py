@@ -197,6 +197,8 @@ def check_invariants(node: Node) -> None:
         assert due is not None and due <= min(j.awake for j in node.jobs.values())
     # Stale heap entries stay proportional to the live ones.
     assert node.awake.stored <= 2 * len(node.awake) + node.awake.COMPACT_SLACK
+    # The index of acked jobs (Node.acked_jobs) names exactly those.
+    assert set(node.acked_jobs) == {j.id for j in node.jobs.values() if j.state == JobState.ACKED}
     assert node.body_bytes == sum(len(j.body) for j in node.jobs.values() if j.body is not None)
     waiters = {w for q in node.queues.values() for w in q.waiters}
     assert node.stats.blocked_clients == len(waiters)

@@ -21,6 +21,7 @@ from .core_support import (
     OTHER_ID,
     FakeClock,
     add,
+    check_invariants,
     elapse,
     get,
     job,
@@ -652,6 +653,39 @@ def test_a_node_that_joins_hears_the_pending_dummy_acks_at_once() -> None:
     assert THIRD_ID in told
     node.unregister(node.jobs[job_id])
     assert not node.dummy_acks
+
+
+def test_a_holder_whose_link_comes_up_again_hears_the_ack_at_once() -> None:
+    # Seed 138841: n0 acked a job held by n1 and n4 while n4 was frozen;
+    # n1 confirmed, and n0's SETACKs to n4 backed off. n4 came back (frozen
+    # 7.5 s, then restarted) and queued and delivered its copy again 3 s
+    # after its link was up, while n0's next SETACK was due 6 s later.
+    # A link coming up now brings the SETACKs waiting on that peer forward,
+    # their back-off started afresh; acks waiting on others stay as they are.
+    node, clock = _node_with_other()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    waiting = add(node, "q", "b1", "REPLICATE", 1, "TTL", 3600)
+    other = add(node, "q", "b2", "REPLICATE", 1, "TTL", 3600)
+    job(node, waiting).nodes_delivered = (NODE_ID, OTHER_ID)
+    job(node, other).nodes_delivered = (NODE_ID, THIRD_ID)
+    assert run(node, "ACKJOB", waiting, other) == 2
+    assert list(node.acked_jobs) == [waiting, other]
+    elapse(node, clock, 60_000)  # nobody answers: the retries back off
+    node.effects.clear()
+    assert job(node, waiting).gc_retry >= 5
+    due_other = job(node, other).awake
+    node.cluster.link_changed(OTHER_ID, True, node.now_ms())
+    node.refresh_cluster_view()
+    assert not node.cluster.came_up
+    assert job(node, waiting).gc_retry == 0
+    assert job(node, other).awake == due_other  # waits on THIRD, not OTHER
+    elapse(node, clock, 300)
+    told = [(to, m.job_id) for to, m in sent(node) if isinstance(m, bus.SetAck)]
+    assert (OTHER_ID, waiting) in told and all(j != other for _, j in told)
+    cj.receive(node, OTHER_ID, bus.GotAck(waiting, True))
+    assert waiting not in node.jobs and list(node.acked_jobs) == [other]
+    check_invariants(node)
 
 
 def test_debug_flushall_forgets_the_dummy_acks_it_dropped() -> None:
