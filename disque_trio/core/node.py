@@ -270,8 +270,7 @@ class Node:
         for job_id in sorted(self.dummy_acks):
             job = self.jobs.get(job_id)
             if job is not None and job.state == STATE_ACKED:
-                job.gc_retry = 0
-                self.update_awake(job, now + 100 + self.time_error(200))
+                self._ask_again_soon(job, now)
 
     def retry_acks_waiting_on(self, peers: Collection[str]) -> None:
         """Links to ``peers`` came up (again): every acked job still waiting
@@ -290,10 +289,15 @@ class Node:
             else:
                 waiting = any(p in job.nodes_delivered and p not in confirmed for p in peers)
             if waiting:
-                at = now + 100 + self.time_error(200)
-                if job.awake > at:
-                    job.gc_retry = 0
-                    self.update_awake(job, at)
+                self._ask_again_soon(job, now)
+
+    def _ask_again_soon(self, job: Job, now: int) -> None:
+        """An acked job sends its SETACKs again within 0.2 s (unless due
+        sooner), its collection back-off started afresh."""
+        at = now + 100 + self.time_error(200)
+        if job.awake > at:
+            job.gc_retry = 0
+            self.update_awake(job, at)
 
     def adopt_pending_holders(self) -> None:
         """Add to their jobs' holder lists the nodes that were still in
