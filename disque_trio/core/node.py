@@ -275,11 +275,12 @@ class Node:
     def retry_acks_waiting_on(self, peers: Collection[str]) -> None:
         """Links to ``peers`` came up (again): every acked job still waiting
         for one of them to confirm asks again soon, its back-off started
-        afresh. The back-off grows to minutes while a holder is down or cut
-        off, and the holder, back, would queue its copy again meanwhile
-        (simulator seed 138841: a holder frozen for 7.5 s, then restarted,
-        queued and delivered a job acked elsewhere 3 s after its link was
-        up again; the acker's next SETACK was due 6 s after that)."""
+        afresh. A SETACK written to a connection that then died with its
+        peer is lost, and the next try waited out a back-off that grows to
+        minutes, while the holder, back, queued its copy at its RETRY
+        (simulator seed 138841: a holder frozen, then restarted, delivered
+        a job acked elsewhere 3 s after its link was up again, 3 s before
+        the acker's next SETACK)."""
         now = self.now_ms()
         for job_id in self.acked_jobs:
             job = self.jobs[job_id]
