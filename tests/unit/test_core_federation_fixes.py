@@ -8,13 +8,14 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import node as node_module
+from disque_trio.core import records
 from disque_trio.core.cluster import HANDSHAKE, LEAVING
 from disque_trio.core.effects import Persist, Send
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.core.records import PENDING_HOLDERS_MS, job_data
 from disque_trio.core.waiters import Waiter
-from disque_trio.protocol import bus
+from disque_trio.protocol import aof, bus
 
 from .core_support import (
     NODE_ID,
@@ -1056,6 +1057,33 @@ def test_own_wait_repl_job_queued_by_yourjobs_is_persisted() -> None:
     assert held.state == JobState.QUEUED
     [record] = [e.record for e in node.effects if isinstance(e, Persist)]
     assert job_id.encode() in record
+
+
+def test_a_replicated_job_is_recorded_with_its_delay_not_its_replication_time() -> None:
+    """Seed 154395: a synchronously replicated ADDJOB with DELAY 3 was
+    recorded while its qtime still held the next replication try; its node
+    crashed and reloaded it 1.2 s later, and queued it at the RETRY after
+    the restart: delivered 2.2 s after the ADDJOB. The record now carries
+    the DELAY's queue time, and a reload before it waits for it."""
+    node, clock = make_node()
+    node.persisting = True
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.refresh_cluster_view()
+    added_at = node.now_ms()
+    run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DELAY", 3, "RETRY", 1)
+    [job_id] = list(node.jobs)
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))
+    assert node.jobs[job_id].state == JobState.ACTIVE
+    [record] = [e.record for e in node.effects if isinstance(e, Persist)]
+    found = aof.record_at(record, 0)
+    assert found is not None
+    kind, rec = found[1]
+    assert kind == b"LOADJOB" and isinstance(rec, aof.JobRecord)
+    assert rec.qtime == added_at + 3000
+    restarted, rclock = make_node(node_id=OTHER_ID)
+    rclock.ms = clock.ms + 1200  # back from a crash before the DELAY ran out
+    reloaded = records.job_from_record(restarted, rec, restarted.now_ms())
+    assert reloaded is not None and reloaded.qtime >= added_at + 3000
 
 
 def test_a_queued_copy_announced_by_a_node_not_yet_known_holds_ours() -> None:
