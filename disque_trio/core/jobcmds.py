@@ -245,7 +245,6 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
     job = Job(job_id, "", None, STATE_ACKED)
     job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
     node.register(job)
-    node.dummy_acks.add(job_id)
     return job
 
 

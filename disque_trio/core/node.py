@@ -178,13 +178,9 @@ class Node:
         # is through (records.merge_holders, adopt_pending_holders).
         self.pending_holders: dict[str, set[str]] = {}
         self.pending_since: dict[str, int] = {}  # node id -> when first named
-        # Dummy acks held here (jobcmds._dummy_ack): when a node joins, their
-        # SETACK goes to it at once, not after a back-off grown while it
-        # was unknown (simulator seed 20003595).
-        self.dummy_acks: set[str] = set()
-        # Every acked job held here (dummies too), in the order acked: when
-        # a peer's link comes up, those waiting for it ask it again at once
-        # (retry_acks_waiting_on).
+        # Every acked job held here, dummies too (dummy_acks), in the order
+        # acked: when a peer's link comes up, those waiting for it ask it
+        # again at once (retry_acks_waiting_on).
         self.acked_jobs: dict[str, None] = {}
         # FASTACKs of jobs unknown here, ID -> monotonic ms, oldest first:
         # their DELJOB went to the nodes known then; a node that joins later
@@ -263,14 +259,20 @@ class Node:
         for job_id in self.fastacked_unknown:
             cj.broadcast_deljob(self, job_id, None)
 
+    @property
+    def dummy_acks(self) -> set[str]:
+        """The dummy acks held here (jobcmds._dummy_ack), of the acked jobs:
+        when a node joins, their SETACK goes to it at once, not after a
+        back-off grown while it was unknown (simulator seed 20003595)."""
+        jobs = self.jobs
+        return {job_id for job_id in self.acked_jobs if jobs[job_id].is_dummy_ack}
+
     def retry_dummy_acks(self) -> None:
         """A node joined: every dummy ack held here must hear from it too,
         so each one asks again soon, its back-off started afresh."""
         now = self.now_ms()
         for job_id in sorted(self.dummy_acks):
-            job = self.jobs.get(job_id)
-            if job is not None and job.state == STATE_ACKED:
-                self._ask_again_soon(job, now)
+            self._ask_again_soon(self.jobs[job_id], now)
 
     def retry_acks_waiting_on(self, peers: Collection[str]) -> None:
         """Links to ``peers`` came up (again): every acked job still waiting
@@ -464,8 +466,6 @@ class Node:
         bus DELJOB: the job is done for good)."""
         if self.jobs.get(job.id) is not job:
             return
-        if job.body is None:
-            self.dummy_acks.discard(job.id)
         if job.state == STATE_QUEUED:
             self.dequeue(job)
         if job.state == STATE_WAIT_REPL:
@@ -994,7 +994,6 @@ class Node:
         self.scan_snapshots.clear()
         # What named the dropped jobs goes with them (tombstones stay: a
         # late copy of a job deleted here is still refused).
-        self.dummy_acks.clear()
         self.acked_jobs.clear()
         self.pending_holders.clear()
         self.pending_since.clear()
