@@ -194,7 +194,9 @@ class Node:
         self.answered_queued_before: set[str] = set()
         self._answered_crons = 0
         # Called with (event, job) on job lifecycle events; the simulator's
-        # white-box checkers and the WebSocket job streams hook in here.
+        # white-box checkers and the WebSocket job streams hook in here. An
+        # observer that leaves during a notification replaces the list (a
+        # removal in place would make ``_notify`` skip the next one).
         self.observers: list[Callable[[str, Job], None]] = []
         self.body_bytes = 0  # sum of the bodies held, for memory_estimate()
         self._last_ctime = 0

@@ -307,12 +307,16 @@ class Hub:
         self.unsubscribe(session, tuple(session.topics))
 
     def _update_observer(self) -> None:
-        observers = self.server.node.observers
+        # The node's list is replaced, never changed in place: this runs
+        # while the node walks that list (a slow consumer's subscription is
+        # dropped from inside ``_on_job``), and a removal there would make
+        # the walk skip the next observer.
+        node = self.server.node
         if self.jobs and self._observer is None:
             self._observer = self._on_job
-            observers.append(self._observer)
+            node.observers = [*node.observers, self._observer]
         elif not self.jobs and self._observer is not None:
-            observers.remove(self._observer)
+            node.observers = [o for o in node.observers if o is not self._observer]
             self._observer = None
 
     def _on_job(self, event: str, job: Job) -> None:

@@ -408,6 +408,34 @@ async def test_slow_consumer_loses_the_subscription_not_the_node() -> None:
         assert await c.result("PING") == "PONG"
 
 
+async def test_a_dropped_subscription_hides_no_job_event_from_other_observers() -> None:
+    """The hub's observer leaves the node's list while the node is telling
+    its observers of a job (a slow consumer's subscription dropped): an
+    observer after it in the list still hears that event."""
+    async with web_node() as node, node.ws() as c:
+        await c.send(subscribe=["jobs:flood"])
+        await c.recv()
+        before: list[tuple[str, str]] = []
+        heard: list[tuple[str, str]] = []
+        observers = node.server.node.observers
+        observers.insert(0, lambda event, job: before.append((event, job.queue)))
+        observers.append(lambda event, job: heard.append((event, job.queue)))
+        session = next(iter(node.server.web.hub.jobs["flood"]))
+        while True:
+            try:
+                session.out_send.send_nowait(('{"event":"filler"}', False))
+            except trio.WouldBlock:
+                break
+        server = node.server
+        server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
+        server.commit()
+        assert "flood" not in node.server.web.hub.jobs
+        assert before and all(queue == "flood" for _, queue in before)
+        assert heard == before
+        assert len(node.server.node.observers) == 2  # ours; the hub's is gone
+        assert await c.result("PING") == "PONG"
+
+
 async def test_cluster_nodes_events_and_bus_metrics() -> None:
     async with web_cluster(2) as (a, b), a.ws() as ca, b.ws() as cb:
         await cb.send(subscribe=["jobs:rq"])
