@@ -6,7 +6,8 @@ Rules, one per message:
 * REPLJOB: store the job as ``active`` (or merge the node list if known),
   answer GOTJOB unless told not to. Refused for queues paused in input,
   while leaving, and for jobs deleted here lately (a late copy, sent before
-  the job was collected, would resurrect it). Receivers never queue it: they
+  the job was collected, would resurrect it); for one acked here, SETACK 0
+  is the answer (the sender missed the ack). Receivers never queue it: they
   re-queue after RETRY unless told (QUEUED) that someone else did. None is
   sent for a job whose TTL ran out (in the second before its timer expires
   it), nor is one moved by NEEDJOBS.
@@ -175,10 +176,11 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
         job.flags &= ~FLAG_HOLDERS_GREW
         replicate(node, job, 0, noreply=True)
     if node.node_id not in job.nodes_delivered:
-        # Externally replicated: one holder queues it, we forget it.
+        # Externally replicated: one holder queues it, we forget it (as
+        # acked when a SETACK ended the wait: the holders collect it).
         if not acked:
             send_enqueue(node, job)
-        node.unregister(job)
+        node.unregister(job, acked=acked)
         return
     now = node.now_ms()
     if not acked:
@@ -374,6 +376,13 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
     data = msg.job
     job = node.jobs.get(data.id)
     if job is None:
+        if data.id in node.deleted_acked:
+            # Acked and deleted here: the sender (an origin still waiting
+            # for its copies, seed 158947) missed the ack. As for WILLQUEUE:
+            # SETACK 0, it acks the job (its client gets the ID) and
+            # collects it. Answered whatever our state.
+            _answer_deleted(node, sender, data.id)
+            return
         if node.leaving or node.memory_level() > 0:
             return  # no new copies here: the sender will try another node
         if node.node_id not in data.nodes_delivered:
@@ -512,11 +521,13 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
     job = node.jobs.get(msg.job_id)
+    if job is not None and job.state == STATE_WAIT_REPL:
+        # Queued, it would go at once to a blocked GETJOB, before the
+        # acknowledge below (a delivery of a job known to be acked).
+        replication_achieved(node, job, acked=True)
+        if node.jobs.get(msg.job_id) is not job:
+            job = None  # replicated externally: no copy here, forgotten as acked
     if job is not None:
-        if job.state == STATE_WAIT_REPL:
-            # Queued, it would go at once to a blocked GETJOB, before the
-            # acknowledge below (a delivery of a job known to be acked).
-            replication_achieved(node, job, acked=True)
         node.acknowledge(job)
     if job is None or len(job.nodes_delivered) <= msg.may_have:
         node.effects.send(sender, bus.GotAck(msg.job_id, job is not None))

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
@@ -85,10 +87,15 @@ def test_setack_for_a_job_waiting_for_replication_is_not_delivered_here() -> Non
     check_invariants(node)
 
 
-def test_setack_ending_an_external_replication_sends_no_enqueue() -> None:
+@pytest.mark.parametrize("may_have", [2, 0])
+def test_setack_ending_an_external_replication_sends_no_enqueue(may_have: int) -> None:
     """The same for a job this node keeps no copy of (leaving, or short of
     memory): once replicated it asks one holder to queue it (ENQUEUE); not
-    when the wait ended with an ack."""
+    when the wait ended with an ack. The job is then gone from here, and
+    nothing of it stays (simulator seed 158947: the acknowledge that
+    followed left it in the acked-job index and the timers, unregistered,
+    asking for GOTACKs for ever). SETACK 0 is a holder's answer to our
+    REPLJOB for a job it acked and collected."""
     node = _with_two_linked_peers()
     node.cluster.myself.flags |= LEAVING
     node.refresh_cluster_view()
@@ -98,11 +105,43 @@ def test_setack_ending_an_external_replication_sends_no_enqueue() -> None:
     cj.receive(node, OTHER_ID, bus.GotJob(job_id))
     node.effects.clear()
 
-    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, may_have))
 
     assert adder.done and adder.reply == Status(job_id)
     assert not any(isinstance(m, bus.Enqueue) for _, m in sent(node))
-    assert job_id not in node.jobs
+    assert job_id not in node.jobs and job_id in node.deleted_acked
+    assert sent(node) == [(OTHER_ID, bus.GotAck(job_id, False))]  # we hold no copy
+    check_invariants(node)
+
+
+def test_a_node_that_acked_a_job_says_so_to_whoever_offers_it_a_copy() -> None:
+    """Simulator seed 158947: a leaving node replicated an ADDJOB (REPLICATE
+    2) to this node and to one that refused it (its queue paused in input),
+    keeping no copy itself. This node re-queued its copy at RETRY; it was
+    delivered, acked and collected while the origin still waited for its
+    second copy, re-sending REPLJOB until its timeout (the client then got
+    NOREPL for a job done). A REPLJOB for a job acked and deleted here is
+    answered with SETACK 0: the sender acks it (its client gets the ID)."""
+    node = _with_two_linked_peers()
+    origin_job = _job_added_on(OTHER_ID, node)
+    origin_job.nodes_delivered = (node.node_id, THIRD_ID)  # the origin keeps no copy
+    data = job_data(origin_job, node.now_ms())
+    job_id = data.id
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert run(node, "ACKJOB", job_id) == 1
+    cj.receive(node, THIRD_ID, bus.GotAck(job_id, False))  # it never took its copy
+    assert job_id not in node.jobs and job_id in node.deleted_acked
+    for noreply in (False, True):
+        node.effects.clear()
+        cj.receive(node, OTHER_ID, bus.ReplJob(data, noreply))
+        assert sent(node) == [(OTHER_ID, bus.SetAck(job_id, 0))]
+        assert job_id not in node.jobs
+    # Deleted without an ack (expired, its ADDJOB failed): refused, silently.
+    node.deleted_acked.pop(job_id)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    assert sent(node) == [] and job_id not in node.jobs
+    check_invariants(node)
 
 
 def test_a_late_willqueue_still_comes_the_whole_advance_before_the_requeue() -> None:
