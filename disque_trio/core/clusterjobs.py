@@ -162,7 +162,8 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     """The job has its copies: answer the ADDJOB client and queue it.
     ``acked``: a SETACK ended the wait (a holder queued and delivered its
     copy, and it was acked there): the caller acknowledges it, so it is
-    neither queued here nor sent to a holder to queue."""
+    neither queued here nor sent to a holder to queue; a job replicated
+    externally (no copy here) is forgotten instead, as acked."""
     job.state = STATE_ACTIVE
     job.nodes_confirmed = None
     waiter = node.repl_waiters.pop(job.id, None)
