@@ -386,21 +386,26 @@ async def test_stats_and_nodes_events() -> None:
                 assert "event" not in message
 
 
+def _add_job_for_a_full_outbox(node: WebNode) -> None:
+    """Fill the outbox of the socket subscribed to ``jobs:flood`` as a
+    consumer that stopped reading would, and add a job to that queue before
+    the writer task gets a chance to drain it."""
+    session = next(iter(node.server.web.hub.jobs["flood"]))
+    while True:
+        try:
+            session.out_send.send_nowait(('{"event":"filler"}', False))
+        except trio.WouldBlock:
+            break
+    server = node.server
+    server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
+    server.commit()
+
+
 async def test_slow_consumer_loses_the_subscription_not_the_node() -> None:
     async with web_node() as node, node.ws() as c:
         await c.send(subscribe=["jobs:flood"])
         await c.recv()
-        session = next(iter(node.server.web.hub.jobs["flood"]))
-        # Fill the socket's outbox as a consumer that stopped reading would,
-        # and add a job before the writer task gets a chance to drain it.
-        while True:
-            try:
-                session.out_send.send_nowait(('{"event":"filler"}', False))
-            except trio.WouldBlock:
-                break
-        server = node.server
-        server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
-        server.commit()
+        _add_job_for_a_full_outbox(node)
         assert "flood" not in node.server.web.hub.jobs
         assert not node.server.node.observers
         notice = await c.event("error")
@@ -420,15 +425,7 @@ async def test_a_dropped_subscription_hides_no_job_event_from_other_observers() 
         observers = node.server.node.observers
         observers.insert(0, lambda event, job: before.append((event, job.queue)))
         observers.append(lambda event, job: heard.append((event, job.queue)))
-        session = next(iter(node.server.web.hub.jobs["flood"]))
-        while True:
-            try:
-                session.out_send.send_nowait(('{"event":"filler"}', False))
-            except trio.WouldBlock:
-                break
-        server = node.server
-        server.execute(session.client, [b"ADDJOB", b"flood", b"x", b"0"])
-        server.commit()
+        _add_job_for_a_full_outbox(node)
         assert "flood" not in node.server.web.hub.jobs
         assert before and all(queue == "flood" for _, queue in before)
         assert heard == before
