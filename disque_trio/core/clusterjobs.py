@@ -131,9 +131,18 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
     # One message object per kind, sent to each (the shell encodes it once).
     answer = bus.ReplJob(data, noreply)
     quiet = answer if noreply or not confirmed else bus.ReplJob(data, True)
+    # A copy of a job kept here carries, when written, the TTL its job has
+    # left then (Bus._outgoing). One of a job this node keeps no copy of
+    # (external replication) may be written after the job is forgotten
+    # here: the TTL it carries, whole seconds left in this second of the
+    # wall clock, holds until the end of that second only, as a YOURJOBS's
+    # does. Written later, the receiver would keep the job past its TTL
+    # (simulator seed 166117: a REPLJOB waited 7.7 s for a link, and a TTL
+    # 4 job was delivered 8.73 s after its ADDJOB).
+    valid_ms = 0 if node.node_id in job.nodes_delivered else 1000 - now % 1000
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
-            node.effects.send(node_id, quiet if node_id in confirmed else answer)
+            node.effects.send(node_id, quiet if node_id in confirmed else answer, valid_ms)
     return added
 
 
@@ -150,9 +159,13 @@ def start_sync_replication(node: JobHost, job: Job, timeout_ms: int) -> Waiter:
     return waiter
 
 
-def send_enqueue(node: JobHost, job: Job) -> None:
-    """Ask one random holder to queue the job (we keep no copy of it)."""
-    holders = [n for n in (job.nodes_confirmed or job.nodes_delivered) if n != node.node_id]
+def send_enqueue(node: JobHost, job: Job, confirmed: tuple[str, ...]) -> None:
+    """Ask one random holder that confirmed its copy (GOTJOB) to queue the
+    job (we keep no copy of it). Not one that was only sent a copy: it may
+    never have had it, or get it only when its TTL is nearly over
+    (simulator seed 166117: the ENQUEUE went to a node frozen and cut off,
+    and waited 7.7 s for its link with a REPLJOB)."""
+    holders = [n for n in confirmed if n != node.node_id]
     if holders:
         target = holders[int(node.rng.random() * len(holders))]
         node.effects.send(target, bus.Enqueue(job.id, job.delay))
@@ -165,6 +178,7 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     neither queued here nor sent to a holder to queue; a job replicated
     externally (no copy here) is forgotten instead, as acked."""
     job.state = STATE_ACTIVE
+    confirmed = job.nodes_confirmed or ()
     job.nodes_confirmed = None
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
@@ -180,7 +194,7 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
         # Externally replicated: one holder queues it, we forget it (as
         # acked when a SETACK ended the wait: the holders collect it).
         if not acked:
-            send_enqueue(node, job)
+            send_enqueue(node, job, confirmed)
         node.unregister(job, acked=acked)
         return
     now = node.now_ms()

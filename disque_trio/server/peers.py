@@ -376,9 +376,10 @@ class Bus:
             frame = bus.encode_frame(msg)  # type: ignore[arg-type]
             self._last_msg, self._last_frame = msg, frame
         # Only a copy of a job held here can go stale, or be brought up to
-        # date when written (Bus._outgoing): the copies of an external
-        # replication (ASYNC on a leaving node, or one short of memory) are
-        # of a job this node never keeps, and must go out.
+        # date when written (Bus._outgoing). One sent after an external
+        # replication ended (the job, added on a leaving node or one short
+        # of memory, already forgotten here) goes out as made, if written
+        # by its ``send_by``: the end of the second its TTL was read in.
         copy = None
         if isinstance(msg, bus.ReplJob) and msg.job.id in self.server.node.jobs:
             copy = msg

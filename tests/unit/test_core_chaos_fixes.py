@@ -7,6 +7,7 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import LEAVING
+from disque_trio.core.effects import Send
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.node import (
     ANSWERED_QUEUED_CRONS,
@@ -112,6 +113,75 @@ def test_setack_ending_an_external_replication_sends_no_enqueue(may_have: int) -
     assert job_id not in node.jobs and job_id in node.deleted_acked
     assert sent(node) == [(OTHER_ID, bus.GotAck(job_id, False))]  # we hold no copy
     check_invariants(node)
+
+
+def _an_external_job_on_two_holders(seed: int) -> tuple[Node, FakeClock, Waiter, str]:
+    """A leaving node (it keeps no copy) that added a REPLICATE 1 job and,
+    its first holder silent for a while, sent it to the second as well."""
+    node, clock = make_node(seed)
+    for peer_id, port in ((OTHER_ID, 7712), (THIRD_ID, 7713)):
+        peer = node.cluster.add(peer_id, "127.0.0.1", port, port + 10000)
+        assert peer is not None
+        peer.link_up = True
+    node.cluster.myself.flags |= LEAVING
+    node.refresh_cluster_view()
+    clock.ms += 250  # not on a second's edge
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 1, "TTL", 4)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    elapse(node, clock, cj.REPL_ADD_NODE_MS)
+    assert set(node.jobs[job_id].nodes_delivered) == {OTHER_ID, THIRD_ID}
+    node.effects.clear()
+    return node, clock, adder, job_id
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("confirmer", [OTHER_ID, THIRD_ID])
+def test_an_external_replication_asks_a_holder_that_has_the_job_to_queue_it(
+    seed: int, confirmer: str
+) -> None:
+    """Simulator seed 166117: the ENQUEUE that hands an externally
+    replicated job to one holder went to a node that had been sent a copy
+    and never confirmed it (frozen, cut off): it waited 7.7 s for its link,
+    and the job was delivered long after its TTL. The holder asked is one
+    whose GOTJOB ended the wait, whatever the draw."""
+    node, _, adder, job_id = _an_external_job_on_two_holders(seed)
+
+    cj.receive(node, confirmer, bus.GotJob(job_id))
+
+    assert adder.done and adder.reply == Status(job_id)
+    assert [(p, m) for p, m in sent(node) if isinstance(m, bus.Enqueue)] == [
+        (confirmer, bus.Enqueue(job_id, 0))
+    ]
+    assert job_id not in node.jobs
+    check_invariants(node)
+
+
+def test_copies_of_a_job_kept_nowhere_here_hold_until_the_end_of_their_second() -> None:
+    """Seed 166117 again: the REPLJOB telling the holders of the node added
+    late went out after the job was forgotten here, so the shell could not
+    bring its TTL up to date when it was written 7.7 s later; the receiver
+    kept the job that much past its TTL. Copies of a job this node keeps
+    no copy of are valid until the end of the second their TTL was read
+    in (Send.valid_ms), like a YOURJOBS; those of a job kept here have no
+    limit (the shell refreshes their TTL when it writes them)."""
+    node, clock, _, job_id = _an_external_job_on_two_holders(0)
+
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))
+
+    copies = [
+        e for e in node.effects if isinstance(e, Send) and isinstance(e.message, bus.ReplJob)
+    ]
+    assert {e.peer for e in copies} == {OTHER_ID, THIRD_ID}
+    assert all(e.valid_ms == 1000 - clock.ms % 1000 for e in copies), copies
+    assert 0 < copies[0].valid_ms < 1000
+
+    kept = _with_two_linked_peers()
+    run(kept, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "ASYNC")
+    copies = [
+        e for e in kept.effects if isinstance(e, Send) and isinstance(e.message, bus.ReplJob)
+    ]
+    assert len(copies) == 2 and all(e.valid_ms == 0 for e in copies)
 
 
 def test_a_node_that_acked_a_job_says_so_to_whoever_offers_it_a_copy() -> None:
