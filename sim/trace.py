@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
+import trio.testing
 
 
 def _make_encode() -> Callable[[object], str]:
@@ -62,6 +63,9 @@ class Trace:
         # The last instant's time as written (many events share an instant).
         self._at = -1.0
         self._at_text = ""
+        # The run's clock while its trio.run is under way (the World sets
+        # it, at rate 0): its virtual time is read off it directly.
+        self.clock: trio.testing.MockClock | None = None
 
     def record(self, node: str, category: str, data: dict[str, Any]) -> None:
         self._append(node, category, encode(data))
@@ -109,10 +113,14 @@ class Trace:
     def _time_text(self) -> str:
         """The time of an event now, as written (``round(now, 6)``; 0
         outside ``trio.run``), formatted once per instant."""
-        try:
-            now = trio.current_time()
-        except RuntimeError:  # outside trio.run
-            now = 0.0
+        clock = self.clock
+        if clock is not None:
+            now = clock._virtual_base  # trio.current_time() at rate 0
+        else:
+            try:
+                now = trio.current_time()
+            except RuntimeError:  # outside trio.run
+                now = 0.0
         if now != self._at:
             self._at = now
             self._at_text = float.__repr__(round(now, 6))

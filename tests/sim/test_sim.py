@@ -356,6 +356,21 @@ def test_trio_deterministic_scheduling_hook_is_where_the_simulator_expects() -> 
     assert run(5, nodes=3, duration=3).world.trace.digest() != first
 
 
+def test_the_scheduler_generator_shuffles_as_random_does() -> None:
+    """The generator a run gives Trio's scheduler skips the shuffle of a
+    batch of one task: every batch still comes out in the order, and the
+    generator in the state, that ``random.Random`` with the seed gives."""
+    from sim.world import _SchedulerRandom
+
+    ours, plain = _SchedulerRandom(99), random.Random(99)
+    for size in [1, 0, 2, 1, 1, 5, 3, 1, 4, 1, 0, 7] * 20:
+        a, b = list(range(size)), list(range(size))
+        ours.shuffle(a)
+        plain.shuffle(b)
+        assert a == b
+        assert ours.random() == plain.random()
+
+
 def test_sim_disk_crash_drops_only_pending() -> None:
     disk = SimDisk()
     disk.append("aof", b"one")
