@@ -109,10 +109,13 @@ def ttl_ran_out(job: Job, now: int) -> bool:
     return job.etime * 1000 <= now
 
 
-def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
+def replicate(node: JobHost, job: Job, count: int, noreply: bool, forgotten: bool = False) -> int:
     """Add up to ``count`` random reachable nodes to the job's holders
     and (re)send REPLJOB to every holder. Returns how many were added
-    (none, and nothing sent, once the job's TTL ran out)."""
+    (none, and nothing sent, once the job's TTL ran out). ``forgotten``:
+    this node forgets the job in this commit (an external replication that
+    ended), so the shell cannot bring the copies' TTL up to date when it
+    writes them."""
     now = node.now_ms()
     if ttl_ran_out(job, now):
         return 0
@@ -131,15 +134,14 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool) -> int:
     # One message object per kind, sent to each (the shell encodes it once).
     answer = bus.ReplJob(data, noreply)
     quiet = answer if noreply or not confirmed else bus.ReplJob(data, True)
-    # A copy of a job kept here carries, when written, the TTL its job has
-    # left then (Bus._outgoing). One of a job this node keeps no copy of
-    # (external replication) may be written after the job is forgotten
-    # here: the TTL it carries, whole seconds left in this second of the
-    # wall clock, holds until the end of that second only, as a YOURJOBS's
+    # A copy of a job held here when it is written carries the TTL its job
+    # has left then (Bus._outgoing). One of a job forgotten by then carries
+    # the TTL read now, whole seconds left in this second of the wall
+    # clock: it holds until the end of that second only, as a YOURJOBS's
     # does. Written later, the receiver would keep the job past its TTL
     # (simulator seed 166117: a REPLJOB waited 7.7 s for a link, and a TTL
     # 4 job was delivered 8.73 s after its ADDJOB).
-    valid_ms = 0 if node.node_id in job.nodes_delivered else 1000 - now % 1000
+    valid_ms = 1000 - now % 1000 if forgotten else 0
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, quiet if node_id in confirmed else answer, valid_ms)
@@ -183,14 +185,15 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     waiter = node.repl_waiters.pop(job.id, None)
     if waiter is not None and not waiter.done:
         node.finish_wait(waiter, Status(job.id))
+    external = node.node_id not in job.nodes_delivered
     if job.flags & FLAG_HOLDERS_GREW:
         # Holders that took the first REPLJOB learn the nodes added since
         # (the REPLJOB of each addition went to them too, but may be lost).
         # Otherwise the first REPLJOB had the whole list: nothing to send,
         # as in the original (two frames fewer per job).
         job.flags &= ~FLAG_HOLDERS_GREW
-        replicate(node, job, 0, noreply=True)
-    if node.node_id not in job.nodes_delivered:
+        replicate(node, job, 0, noreply=True, forgotten=external)
+    if external:
         # Externally replicated: one holder queues it, we forget it (as
         # acked when a SETACK ended the wait: the holders collect it).
         if not acked:

@@ -157,15 +157,23 @@ def test_an_external_replication_asks_a_holder_that_has_the_job_to_queue_it(
     check_invariants(node)
 
 
-def test_copies_of_a_job_kept_nowhere_here_hold_until_the_end_of_their_second() -> None:
+def test_copies_of_a_job_forgotten_here_hold_until_the_end_of_their_second() -> None:
     """Seed 166117 again: the REPLJOB telling the holders of the node added
     late went out after the job was forgotten here, so the shell could not
     bring its TTL up to date when it was written 7.7 s later; the receiver
-    kept the job that much past its TTL. Copies of a job this node keeps
-    no copy of are valid until the end of the second their TTL was read
-    in (Send.valid_ms), like a YOURJOBS; those of a job kept here have no
+    kept the job that much past its TTL. Copies sent as an external
+    replication ends are valid until the end of the second their TTL was
+    read in (Send.valid_ms), like a YOURJOBS; those of a job held here,
+    even one waiting for its copies on a node that will keep none, have no
     limit (the shell refreshes their TTL when it writes them)."""
     node, clock, _, job_id = _an_external_job_on_two_holders(0)
+    elapse(node, clock, cj.REPL_RESEND_MIN_MS)
+    resent = [
+        e for e in node.effects if isinstance(e, Send) and isinstance(e.message, bus.ReplJob)
+    ]
+    assert len(resent) == 2 and all(e.valid_ms == 0 for e in resent), resent
+    node.effects.clear()
+    clock.ms += 37  # not on a second's edge
 
     cj.receive(node, OTHER_ID, bus.GotJob(job_id))
 
