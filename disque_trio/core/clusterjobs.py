@@ -573,7 +573,7 @@ def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
         if sender not in confirmed:
             confirmed = (*confirmed, sender)
         job.nodes_confirmed = confirmed
-        if len(confirmed) >= len(node.cluster.nodes):
+        if len(confirmed) >= len(node.cluster.nodes) and not node.waits_for_creator(job):
             node.unregister(job)
         return
     if job.nodes_confirmed is not None and set(job.nodes_delivered) <= set(job.nodes_confirmed):

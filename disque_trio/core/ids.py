@@ -54,6 +54,11 @@ def is_valid_job_id(job_id: str) -> bool:
     )
 
 
+def creator_prefix(job_id: str) -> str:
+    """The first 8 hex digits of the ID of the node that made the job."""
+    return job_id[2:10]
+
+
 def ttl_minutes_from_id(job_id: str) -> int:
     """The TTL (minutes) encoded in a well-formed ID; bad hex digits read as 0."""
     value = 0

@@ -42,7 +42,7 @@ from . import clusterjobs as cj
 from .awake import AwakeIndex
 from .cluster import HANDSHAKE, LEAVING, NOT_REACHABLE, ClusterTable
 from .effects import Effects, Persist, Wake, WakeQueue
-from .ids import JobIdGenerator
+from .ids import JobIdGenerator, creator_prefix
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
@@ -89,6 +89,9 @@ GC_RETRY_COUNT_MAX = 10
 # IDs of jobs deleted here that a REPLJOB still in flight must not bring back:
 # kept this long, and at most this many (the oldest go first).
 DELETED_IDS_MS = 60_000
+# How long a dummy ack waits for the node that made its job to appear, when
+# this node knows no node of that ID (Node.waits_for_creator).
+DUMMY_CREATOR_WAIT_MS = DELETED_IDS_MS
 DELETED_IDS_MAX = 100_000
 # Memory accounting for maxmemory and INFO: a per-object estimate (measured
 # with bench/ on CPython 3.11: a queued job costs about this much besides
@@ -748,9 +751,14 @@ class Node:
         everyone = set(job.nodes_delivered) <= set(job.nodes_confirmed)
         if dummy:
             # A dummy ack goes when every node of the cluster said it does
-            # not know the job (the membership may have shrunk since).
+            # not know the job (the membership may have shrunk since), and
+            # the cluster is not missing the node that made it.
             nodes = self.cluster.nodes.keys()
-            everyone = len(nodes) > 1 and nodes <= set(job.nodes_confirmed)
+            everyone = (
+                len(nodes) > 1
+                and nodes <= set(job.nodes_confirmed)
+                and not self.waits_for_creator(job)
+            )
         if everyone or (dummy and self.cluster_size == 1):
             if not dummy:
                 # Every holder confirmed: tell them, as the GOTACK rule does.
@@ -762,6 +770,25 @@ class Node:
             self.unregister(job)
             return
         cj.send_setack(self, job)
+
+    def waits_for_creator(self, job: Job) -> bool:
+        """A dummy ack for a job made by a node this node neither knows nor
+        forgot lately waits for that node, up to DUMMY_CREATOR_WAIT_MS from
+        the ack: the job's ID names its maker, and the cluster this node
+        sees, every node of which confirmed, may not include it yet. A node
+        replaced (CLUSTER RESET HARD: a new ID) while cut off made a job,
+        which was acked on a node that had not met it: the FORGET of its
+        old ID left every known node confirmed, and the dummy went before
+        the MEET that would have sent it the SETACK; the job was re-queued
+        for ever there (simulator seed 167823). When the node joins, the
+        dummy asks it at once (retry_dummy_acks)."""
+        if self.now_ms() - job.ctime // 1_000_000 > DUMMY_CREATOR_WAIT_MS:
+            return False
+        prefix = creator_prefix(job.id)
+        cluster = self.cluster
+        return not any(n.startswith(prefix) for n in cluster.nodes) and not any(
+            n.startswith(prefix) for n in cluster.blacklist
+        )
 
     def forget_node(self, node_id: str) -> int:
         """CLUSTER FORGET: the node is gone for good, so no job waits for it.
