@@ -255,14 +255,20 @@ class ClusterTable:
         else:
             self.myself.flags &= ~LEAVING
 
-    def reset(self, new_id: str | None) -> None:
-        """CLUSTER RESET: forget every other node (hard: take a new ID)."""
+    def reset(self, new_id: str | None, now: int) -> None:
+        """CLUSTER RESET: forget every other node (hard: take a new ID, and
+        forget the old one as CLUSTER FORGET would: a peer still gossiping
+        it must not bring it back as a peer, and a dummy ack for a job made
+        under it must not wait for it, Node.waits_for_creator)."""
+        old_id = self.myself.node_id
         if new_id is not None:
             self.myself.node_id = new_id
         self.nodes = {self.myself.node_id: self.myself}
         self.version += 1
         self.membership += 1
         self.blacklist.clear()
+        if new_id is not None and new_id != old_id:
+            self.blacklist[old_id] = now + BLACKLIST_MS
         self.myself.flags &= ~LEAVING
 
     # ------------------------------------------------------------ messages

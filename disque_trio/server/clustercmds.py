@@ -101,7 +101,7 @@ def _reset(ctx: Context, argv: list[bytes]) -> Reply:
         return SYNTAX_ERROR
     server = ctx.server
     new_id = new_node_id(server.env.rng) if mode == b"hard" else None
-    server.node.cluster.reset(new_id)
+    server.node.cluster.reset(new_id, server.env.clock.wall_ms())
     if new_id is not None:
         server.node.set_node_id(new_id)
     server.node.flush_all()

@@ -169,15 +169,19 @@ def test_reset_keeps_only_myself(new_id: str | None) -> None:
     table = with_peers(B, C)
     table.set_leaving(True)
     table.forget(C, START_MS)
-    table.reset(new_id)
+    table.reset(new_id, START_MS)
     expected = new_id or ME
     assert list(table.nodes) == [expected]
     assert table.node_id == expected
     assert table.nodes[expected] is table.myself
     assert table.myself.flags == MYSELF  # no longer leaving
-    assert table.blacklist == {}  # a reset node may be met again at once
+    # The nodes forgotten before may be met again at once; the identity a
+    # hard reset gave up is forgotten, as by CLUSTER FORGET.
+    assert table.blacklist == ({} if new_id is None else {ME: START_MS + BLACKLIST_MS})
     assert table.size == 1
     assert table.add(C, "10.0.0.3", 7713, 17713) is not None
+    if new_id is not None:
+        assert table.add(ME, "10.0.0.1", 7711, 17711) is None  # gossip of the old self
 
 
 def test_set_leaving() -> None:
