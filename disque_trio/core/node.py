@@ -89,10 +89,10 @@ GC_RETRY_COUNT_MAX = 10
 # IDs of jobs deleted here that a REPLJOB still in flight must not bring back:
 # kept this long, and at most this many (the oldest go first).
 DELETED_IDS_MS = 60_000
+DELETED_IDS_MAX = 100_000
 # How long a dummy ack waits for the node that made its job to appear, when
 # this node knows no node of that ID (Node.waits_for_creator).
 DUMMY_CREATOR_WAIT_MS = DELETED_IDS_MS
-DELETED_IDS_MAX = 100_000
 # Memory accounting for maxmemory and INFO: a per-object estimate (measured
 # with bench/ on CPython 3.11: a queued job costs about this much besides
 # its body), deterministic so that simulated nodes agree with real ones.
