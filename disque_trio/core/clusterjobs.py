@@ -693,13 +693,20 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
             # was collected everywhere else.
             job.nodes_delivered = (*job.nodes_delivered, sender)
         jobs.append(job)
-    if jobs:
-        # The TTLs it carries are what is left in this second of the wall
-        # clock (whole seconds): written in a later one, it would give the
-        # jobs more. A RETRY 0 job leaves this node with it: late, not never.
-        valid_ms = 0 if any(j.retry == 0 for j in jobs) else 1000 - now % 1000
-        answer = bus.YourJobs(tuple(job_data(j, now) for j in jobs))
-        node.effects.send(sender, answer, valid_ms)
+    # The TTLs a YOURJOBS carries are what is left in this second of the
+    # wall clock (whole seconds): written in a later one, it would give the
+    # jobs more. A RETRY 0 job leaves this node with it: late, not never; so
+    # those go in a YOURJOBS of their own, with no limit. Sharing one, the
+    # others rode along late too (simulator seed 172906: a YOURJOBS with a
+    # RETRY 0 job waited 4.3 s for a link, and a TTL 6 job it carried was
+    # delivered 8.34 s after its ADDJOB).
+    moved = [j for j in jobs if j.retry == 0]
+    copied = [j for j in jobs if j.retry] if moved else jobs
+    if copied:
+        answer = bus.YourJobs(tuple(job_data(j, now) for j in copied))
+        node.effects.send(sender, answer, 1000 - now % 1000)
+    if moved:
+        node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in moved)))
     for job in jobs:
         if job.retry == 0:
             node.unregister(job)  # at most once: it now lives there only

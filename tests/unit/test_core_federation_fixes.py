@@ -68,6 +68,30 @@ def test_a_yourjobs_says_how_long_its_ttls_hold() -> None:
     assert effect.valid_ms == 0
 
 
+def test_retry0_jobs_moved_by_needjobs_go_in_a_yourjobs_of_their_own() -> None:
+    """Simulator seed 172906: one YOURJOBS carried RETRY 0 jobs and others;
+    the RETRY 0 ones leave this node with it, so it had no limit, and when
+    it waited 4.3 s for a link the others rode along with stale TTLs (a TTL
+    6 job delivered 8.34 s after its ADDJOB). Each kind now has its own."""
+    node, clock = make_node()
+    kept = add(node, "q", "kept", "RETRY", 5, "TTL", 60)
+    clock.ms += 1
+    moved = add(node, "q", "moved", "RETRY", 0, "REPLICATE", 1, "TTL", 60)
+    for body in ("later-1", "later-2"):  # a node gives at most half its queue
+        clock.ms += 1
+        add(node, "q", body, "RETRY", 5, "TTL", 60)
+    clock.ms += 1_000 - clock.ms % 1_000 + 250  # 250 ms into a second
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 2))
+    answers = [e for e in node.effects if isinstance(e, Send)]
+    assert [(e.valid_ms, [d.id for d in e.message.jobs]) for e in answers] == [
+        (750, [kept]),
+        (0, [moved]),
+    ]
+    assert kept in node.jobs and moved not in node.jobs
+    check_invariants(node)
+
+
 def test_needjobs_moves_no_job_whose_ttl_ran_out() -> None:
     # Seed 107705: a RETRY 0 job with TTL 7, still queued 7.5 s after its
     # ADDJOB (its TTL timer fires a second after the TTL), went out in a
