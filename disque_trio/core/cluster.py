@@ -258,8 +258,7 @@ class ClusterTable:
     def reset(self, new_id: str | None, now: int) -> None:
         """CLUSTER RESET: forget every other node (hard: take a new ID, and
         forget the old one as CLUSTER FORGET would: a peer still gossiping
-        it must not bring it back as a peer, and a dummy ack for a job made
-        under it must not wait for it, Node.waits_for_creator)."""
+        it must not bring it back as a peer)."""
         old_id = self.myself.node_id
         if new_id is not None:
             self.myself.node_id = new_id

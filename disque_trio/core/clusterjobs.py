@@ -453,6 +453,12 @@ def _on_enqueue(node: JobHost, sender: str, msg: bus.Enqueue) -> None:
         node.set_requeue_time(job, node.now_ms() + msg.delay * 1000)
 
 
+def tell_acked(node: JobHost, peer: str, job_id: str) -> None:
+    """SETACK without a holder count for a job acked and deleted here: a
+    holder that missed the ack acks and collects its copy itself."""
+    node.effects.send(peer, bus.SetAck(job_id, 0))
+
+
 def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     """A holder announces a job acked and deleted here lately: it missed the
     ack (its DELJOB after FASTACK or collection was lost, or we did not list
@@ -573,7 +579,7 @@ def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
         if sender not in confirmed:
             confirmed = (*confirmed, sender)
         job.nodes_confirmed = confirmed
-        if len(confirmed) >= len(node.cluster.nodes) and not node.waits_for_creator(job):
+        if len(confirmed) >= len(node.cluster.nodes):
             node.unregister(job)
         return
     if job.nodes_confirmed is not None and set(job.nodes_delivered) <= set(job.nodes_confirmed):

@@ -242,10 +242,8 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
         # n4's dummy ack, gave it to n1 by YOURJOBS, and a later ACKJOB on
         # n4 answered 0 with no SETACK: delivered again).
         return None
-    now = node.now_ms()
-    # Made now, as far as this node is concerned (Node.waits_for_creator).
-    job = Job(job_id, "", None, STATE_ACKED, ctime=now * 1_000_000)
-    job.etime = now // 1000 + ttl_minutes_from_id(job_id) * 60
+    job = Job(job_id, "", None, STATE_ACKED)
+    job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
     node.register(job)
     return job
 

@@ -90,9 +90,6 @@ GC_RETRY_COUNT_MAX = 10
 # kept this long, and at most this many (the oldest go first).
 DELETED_IDS_MS = 60_000
 DELETED_IDS_MAX = 100_000
-# How long a dummy ack waits for the node that made its job to appear, when
-# this node knows no node of that ID (Node.waits_for_creator).
-DUMMY_CREATOR_WAIT_MS = DELETED_IDS_MS
 # Memory accounting for maxmemory and INFO: a per-object estimate (measured
 # with bench/ on CPython 3.11: a queued job costs about this much besides
 # its body), deterministic so that simulated nodes agree with real ones.
@@ -153,6 +150,10 @@ class Node:
         # nodes on every ADDJOB would cost O(nodes)).
         self.cluster_size = 1
         self.reachable_peers = 0
+        # The peers past their handshake at the last refresh, and what the
+        # refresh compared to see whether they could have changed.
+        self._members: set[str] = set()
+        self._members_key = (1, -1)
         self.leaving = False
         # What the shell must do after each call, in order (core/effects.py).
         # The cluster table records its messages in the same sink.
@@ -226,6 +227,10 @@ class Node:
             if not flags & NOT_REACHABLE and peer is not myself:
                 reachable += 1
         grew = size > self.cluster_size
+        key = (size, self.cluster.membership)
+        if key != self._members_key:
+            self._members_key = key
+            self._members_changed()
         self.cluster_size = size
         self.reachable_peers = reachable
         self.leaving = bool(myself.flags & LEAVING)
@@ -240,6 +245,31 @@ class Node:
             if self.acked_jobs:
                 self.retry_acks_waiting_on(came_up.keys())
             came_up.clear()
+
+    def _members_changed(self) -> None:
+        """The peers past their handshake may have changed. Each one that
+        joined hears SETACK 0 for the jobs acked and deleted here lately
+        that it made (a job ID names its maker): a dummy ack goes once
+        every node known then confirmed, and the maker may be met only
+        later. A node replaced (a new ID) while cut off made a job, acked
+        on a node that had not met it yet; the FORGET of its old ID left
+        every known node confirmed, the dummy went, and the MEET came
+        after: the job was re-queued for ever there (simulator seed
+        167823). Told, it acks and collects its copy."""
+        myself = self.cluster.myself
+        members = {
+            node_id
+            for node_id, peer in self.cluster.nodes.items()
+            if peer is not myself and not peer.flags & HANDSHAKE
+        }
+        joined = members - self._members
+        self._members = members
+        if joined and self.deleted_acked:
+            makers = {node_id[:8]: node_id for node_id in joined}
+            for job_id in self.deleted_acked:
+                maker = makers.get(creator_prefix(job_id))
+                if maker is not None:
+                    cj.tell_acked(self, maker, job_id)
 
     def remember_unknown_fastack(self, job_id: str) -> None:
         """A FASTACK named a job this node does not hold: its DELJOB went to
@@ -751,14 +781,9 @@ class Node:
         everyone = set(job.nodes_delivered) <= set(job.nodes_confirmed)
         if dummy:
             # A dummy ack goes when every node of the cluster said it does
-            # not know the job (the membership may have shrunk since), and
-            # the cluster is not missing the node that made it.
+            # not know the job (the membership may have shrunk since).
             nodes = self.cluster.nodes.keys()
-            everyone = (
-                len(nodes) > 1
-                and nodes <= set(job.nodes_confirmed)
-                and not self.waits_for_creator(job)
-            )
+            everyone = len(nodes) > 1 and nodes <= set(job.nodes_confirmed)
         if everyone or (dummy and self.cluster_size == 1):
             if not dummy:
                 # Every holder confirmed: tell them, as the GOTACK rule does.
@@ -770,25 +795,6 @@ class Node:
             self.unregister(job)
             return
         cj.send_setack(self, job)
-
-    def waits_for_creator(self, job: Job) -> bool:
-        """A dummy ack for a job made by a node this node neither knows nor
-        forgot lately waits for that node, up to DUMMY_CREATOR_WAIT_MS from
-        the ack: the job's ID names its maker, and the cluster this node
-        sees, every node of which confirmed, may not include it yet. A node
-        replaced (CLUSTER RESET HARD: a new ID) while cut off made a job,
-        which was acked on a node that had not met it: the FORGET of its
-        old ID left every known node confirmed, and the dummy went before
-        the MEET that would have sent it the SETACK; the job was re-queued
-        for ever there (simulator seed 167823). When the node joins, the
-        dummy asks it at once (retry_dummy_acks)."""
-        if self.now_ms() - job.ctime // 1_000_000 > DUMMY_CREATOR_WAIT_MS:
-            return False
-        prefix = creator_prefix(job.id)
-        cluster = self.cluster
-        return not any(n.startswith(prefix) for n in cluster.nodes) and not any(
-            n.startswith(prefix) for n in cluster.blacklist
-        )
 
     def forget_node(self, node_id: str) -> int:
         """CLUSTER FORGET: the node is gone for good, so no job waits for it.

@@ -714,58 +714,49 @@ def test_a_holder_whose_link_comes_up_again_hears_the_ack_at_once() -> None:
     check_invariants(node)
 
 
-def test_a_dummy_ack_waits_for_the_node_that_made_its_job() -> None:
+def test_a_node_that_joins_hears_the_acks_of_the_jobs_it_made() -> None:
     """Simulator seed 167823: n2 was replaced (CLUSTER RESET HARD, a new ID)
     while cut off, and made a job; a consumer acked it on n1, which had not
-    met the new ID. Its dummy ack waited for the old ID; the FORGET of that
-    ID left every known node confirmed, and the dummy went, before the MEET
-    that would have sent the new node its SETACK: n2 re-queued the job for
-    ever. The job's ID names its maker: a dummy whose maker this node does
-    not know waits for it, asks it when it joins, and goes once it knows."""
-    node, clock = _node_with_other()
-    old_id = "0bf69424" + "d1" * 16
-    node.cluster.add(old_id, "127.0.0.1", 7713, 17713)
-    node.refresh_cluster_view()
-    job_id = "D-" + THIRD_ID[:8] + "-" + "D" * 24 + "-05a1"  # made by THIRD_ID
-    assert run(node, "ACKJOB", job_id) == 0
-    elapse(node, clock, 1500)
-    cj.receive(node, OTHER_ID, bus.GotAck(job_id, False))
-    node.cluster.forget(old_id, node.now_ms())
-    node.forget_node(old_id)  # every node known confirmed
-    node.refresh_cluster_view()
-    elapse(node, clock, 5000)
-    assert job_id in node.dummy_acks
+    met the new ID. Its dummy ack went once the nodes it knew confirmed (the
+    FORGET of n2's old ID came first), before the MEET that would have sent
+    the new node its SETACK: n2 re-queued the job for ever. A job ID names
+    its maker: a node that joins hears SETACK 0 for the jobs it made that
+    were acked and deleted here lately, and no others."""
+    node, _ = _node_with_other()
+    made_there = "D-" + THIRD_ID[:8] + "-" + "D" * 24 + "-05a1"
+    made_elsewhere = "D-" + OTHER_ID[:8] + "-" + "E" * 24 + "-05a1"
+    assert run(node, "ACKJOB", made_there, made_elsewhere) == 0
+    for job_id in (made_there, made_elsewhere):
+        cj.receive(node, OTHER_ID, bus.GotAck(job_id, False))
+    assert not node.dummy_acks  # every node known confirmed
+    node.effects.clear()
 
     node.cluster.add(THIRD_ID, "127.0.0.1", 7714, 17714)
     node.refresh_cluster_view()
+
+    assert sent(node) == [(THIRD_ID, bus.SetAck(made_there, 0))]
     node.effects.clear()
-    elapse(node, clock, 500)
-    assert [to for to, m in sent(node) if isinstance(m, bus.SetAck)] == [THIRD_ID]
-    cj.receive(node, THIRD_ID, bus.GotAck(job_id, True))  # it held the job
-    assert job_id not in node.jobs
+    node.refresh_cluster_view()  # told once, when it joins
+    assert sent(node) == []
     check_invariants(node)
 
 
-@pytest.mark.parametrize("gone", ["forgotten", "long-gone"])
-def test_a_dummy_ack_does_not_wait_for_a_maker_forgotten_or_long_unseen(gone: str) -> None:
-    """A maker this node forgot lately (CLUSTER FORGET) is gone for good;
-    one still unknown DUMMY_CREATOR_WAIT_MS after the ack is given up on:
-    the dummy goes once every node it knows confirmed, as before."""
-    node, clock = _node_with_other()
-    job_id = "D-" + THIRD_ID[:8] + "-" + "E" * 24 + "-05a1"
-    if gone == "forgotten":
-        node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
-        node.cluster.forget(THIRD_ID, node.now_ms())
-        node.forget_node(THIRD_ID)
-        node.refresh_cluster_view()
+def test_the_maker_of_an_acked_job_hears_it_only_once_past_its_handshake() -> None:
+    """A node still in its handshake may be an identity that no longer
+    exists: the SETACK goes when it is a member."""
+    node, _ = _node_with_other()
+    job_id = "D-" + THIRD_ID[:8] + "-" + "F" * 24 + "-05a1"
     assert run(node, "ACKJOB", job_id) == 0
-    if gone == "long-gone":
-        elapse(node, clock, node_module.DUMMY_CREATOR_WAIT_MS)
-        assert job_id in node.dummy_acks  # waiting, OTHER not asked lately
-        clock.ms += 1
     cj.receive(node, OTHER_ID, bus.GotAck(job_id, False))
-    assert job_id not in node.jobs
-    check_invariants(node)
+    node.effects.clear()
+    peer = node.cluster.add(THIRD_ID, "127.0.0.1", 7714, 17714)
+    assert peer is not None
+    peer.flags |= HANDSHAKE
+    node.refresh_cluster_view()
+    assert sent(node) == []
+    peer.flags &= ~HANDSHAKE
+    node.refresh_cluster_view()
+    assert sent(node) == [(THIRD_ID, bus.SetAck(job_id, 0))]
 
 
 def test_debug_flushall_forgets_the_dummy_acks_it_dropped() -> None:
