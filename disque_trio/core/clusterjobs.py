@@ -109,6 +109,13 @@ def ttl_ran_out(job: Job, now: int) -> bool:
     return job.etime * 1000 <= now
 
 
+def rest_of_second(now: int) -> int:
+    """How long (ms) the TTLs read at ``now`` hold: they travel in whole
+    seconds left, so a message carrying them, written in a later second of
+    the wall clock, would give its jobs more (``Send.valid_ms``)."""
+    return 1000 - now % 1000
+
+
 def replicate(node: JobHost, job: Job, count: int, noreply: bool, forgotten: bool = False) -> int:
     """Add up to ``count`` random reachable nodes to the job's holders
     and (re)send REPLJOB to every holder. Returns how many were added
@@ -141,7 +148,7 @@ def replicate(node: JobHost, job: Job, count: int, noreply: bool, forgotten: boo
     # does. Written later, the receiver would keep the job past its TTL
     # (simulator seed 166117: a REPLJOB waited 7.7 s for a link, and a TTL
     # 4 job was delivered 8.73 s after its ADDJOB).
-    valid_ms = 1000 - now % 1000 if forgotten else 0
+    valid_ms = rest_of_second(now) if forgotten else 0
     for node_id in job.nodes_delivered:
         if node_id != node.node_id:
             node.effects.send(node_id, quiet if node_id in confirmed else answer, valid_ms)
@@ -464,7 +471,7 @@ def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     ack (its DELJOB after FASTACK or collection was lost, or we did not list
     it). SETACK without a holder count: it acks and collects it itself."""
     if job_id in node.deleted_acked:
-        node.effects.send(sender, bus.SetAck(job_id, 0))
+        tell_acked(node, sender, job_id)
 
 
 def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> None:
@@ -710,7 +717,7 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
     copied = [j for j in jobs if j.retry] if moved else jobs
     if copied:
         answer = bus.YourJobs(tuple(job_data(j, now) for j in copied))
-        node.effects.send(sender, answer, 1000 - now % 1000)
+        node.effects.send(sender, answer, rest_of_second(now))
     if moved:
         node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in moved)))
     for job in jobs:

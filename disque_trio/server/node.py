@@ -163,13 +163,6 @@ class NodeServer:
             if peer is not None and leaving:
                 peer.flags |= LEAVING
         self.node = Node(node_id, env.clock, env.rng, table)
-        # The view commands and timers read, from the peers nodes.conf
-        # names: refreshed after every bus event, it must not wait for the
-        # first one. A node that took it for a cluster of one until then
-        # forgot that it had expired the jobs of its AOF whose TTL ran out
-        # at start-up, and took a late copy of one again (simulator seed
-        # 169392: its wall clock stepped 28 s ahead while it restarted).
-        self.node.refresh_cluster_view()
         self.node.maxmemory = config.maxmemory
         self.bus = Bus(self, table, self._dispatch)
         self.aof = AppendOnlyFile(self)
