@@ -34,7 +34,9 @@ sampling monitor (``World.violations``):
 * ``expired-stays-expired``: a node (one incarnation) that expired a job
   never takes a copy of it again from a peer (a late REPLJOB, YOURJOBS).
 * ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
-  the expire time it had when the node crashed.
+  the expire time it had when the node crashed (or, when the records of
+  its last moves with the clock's backward steps died with the crash, a
+  time no later than before those moves).
 * ``replication-counts-nodes``: a GOTJOB ends a synchronous ADDJOB's wait
   only once REPLICATE distinct nodes confirmed a copy (the origin's own
   copy counts as one); a holder that answers twice (a REPLJOB sent again,
@@ -207,6 +209,7 @@ class SimNode:
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
         self.held_at_crash: dict[str, int] = {}  # job id -> etime (s)
+        self.shifted_at_crash = 0  # s its expire times moved with clock steps
         self.loaded: set[str] = set()  # job ids loaded from the AOF by this incarnation
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
@@ -472,6 +475,9 @@ class World:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
+        # Seconds its expire times moved back with clock steps: the AOF
+        # records of the last moves may die with the crash.
+        node.shifted_at_crash = node.server.node.etime_shift_s
         if wipe or self.appendfsync != "always":
             # An ack only this node knew of: its AOF record and its SETACKs
             # may die with the crash (legal unless every write is fsynced
@@ -528,10 +534,12 @@ class World:
                 )
         if self.appendfsync == "everysec" and not node.wiped:
             self._check_everysec(node, forgot)
-        # aof-keeps-ttl: a job loaded back expires when it did before.
+        # aof-keeps-ttl: a job loaded back expires when it did before, or
+        # (its records of the move lost) before the clock steps it followed.
         for job_id in sorted(node.loaded & node.held_at_crash.keys()):
             job = node.server.node.jobs.get(job_id)
-            if job is not None and job.etime != node.held_at_crash[job_id]:
+            held = node.held_at_crash[job_id]
+            if job is not None and not held <= job.etime <= held + node.shifted_at_crash:
                 self._violate(
                     f"aof-keeps-ttl: {node.name} reloaded {job_id} expiring at "
                     f"{job.etime}, not {node.held_at_crash[job_id]}"

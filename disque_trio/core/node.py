@@ -214,6 +214,12 @@ class Node:
         # the wall clock went back since the last follow_clock().
         self._last_now = 0
         self._clock_lag = 0
+        # Milliseconds of backward steps not yet taken off the expire times
+        # (whole seconds): follow_clock() carries the rest to the next step.
+        self._etime_lag = 0
+        # Seconds the expire times moved back in all (the simulator's AOF
+        # check allows a reloaded job the steps whose records a crash lost).
+        self.etime_shift_s = 0
         # The view holds from the start: a table given with peers (nodes.conf
         # on a restart) is counted now, not after the first bus event. Taken
         # for a cluster of one until then, a restarted node kept no note of
@@ -399,15 +405,20 @@ class Node:
 
     def follow_clock(self) -> None:
         """Catch up with a wall clock that went back, keeping the time left
-        on every local timer.
+        on every timer of the node.
 
         Re-queue, delay and collection times, idle-queue timers and the
         federation marks are durations counted from a past moment: left in
         the old frame, a step back of a minute would hold a delayed job (or
         a retry, a GC attempt...) for that extra minute. They all move back
-        by the step. Expire times stay put: a TTL is absolute and shared by
-        every holder. Called at the start of tick() and cron(), never while
-        a caller holds a ``now`` of the old frame.
+        by the step. So do expire times, in whole seconds: each holder's is
+        its own (a copy's is the TTL left when sent, added to the
+        receiver's clock), so a TTL is a lifetime, not a date. Left put, a
+        step back of a minute kept a copy a minute past its TTL and handed
+        it to a node whose tombstone of it had aged (simulator seed
+        172070). Each moved job is recorded again in the AOF, so a restart
+        keeps the moved time. Called at the start of tick() and cron(),
+        never while a caller holds a ``now`` of the old frame.
         """
         lag = self._clock_lag
         if not lag:
@@ -431,6 +442,25 @@ class Node:
         self.awake.shift(-lag, self._timed)
         if self._next_eviction_ms:
             self._next_eviction_ms -= lag
+        self._shift_expire_times(lag)
+
+    def _shift_expire_times(self, lag: int) -> None:
+        """Move every expire time back by the whole seconds of ``lag`` ms
+        (plus what earlier steps left over), recording the jobs again."""
+        self._etime_lag += lag
+        shift, self._etime_lag = divmod(self._etime_lag, 1000)
+        if not shift:
+            return
+        self.etime_shift_s += shift
+        records: list[bytes] = []
+        persisting = self.persisting
+        for job in self.jobs.values():
+            job.etime = self.shared_int(job.etime - shift)
+            if persisting and job.body is not None and job.state != STATE_WAIT_REPL:
+                records.append(aof.loadjob(job_record(job)))
+        if records:
+            # One effect: as large as a rewrite of the file, at worst.
+            self.effects.append(Persist(b"".join(records)))
 
     def time_error(self, span_ms: int = TIME_ERROR_MS) -> int:
         """A random offset in [-span/2, span/2) to desynchronise nodes."""

@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from disque_trio.core.awake import AwakeIndex
+from disque_trio.core.effects import Persist
 from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, Job, JobState
 from disque_trio.core.node import (
     CHATTER_GRID_MS,
@@ -16,6 +17,7 @@ from disque_trio.core.node import (
     chatter_slot_end,
 )
 from disque_trio.core.queue import QUEUE_MAX_IDLE_SECONDS
+from disque_trio.protocol import aof
 
 from .core_support import (
     NODE_ID,
@@ -331,7 +333,10 @@ def test_backward_clock_step_keeps_the_time_left_on_local_timers(
     assert node.now_ms() == clock.ms
     assert job(node, retried).qtime == qtime - STEP_BACK_MS
     assert job(node, acked).awake == awake - STEP_BACK_MS
-    assert job(node, delayed).etime == etime  # a TTL is absolute
+    # The TTL is a lifetime: the expire time moves by the step's whole
+    # seconds (the half second left over waits for the next step).
+    assert job(node, delayed).etime == etime - STEP_BACK_MS // 1000
+    assert node.etime_shift_s == STEP_BACK_MS // 1000
     assert imported.import_rate(node.now_ms()) == rate  # used to soar (negative window)
     check_invariants(node)
 
@@ -343,6 +348,48 @@ def test_backward_clock_step_keeps_the_time_left_on_local_timers(
     elapse(node, clock, qtime - START_MS - 3000)
     assert job(node, retried).state == JobState.QUEUED
     check_invariants(node)
+
+
+def test_a_backward_step_keeps_the_time_left_to_live_and_records_it() -> None:
+    """Simulator seed 172070: a copy taken (TTL left added to the node's
+    clock), then the clock stepped 62.5 s back. With its expire time left
+    put, the copy lived 62.5 s past its TTL, and was handed by YOURJOBS to
+    a node whose 60 s tombstone of it had just aged."""
+    node, clock = make_node()
+    node.persisting = True
+    a = add(node, "q", "b", "TTL", 4)
+    b = add(node, "q", "b", "TTL", 100)
+    etimes = job(node, a).etime, job(node, b).etime
+    node.effects.clear()
+    elapse(node, clock, 1000)
+    clock.jump(-62_500)
+    node.now_ms()  # read by the next command or timer: the step is absorbed
+    node.tick()  # and followed
+    assert (job(node, a).etime, job(node, b).etime) == (etimes[0] - 62, etimes[1] - 62)
+    # The moved times go to the AOF in one record batch: a restart keeps them.
+    persisted = [e.record for e in node.effects if isinstance(e, Persist)]
+    assert len(persisted) == 1
+    recs = [rec for _, _, (name, rec) in aof.records(persisted[0]) if name == aof.LOADJOB]
+    reloaded = {rec.id: rec.etime for rec in recs if isinstance(rec, aof.JobRecord)}
+    assert reloaded == {a: etimes[0] - 62, b: etimes[1] - 62}
+    # Its timer runs a second after the expire time (as without a step):
+    # 5.6 s after ADDJOB by elapsed time, not 62 s later, the job is gone.
+    elapse(node, clock, 4_600)
+    assert a not in node.jobs and b in node.jobs
+    check_invariants(node)
+    # The half second carries: two more steps of 0.3 s make the next whole
+    # second; a step under one whole second records nothing.
+    node.effects.clear()
+    clock.jump(-300)
+    node.now_ms()
+    node.tick()
+    assert job(node, b).etime == etimes[1] - 62
+    assert not [e for e in node.effects if isinstance(e, Persist)]
+    clock.jump(-300)
+    node.now_ms()
+    node.tick()
+    assert job(node, b).etime == etimes[1] - 63
+    assert node.etime_shift_s == 63
 
 
 def test_timer_set_before_the_clock_is_followed_is_moved_too() -> None:
