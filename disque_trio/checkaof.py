@@ -202,6 +202,14 @@ class _Effects:
         if gone:
             return f"{self.NONE}: another ACKJOB or DELJOB of this job is kept"
         if job not in kept[aof.LOADJOB]:
+            if rec.kind == aof.ACKJOB:
+                # An ACKJOB alone is a dummy ack (a job acknowledged here
+                # that this node never held), or the ack of a job whose
+                # LOADJOB is lost too.
+                return (
+                    f"{self.NONE} on this node's jobs (no kept record loads this job); "
+                    "if it was a dummy ack, this node forgets that ack"
+                )
             return f"{self.NONE}: no kept record loads this job"
         if rec.kind == aof.ACKJOB:
             self.unacked.add(job)

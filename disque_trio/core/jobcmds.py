@@ -15,7 +15,7 @@ from ..protocol.limits import MAX_INT64, MAX_JOB_SECONDS
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from . import clusterjobs as cj
 from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
-from .ids import is_at_most_once_id, ttl_minutes_from_id
+from .ids import is_at_most_once_id
 from .job import (
     FLAG_BCAST_WILLQUEUE,
     STATE_ACKED,
@@ -27,6 +27,7 @@ from .job import (
 )
 from .node import Node
 from .queue import PAUSED_IN
+from .records import dummy_ack
 from .scan import ScanSnapshot
 from .waiters import Waiter
 
@@ -242,9 +243,13 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
         # n4's dummy ack, gave it to n1 by YOURJOBS, and a later ACKJOB on
         # n4 answered 0 with no SETACK: delivered again).
         return None
-    job = Job(job_id, "", None, STATE_ACKED)
-    job.etime = node.now_ms() // 1000 + ttl_minutes_from_id(job_id) * 60
+    job = dummy_ack(job_id, node.now_ms())
     node.register(job)
+    # Durable like any ack: the client was answered, and the holders may
+    # hear of it only from this node, later (simulator seed 180270: an
+    # isolated node's dummy ack, its SETACKs lost, died in a crash under
+    # appendfsync always, and the job was delivered again for ever).
+    node.persist_dummy_ack(job)
     return job
 
 

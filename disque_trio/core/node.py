@@ -541,7 +541,8 @@ class Node:
             self.dequeue(job)
         if job.state == STATE_WAIT_REPL:
             cj.replication_aborted(self, job)
-        elif self.persisting and job.body is not None:
+        elif self.persisting:
+            # A dummy ack (no body) has its ACKJOB record: it goes too.
             self.effects.append(Persist(aof.deljob(job.id)))
         self.awake.unschedule(job)
         del self.jobs[job.id]
@@ -804,6 +805,12 @@ class Node:
         if self.persisting and job.body is not None:
             self.effects.append(Persist(aof.ackjob(job.id)))
         self._notify("acked", job)
+
+    def persist_dummy_ack(self, job: Job) -> None:
+        """Record a dummy ack in the AOF (when it is on): an ACKJOB record
+        of an ID no LOADJOB names, which a reload makes a dummy ack again."""
+        if self.persisting:
+            self.effects.append(Persist(aof.ackjob(job.id)))
 
     def try_gc(self, job: Job) -> None:
         """Try to collect an acked job: delete it once every holder confirmed."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from ..protocol import aof, bus
 from .cluster import HANDSHAKE
 from .host import JobHost
+from .ids import is_at_most_once_id, ttl_minutes_from_id
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
@@ -195,12 +196,22 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
     return job
 
 
+def dummy_ack(job_id: str, now: int) -> Job:
+    """A dummy ack: an ack held for an ID this node has no copy of (no
+    body, no holder), living the TTL the ID names from ``now``."""
+    job = Job(job_id, "", None, JobState.ACKED)
+    job.etime = now // 1000 + ttl_minutes_from_id(job_id) * 60
+    return job
+
+
 def replay(
     node: JobHost, entries: Iterable[tuple[bytes, aof.JobRecord | str]], enqueue_once: bool
 ) -> int:
     """Rebuild the jobs from AOF records in order; returns the jobs held.
 
     A later LOADJOB replaces an earlier one; ACKJOB acks, DELJOB deletes.
+    An ACKJOB of an ID not held (no LOADJOB before it, or one deleted
+    since) was a dummy ack: it is one again, its TTL counted from the load.
     With ``enqueue_once`` (a controlled restart) the jobs recorded as queued
     go back in their queues, in their order. Nothing is persisted again.
     """
@@ -212,8 +223,11 @@ def replay(
                 assert isinstance(payload, aof.JobRecord)
                 _restore(node, payload, enqueue_once, now)
                 continue
-            job = node.jobs.get(str(payload))
+            job_id = str(payload)
+            job = node.jobs.get(job_id)
             if job is None:
+                if kind == aof.ACKJOB and not is_at_most_once_id(job_id):
+                    node.register(dummy_ack(job_id, now))
                 continue
             if kind == aof.ACKJOB:
                 node.acknowledge(job)
@@ -240,4 +254,12 @@ def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) ->
         node.enqueue(job, now=now)
 
 
-__all__ = ["job_data", "job_from_data", "job_from_record", "job_record", "merge_holders", "replay"]
+__all__ = [
+    "dummy_ack",
+    "job_data",
+    "job_from_data",
+    "job_from_record",
+    "job_record",
+    "merge_holders",
+    "replay",
+]

@@ -5,7 +5,9 @@ with any RESP tool and checked record by record:
 
 * ``LOADJOB <job>``: a job this node holds, as a msgpack array (its whole
   state: written when the copy is created, and by rewrites);
-* ``ACKJOB <id>``: the job was acknowledged here;
+* ``ACKJOB <id>``: the job was acknowledged here (with no LOADJOB of the
+  job before it: a dummy ack, an acknowledgement of a job this node never
+  held, which a replay makes again);
 * ``DELJOB <id>``: the job was deleted here.
 
 Replaying the records in order rebuilds the jobs: a later LOADJOB replaces

@@ -311,9 +311,12 @@ class AppendOnlyFile:
             parts: list[bytes] = []
             for i in range(0, len(snapshot), REWRITE_CHUNK):
                 for job in snapshot[i : i + REWRITE_CHUNK]:
-                    live = node.jobs.get(job.id) is job and job.body is not None
-                    if live and job.state != JobState.WAIT_REPL:
+                    if node.jobs.get(job.id) is not job or job.state == JobState.WAIT_REPL:
+                        continue
+                    if job.body is not None:
                         parts.append(records.loadjob(job_record(job)))
+                    else:  # a dummy ack: its ACKJOB record alone
+                        parts.append(records.ackjob(job.id))
                 await trio.lowlevel.checkpoint()
             self.write_now()  # records appended until now go in the buffer
             data = b"".join(parts) + b"".join(self.rewrite_buffer or ())

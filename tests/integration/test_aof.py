@@ -23,6 +23,7 @@ import trio
 import trio.testing
 
 from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, JobState
+from disque_trio.core.records import dummy_ack
 from disque_trio.env import Env, FileDisk, TcpNet, TrioClock
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol.replies import ReplyError, Status
@@ -765,3 +766,24 @@ async def test_unwritable_aof_never_acknowledges_a_job(
         assert "No space left" in refused.message
         assert await other.call("QLEN", "q") >= 1  # reads still work
         disk.close(node.server.aof.path)
+
+
+async def test_a_rewrite_keeps_the_dummy_acks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dummy ack is an ACKJOB record of an ID no LOADJOB names: a rewrite
+    writes it again (it keeps only jobs with a body otherwise)."""
+    async with aof_memory_node(tmp_path, monkeypatch, appendonly="yes") as node:
+        c = await node.client()
+        [kept] = await fill(c, 1)
+        core = node.server.node
+        dummy = "D-" + "77e1a0b2" + "-" + "A" * 24 + "-0003"
+        core.register(dummy_ack(dummy, core.now_ms()))
+        assert await c.call("BGREWRITEAOF")
+        await settle(node)
+        data = (tmp_path / AOF).read_bytes()
+        written = [
+            (name, rec.id if isinstance(rec, aof_records.JobRecord) else rec)
+            for _, _, (name, rec) in aof_records.records(data)
+        ]
+        assert written == [(aof_records.LOADJOB, kept), (aof_records.ACKJOB, dummy)]

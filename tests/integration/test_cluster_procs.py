@@ -289,3 +289,30 @@ def test_pipelined_addjobs_sent_while_their_copies_wait_are_all_answered(
                 break
     ids = replies.split(b"\r\n")[:-1]
     assert len(ids) == 10 and all(line.startswith(b"+D-") for line in ids), replies
+
+
+def test_a_dummy_ack_survives_kill9(node_factory: object) -> None:
+    """An ACKJOB answered by a node that never held the job (a dummy ack)
+    while the holder is down, then both killed: the dummy ack comes back
+    from the AOF and the holder, restarted, hears of the ack before its
+    reloaded job is queued again (simulator seed 180270: the dummy ack was
+    never written, and the job was delivered again for ever)."""
+    holder, other = start_cluster(
+        node_factory, 2, "--appendonly", "yes", "--appendfsync", "always"
+    )
+    job_id = client(holder).execute_command("ADDJOB", "q", "body", 0, "REPLICATE", 1, "RETRY", 12)
+    [(_, got, _)] = client(holder).execute_command("GETJOB", "FROM", "q")
+    assert got == job_id
+    holder.kill(signal.SIGKILL)
+    assert client(other).execute_command("ACKJOB", job_id) == 0  # not known here
+    other.kill(signal.SIGKILL)
+    holder.start()
+    other.start()
+    # The reloaded job is queued again 12 s after the load, unless the ack
+    # reaches the holder first: it must, and the job is collected.
+    deadline = time.monotonic() + 10
+    while client(holder).execute_command("SHOW", job_id) is not None:
+        assert time.monotonic() < deadline, "the holder never heard of the ack"
+        assert client(holder).execute_command("QLEN", "q") == 0
+        time.sleep(0.1)
+    assert client(holder).execute_command("GETJOB", "NOHANG", "FROM", "q") is None

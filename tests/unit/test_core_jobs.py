@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 
+from disque_trio.core.effects import Persist
 from disque_trio.core.ids import is_at_most_once_id
 from disque_trio.core.job import JobState
 from disque_trio.core.jobcmds import AddJobArgs
 from disque_trio.core.node import chatter_slot_end
 from disque_trio.core.queue import Pause
+from disque_trio.core.records import replay
+from disque_trio.protocol import aof
 from disque_trio.protocol.replies import ReplyError, Status
 
 from .core_support import (
@@ -332,6 +335,42 @@ def test_ackjob_unknown_id_creates_dummy_ack_in_a_cluster(monkeypatch: pytest.Mo
     run(node, "ACKJOB", other)
     assert other not in node.jobs  # no dummy acks while leaving
     check_invariants(node)
+
+
+def test_a_dummy_ack_is_recorded_in_the_aof_and_reloaded() -> None:
+    """Simulator seed 180270: an isolated node's dummy ack, its SETACKs
+    lost, died in a crash under appendfsync always; the holders never heard
+    of the ack and delivered the job again for ever."""
+    node, clock = make_node()
+    node.cluster_size = 2
+    node.persisting = True
+    at_least_once = "D-" + OTHER_ID[:8] + "-" + "A" * 24 + "-0003"
+    at_most_once = "D-" + OTHER_ID[:8] + "-" + "B" * 24 + "-0002"
+    node.effects.clear()
+    assert run(node, "ACKJOB", at_least_once, at_most_once) == 0
+    records = b"".join(e.record for e in node.effects if isinstance(e, Persist))
+    assert [(name, rec) for _, _, (name, rec) in aof.records(records)] == [
+        (aof.ACKJOB, at_least_once)
+    ]
+
+    # A reload makes it a dummy ack again, its TTL counted from the load.
+    clock.ms += 5000
+    again, _ = make_node()
+    again.clock = clock
+    replay(again, [(aof.ACKJOB, at_least_once), (aof.ACKJOB, at_most_once)], False)
+    dummy = job(again, at_least_once)
+    assert dummy.state == JobState.ACKED and dummy.body is None and dummy.is_dummy_ack
+    assert dummy.etime == clock.ms // 1000 + 3 * 60
+    assert at_most_once not in again.jobs  # never a dummy for a RETRY 0 job
+    check_invariants(again)
+
+    # Collected, it leaves the AOF too.
+    node.effects.clear()
+    node.unregister(job(node, at_least_once))
+    records = b"".join(e.record for e in node.effects if isinstance(e, Persist))
+    assert [(name, rec) for _, _, (name, rec) in aof.records(records)] == [
+        (aof.DELJOB, at_least_once)
+    ]
 
 
 def test_ackjob_replicated_job_waits_for_confirmations() -> None:
