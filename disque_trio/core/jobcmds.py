@@ -243,13 +243,13 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
         # n4's dummy ack, gave it to n1 by YOURJOBS, and a later ACKJOB on
         # n4 answered 0 with no SETACK: delivered again).
         return None
+    # Registered, it is recorded in the AOF (records.aof_record): durable
+    # like any ack, since the client was answered and the holders may hear
+    # of it only from this node, later (simulator seed 180270: an isolated
+    # node's dummy ack, its SETACKs lost, died in a crash under appendfsync
+    # always, and the job was delivered again for ever).
     job = dummy_ack(job_id, node.now_ms())
     node.register(job)
-    # Durable like any ack: the client was answered, and the holders may
-    # hear of it only from this node, later (simulator seed 180270: an
-    # isolated node's dummy ack, its SETACKs lost, died in a crash under
-    # appendfsync always, and the job was delivered again for ever).
-    node.persist_dummy_ack(job)
     return job
 
 

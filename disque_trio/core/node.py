@@ -56,7 +56,7 @@ from .job import (
     Job,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
-from .records import PENDING_HOLDERS_MS, job_record
+from .records import PENDING_HOLDERS_MS, aof_record, job_record
 from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
@@ -456,8 +456,8 @@ class Node:
         persisting = self.persisting
         for job in self.jobs.values():
             job.etime = self.shared_int(job.etime - shift)
-            if persisting and job.body is not None and job.state != STATE_WAIT_REPL:
-                records.append(aof.loadjob(job_record(job)))
+            if persisting and job.body is not None and (record := aof_record(job)):
+                records.append(record)
         if records:
             # One effect: as large as a rewrite of the file, at worst.
             self.effects.append(Persist(b"".join(records)))
@@ -509,10 +509,11 @@ class Node:
         if job.id in self.jobs:
             return False
         record = None
-        if self.persisting and job.body is not None and job.state != STATE_WAIT_REPL:
+        if self.persisting and (data := aof_record(job)):
             # Encoded before the job is held: never a job in memory whose
-            # record could not be written.
-            record = Persist(aof.loadjob(job_record(job)))
+            # record could not be written. A dummy ack is recorded too (the
+            # client was answered; the holders may hear of it only later).
+            record = Persist(data)
         self.jobs[job.id] = job
         if job.body is not None:
             self.body_bytes += len(job.body)
@@ -805,12 +806,6 @@ class Node:
         if self.persisting and job.body is not None:
             self.effects.append(Persist(aof.ackjob(job.id)))
         self._notify("acked", job)
-
-    def persist_dummy_ack(self, job: Job) -> None:
-        """Record a dummy ack in the AOF (when it is on): an ACKJOB record
-        of an ID no LOADJOB names, which a reload makes a dummy ack again."""
-        if self.persisting:
-            self.effects.append(Persist(aof.ackjob(job.id)))
 
     def try_gc(self, job: Job) -> None:
         """Try to collect an acked job: delete it once every holder confirmed."""

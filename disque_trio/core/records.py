@@ -55,6 +55,17 @@ def job_record(job: Job) -> aof.JobRecord:
     )
 
 
+def aof_record(job: Job) -> bytes | None:
+    """What the AOF holds for a job: its whole state (LOADJOB), a dummy
+    ack's ACKJOB (no body: an ack of a job never held here), or nothing
+    while it waits for its copies."""
+    if job.state == JobState.WAIT_REPL:
+        return None
+    if job.body is None:
+        return aof.ackjob(job.id)
+    return aof.loadjob(job_record(job))
+
+
 def wire_ttl(job: Job, now: int) -> int:
     """The TTL a job travels with: whole seconds left, at least 1."""
     return max(1, job.etime - now // 1000)
@@ -255,6 +266,7 @@ def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) ->
 
 
 __all__ = [
+    "aof_record",
     "dummy_ack",
     "job_data",
     "job_from_data",

@@ -30,7 +30,7 @@ import trio.lowlevel
 from ..config import Config
 from ..core.job import JobState
 from ..core.node import Node
-from ..core.records import job_record, replay
+from ..core.records import aof_record, replay
 from ..env import Disk, Env
 from ..protocol import aof as records
 from ..protocol.replies import ReplyError
@@ -311,12 +311,8 @@ class AppendOnlyFile:
             parts: list[bytes] = []
             for i in range(0, len(snapshot), REWRITE_CHUNK):
                 for job in snapshot[i : i + REWRITE_CHUNK]:
-                    if node.jobs.get(job.id) is not job or job.state == JobState.WAIT_REPL:
-                        continue
-                    if job.body is not None:
-                        parts.append(records.loadjob(job_record(job)))
-                    else:  # a dummy ack: its ACKJOB record alone
-                        parts.append(records.ackjob(job.id))
+                    if node.jobs.get(job.id) is job and (record := aof_record(job)):
+                        parts.append(record)
                 await trio.lowlevel.checkpoint()
             self.write_now()  # records appended until now go in the buffer
             data = b"".join(parts) + b"".join(self.rewrite_buffer or ())
@@ -400,11 +396,7 @@ class AppendOnlyFile:
         start's own settings (a node started with flags only has no config
         file to keep the option in)."""
         node = self.server.node
-        data = b"".join(
-            records.loadjob(job_record(j))
-            for j in node.jobs.values()
-            if j.body is not None and j.state != JobState.WAIT_REPL
-        )
+        data = b"".join(record for j in node.jobs.values() if (record := aof_record(j)))
         self.disk.replace(self.path, data)
         if self.server.config.aof_enqueue_jobs_once:
             self.disk.replace(self.restart_marker, _RESTART_MARKER_TEXT)
