@@ -17,6 +17,14 @@ prints both and their ratios: figures from one run on one machine, which
 is what two speeds can be compared by. The safety phases are summed two
 ways: the median of the seeds' speeds, and all their simulated seconds
 over all their seconds (the aggregate, which weighs each second alike).
+
+``--peer-plans`` gives both checkouts the peer's plans (its
+``Plan.from_seed`` for each seed, handed over as JSON; fields the peer's
+plans lack take their defaults, which turn the newer workload off): the
+same workload in both, so the ratio is the simulator's own speed. Without
+it each checkout runs its own plans for the seeds, and a newer checkout's
+plans may ask for more work per simulated second (more clients, the
+explorer, shorter timers).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -38,13 +47,32 @@ def seed_range(text: str) -> range:
     return range(int(first), int(last or first) + 1)
 
 
-def run_seeds(tree: Path, seeds: range, nodes: int, cpu: bool) -> None:
+def dump_plans(tree: Path, seeds: range, nodes: int) -> None:
+    """The plans checkout ``tree`` draws for ``seeds``, one JSON line each
+    (``--worker --dump-plans``)."""
+    sys.path.insert(0, str(tree))
+    from sim.plan import Plan
+
+    for seed in seeds:
+        print(json.dumps(Plan.from_seed(seed, nodes=nodes, duration=10).to_json()))
+
+
+def run_seeds(
+    tree: Path, seeds: range, nodes: int, cpu: bool, plans_file: Path | None = None
+) -> None:
     """One pass over ``seeds`` with the simulator of checkout ``tree``,
-    printing a JSON line per seed (``--worker``)."""
+    printing a JSON line per seed (``--worker``); with ``plans_file``, the
+    plans in it (``dump_plans``' lines) in place of the checkout's own."""
     sys.path.insert(0, str(tree))
     import sim.workload as workload_module
     from sim.plan import Plan
     from sim.runner import execute
+
+    given: dict[int, str] = {}
+    if plans_file is not None:
+        for line in plans_file.read_text().splitlines():
+            text = json.loads(line)
+            given[int(json.loads(text)["seed"])] = text
 
     clock = time.perf_counter
     if cpu:
@@ -54,7 +82,10 @@ def run_seeds(tree: Path, seeds: range, nodes: int, cpu: bool) -> None:
         # every current_time, and process time costs a system call).
         workload_module.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[attr-defined,assignment]
     for seed in seeds:
-        plan = Plan.from_seed(seed, nodes=nodes, duration=10)
+        if plans_file is not None:
+            plan = Plan.from_json(given[seed])
+        else:
+            plan = Plan.from_seed(seed, nodes=nodes, duration=10)
         t0 = clock()
         outcome = execute(plan)
         spent = clock() - t0
@@ -64,6 +95,7 @@ def run_seeds(tree: Path, seeds: range, nodes: int, cpu: bool) -> None:
             "spent": spent,
             "safety_speed": outcome.workload.safety_speed,
             "events": len(outcome.world.trace.lines),
+            "nodes": outcome.world.count,
             "ok": outcome.ok,
         }
         print(json.dumps(record), flush=True)
@@ -97,11 +129,15 @@ class Tally:
         return len(self.best) / sum(1 / r["safety_speed"] for r in self.best.values())
 
 
-def one_pass(tree: Path, args: argparse.Namespace) -> list[dict[str, float]]:
+def one_pass(
+    tree: Path, args: argparse.Namespace, plans_file: Path | None = None
+) -> list[dict[str, float]]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree)]
     command += ["--seeds", args.seeds, "--nodes", str(args.nodes)]
     if args.cpu:
         command.append("--cpu")
+    if plans_file is not None:
+        command += ["--plans", str(plans_file)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -116,24 +152,46 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="CPU seconds, not wall seconds")
     parser.add_argument("--repeat", type=int, default=1, help="passes per checkout (default 1)")
     parser.add_argument("--peer", type=Path, help="another checkout, run alternately")
+    parser.add_argument(
+        "--peer-plans", action="store_true", help="both checkouts run the peer's plans"
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--dump-plans", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plans", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
-        run_seeds(args.worker, seed_range(args.seeds), args.nodes, args.cpu)
+        if args.dump_plans:
+            dump_plans(args.worker, seed_range(args.seeds), args.nodes)
+        else:
+            run_seeds(args.worker, seed_range(args.seeds), args.nodes, args.cpu, args.plans)
         return 0
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.peer_plans and args.peer is None:
+        parser.error("--peer-plans needs --peer")
     trees = [("this", HERE)]
     if args.peer is not None:
         if not (args.peer / "sim" / "runner.py").is_file():
             parser.error(f"--peer {args.peer}: no sim/runner.py there")
         trees.append(("peer", args.peer.resolve()))
     tallies = {name: Tally(name) for name, _ in trees}
+    plans_file = None
+    if args.peer_plans:
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(args.peer)]
+        command += ["--seeds", args.seeds, "--nodes", str(args.nodes), "--dump-plans"]
+        dumped = subprocess.run(command, capture_output=True, text=True, check=False)
+        if dumped.returncode != 0:
+            tail = (dumped.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SystemExit(f"bench_sim: the peer's plans: {tail}")
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as scratch:
+            scratch.write(dumped.stdout)
+        plans_file = Path(scratch.name)
+        print(f"both checkouts run the peer's plans ({args.peer})")
     for round_ in range(args.repeat):
         # Alternate which checkout goes first: a machine slowing down over
         # the minutes weighs on both alike.
         for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
-            for record in one_pass(tree, args):
+            for record in one_pass(tree, args, plans_file):
                 tallies[name].add(record)
                 print(
                     f"{name} pass {round_ + 1} seed {record['seed']}: "
@@ -158,6 +216,8 @@ def main() -> int:
             f"median {this.safety_median() / peer.safety_median():.2f}, aggregate "
             f"{this.safety_aggregate() / peer.safety_aggregate():.2f}"
         )
+    if plans_file is not None:
+        plans_file.unlink()
     return 0
 
 

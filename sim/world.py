@@ -67,7 +67,7 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
-from .clock import TimerAlarm, Timers, virtual_time
+from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
@@ -336,6 +336,7 @@ class World:
             logger.setLevel(saved_level)
 
     async def _main(self, body: Callable[[World], Awaitable[None]]) -> None:
+        fast_hook_table()
         self.trace.clock = self.clock
         async with trio.open_nursery() as net_nursery:
             self.net.nursery = net_nursery

@@ -266,6 +266,63 @@ def test_clock_timers_run_at_their_time_without_a_task() -> None:
     assert fired == [1.0, 2.5]
 
 
+def test_a_disarmed_timer_at_the_head_is_dropped_not_jumped_to() -> None:
+    """A timer called off (its armed flag cleared) is not run, and the clock
+    does not stop at its time: no pass of the run loop there."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    timers = Timers(clock)
+    passes_at: list[float] = []
+    ran: list[str] = []
+
+    class Passes(trio.abc.Instrument):
+        def before_io_wait(self, timeout: float) -> None:
+            passes_at.append(trio.current_time())
+
+    async def main() -> None:
+        armed = [True]
+        timers.call_at(1.0, lambda: ran.append("off"), armed)
+        timers.call_at(2.0, lambda: ran.append("on"), [True])
+        armed[0] = False
+        await trio.sleep(3.0)
+
+    trio.run(main, clock=clock, instruments=[Passes()])
+    assert ran == ["on"]
+    assert 2.0 in passes_at and 1.0 not in passes_at
+
+
+def test_the_fast_hook_table_keeps_trios_instruments_working() -> None:
+    """Canary and check for ``fast_hook_table``: Trio's loop keeps its
+    instruments in a UserDict (``Instruments``); the simulator gives it the
+    same table as a dict, whose instruments are still called, added and
+    removed as Trio's own."""
+    import trio._core._run as trio_run
+    from trio._core._instrumentation import Instruments
+
+    from sim.clock import _HookTable, fast_hook_table
+
+    steps: list[str] = []
+
+    class Steps(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            steps.append(task.name)
+
+    async def main() -> None:
+        runner = trio_run.GLOBAL_RUN_CONTEXT.runner
+        assert type(runner.instruments) is Instruments
+        fast_hook_table()
+        assert type(runner.instruments) is _HookTable
+        assert "before_task_step" in runner.instruments  # Steps, given to trio.run
+        await trio.lowlevel.checkpoint()
+        assert steps
+        instrument = Steps()
+        trio.lowlevel.add_instrument(instrument)
+        assert len(runner.instruments["before_task_step"]) == 2
+        trio.lowlevel.remove_instrument(instrument)
+        assert len(runner.instruments["before_task_step"]) == 1
+
+    trio.run(main, instruments=[Steps()])
+
+
 def test_cheap_sleeps_and_clock_end_on_time_obey_cancels_and_are_undone() -> None:
     """``virtual_time``: trio.sleep and sleep_until become timers inside the
     block (ending at their virtual time, in order with other timers, a
