@@ -24,6 +24,19 @@ def load() -> object:
     return module
 
 
+def bench(
+    *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``python bench/bench_sim.py ARGS``, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
 def test_a_tally_keeps_each_seeds_fastest_pass() -> None:
     bench = load()
     tally = bench.Tally("this")  # type: ignore[attr-defined]
@@ -39,13 +52,7 @@ def test_a_tally_keeps_each_seeds_fastest_pass() -> None:
 
 def test_against_a_peer_checkout_prints_both_and_the_ratios() -> None:
     args = ["--seeds", "2", "--nodes", "3", "--cpu", "--repeat", "2", "--peer", str(ROOT)]
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    done = bench(*args)
     lines = done.stdout.splitlines()
     passes = [line for line in lines if re.match(r"(this|peer) pass [12] seed 2: ", line)]
     assert len(passes) == 4 and all("ok=True" in line for line in passes)
@@ -60,56 +67,30 @@ def test_against_a_peer_checkout_prints_both_and_the_ratios() -> None:
 
 
 def test_a_peer_that_is_not_a_checkout_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seeds", "1", "--peer", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = bench("--seeds", "1", "--peer", str(tmp_path), timeout=60, check=False)
     assert done.returncode == 2 and "no sim/runner.py there" in done.stderr
 
 
 def test_a_worker_runs_the_plans_it_is_given(tmp_path: Path) -> None:
     """``--plans``: the worker runs the plans of the file (what another
     checkout's ``--dump-plans`` wrote), not the ones it would draw."""
-    worker = [sys.executable, str(SCRIPT), "--worker", str(ROOT), "--seeds", "2", "--nodes", "3"]
-    dumped = subprocess.run(
-        [*worker, "--dump-plans"], capture_output=True, text=True, timeout=60, check=True
-    )
+    worker = ["--worker", str(ROOT), "--seeds", "2", "--nodes", "3"]
+    dumped = bench(*worker, "--dump-plans", timeout=60)
     plan = json.loads(json.loads(dumped.stdout.splitlines()[0]))
     assert plan["seed"] == 2 and plan["extra_nodes"] == 2  # three nodes drawn
     plan["extra_nodes"] = 0
     plans = tmp_path / "plans.jsonl"
     plans.write_text(json.dumps(json.dumps(plan)) + "\n")
-    done = subprocess.run(
-        [*worker, "--cpu", "--plans", str(plans)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    done = bench(*worker, "--cpu", "--plans", str(plans))
     record = json.loads(done.stdout.splitlines()[-1])
     assert record["seed"] == 2 and record["nodes"] == 1 and record["ok"]
 
 
 def test_peer_plans_runs_both_checkouts_on_the_peers_plans() -> None:
     args = ["--seeds", "2", "--nodes", "3", "--cpu", "--peer", str(ROOT), "--peer-plans"]
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+    done = bench(*args)
     assert f"both checkouts run the peer's plans ({ROOT})" in done.stdout
     passes = [line for line in done.stdout.splitlines() if " pass 1 seed 2: " in line]
     assert len(passes) == 2 and all("ok=True" in line for line in passes)
-    alone = subprocess.run(
-        [sys.executable, str(SCRIPT), "--seeds", "1", "--peer-plans"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    alone = bench("--seeds", "1", "--peer-plans", timeout=60, check=False)
     assert alone.returncode == 2 and "--peer-plans needs --peer" in alone.stderr
