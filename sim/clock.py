@@ -225,10 +225,11 @@ def virtual_time(timers: Timers) -> Iterator[None]:
 # ------------------------------------------------------ the hook table
 
 
-# Trio's run loop asks its instruments table for a hook by name four times
-# per task step and twice per pass (``"before_task_step" in
-# runner.instruments``...), some 300,000 times in ten simulated seconds of
-# five nodes. The table is a ``collections.UserDict``: each ask is a call of
+# Trio's run loop asks its instruments table for a hook by name three times
+# per task step (scheduled, before, after) and twice per pass
+# (``"before_task_step" in runner.instruments``...): some 300,000 times in
+# the ten safety phases of bench/bench_sim.py (100 simulated seconds of
+# five nodes). The table is a ``collections.UserDict``: each ask is a call of
 # Python code. ``fast_hook_table`` gives the running loop the same table as
 # a ``dict`` subclass, whose ``in`` is the dict's own, with Trio's methods
 # for adding, removing and calling instruments (they read the table
