@@ -54,7 +54,8 @@ def dump_plans(tree: Path, seeds: range, nodes: int) -> None:
     from sim.plan import Plan
 
     for seed in seeds:
-        print(json.dumps(Plan.from_seed(seed, nodes=nodes, duration=10).to_json()))
+        plan = Plan.from_seed(seed, nodes=nodes, duration=10)
+        print(json.dumps(json.loads(plan.to_json())))  # one line
 
 
 def run_seeds(
@@ -71,8 +72,7 @@ def run_seeds(
     given: dict[int, str] = {}
     if plans_file is not None:
         for line in plans_file.read_text().splitlines():
-            text = json.loads(line)
-            given[int(json.loads(text)["seed"])] = text
+            given[int(json.loads(line)["seed"])] = line
 
     clock = time.perf_counter
     if cpu:
@@ -129,20 +129,49 @@ class Tally:
         return len(self.best) / sum(1 / r["safety_speed"] for r in self.best.values())
 
 
-def one_pass(
-    tree: Path, args: argparse.Namespace, plans_file: Path | None = None
-) -> list[dict[str, float]]:
+def worker(tree: Path, args: argparse.Namespace, what: str, *extra: str) -> str:
+    """What a ``--worker`` process over checkout ``tree`` prints (``what``
+    names it in the error if it fails)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree)]
-    command += ["--seeds", args.seeds, "--nodes", str(args.nodes)]
-    if args.cpu:
-        command.append("--cpu")
-    if plans_file is not None:
-        command += ["--plans", str(plans_file)]
+    command += ["--seeds", args.seeds, "--nodes", str(args.nodes), *extra]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"bench_sim: the pass over {tree} failed: {tail}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        raise SystemExit(f"bench_sim: {what} failed: {tail}")
+    return done.stdout
+
+
+def one_pass(
+    tree: Path, args: argparse.Namespace, plans_file: Path | None = None
+) -> list[dict[str, float]]:
+    extra = ["--cpu"] if args.cpu else []
+    if plans_file is not None:
+        extra += ["--plans", str(plans_file)]
+    out = worker(tree, args, f"the pass over {tree}", *extra)
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def run_passes(
+    trees: list[tuple[str, Path]],
+    tallies: dict[str, Tally],
+    args: argparse.Namespace,
+    plans_file: Path | None,
+) -> None:
+    """``args.repeat`` passes of every checkout, each seed's line printed."""
+    for round_ in range(args.repeat):
+        # Alternate which checkout goes first: a machine slowing down over
+        # the minutes weighs on both alike.
+        for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
+            for record in one_pass(tree, args, plans_file):
+                tallies[name].add(record)
+                print(
+                    f"{name} pass {round_ + 1} seed {record['seed']}: "
+                    f"{record['simulated']:6.1f} simulated s in {record['spent']:5.2f} s "
+                    f"({record['simulated'] / record['spent']:5.1f}x; safety phase "
+                    f"{record['safety_speed']:5.1f}x), {record['events']} events, "
+                    f"ok={record['ok']}",
+                    flush=True,
+                )
 
 
 def main() -> int:
@@ -177,30 +206,16 @@ def main() -> int:
     tallies = {name: Tally(name) for name, _ in trees}
     plans_file = None
     if args.peer_plans:
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(args.peer)]
-        command += ["--seeds", args.seeds, "--nodes", str(args.nodes), "--dump-plans"]
-        dumped = subprocess.run(command, capture_output=True, text=True, check=False)
-        if dumped.returncode != 0:
-            tail = (dumped.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SystemExit(f"bench_sim: the peer's plans: {tail}")
+        plans = worker(args.peer, args, "dumping the peer's plans", "--dump-plans")
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as scratch:
-            scratch.write(dumped.stdout)
+            scratch.write(plans)
         plans_file = Path(scratch.name)
         print(f"both checkouts run the peer's plans ({args.peer})")
-    for round_ in range(args.repeat):
-        # Alternate which checkout goes first: a machine slowing down over
-        # the minutes weighs on both alike.
-        for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
-            for record in one_pass(tree, args, plans_file):
-                tallies[name].add(record)
-                print(
-                    f"{name} pass {round_ + 1} seed {record['seed']}: "
-                    f"{record['simulated']:6.1f} simulated s in {record['spent']:5.2f} s "
-                    f"({record['simulated'] / record['spent']:5.1f}x; safety phase "
-                    f"{record['safety_speed']:5.1f}x), {record['events']} events, "
-                    f"ok={record['ok']}",
-                    flush=True,
-                )
+    try:
+        run_passes(trees, tallies, args, plans_file)
+    finally:
+        if plans_file is not None:
+            plans_file.unlink()
     unit = "CPU" if args.cpu else "wall"
     for name, tree in trees:
         tally = tallies[name]
@@ -216,8 +231,6 @@ def main() -> int:
             f"median {this.safety_median() / peer.safety_median():.2f}, aggregate "
             f"{this.safety_aggregate() / peer.safety_aggregate():.2f}"
         )
-    if plans_file is not None:
-        plans_file.unlink()
     return 0
 
 

@@ -76,11 +76,11 @@ def test_a_worker_runs_the_plans_it_is_given(tmp_path: Path) -> None:
     checkout's ``--dump-plans`` wrote), not the ones it would draw."""
     worker = ["--worker", str(ROOT), "--seeds", "2", "--nodes", "3"]
     dumped = bench(*worker, "--dump-plans", timeout=60)
-    plan = json.loads(json.loads(dumped.stdout.splitlines()[0]))
+    plan = json.loads(dumped.stdout.splitlines()[0])
     assert plan["seed"] == 2 and plan["extra_nodes"] == 2  # three nodes drawn
     plan["extra_nodes"] = 0
     plans = tmp_path / "plans.jsonl"
-    plans.write_text(json.dumps(json.dumps(plan)) + "\n")
+    plans.write_text(json.dumps(plan) + "\n")
     done = bench(*worker, "--cpu", "--plans", str(plans))
     record = json.loads(done.stdout.splitlines()[-1])
     assert record["seed"] == 2 and record["nodes"] == 1 and record["ok"]
