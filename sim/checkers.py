@@ -1,5 +1,45 @@
 """Black-box checks over a workload history (Jepsen's total-queue, adapted
-to Disque's guarantees), plus the end-of-run liveness checks."""
+to Disque's guarantees), plus the end-of-run liveness checks.
+
+Every check of a run, one line each: the property it guards, and where it
+runs when it needs more than the history (a violation starts with its name).
+
+Here, over the client history:
+- (no name: ``check``) no job acknowledged by ADDJOB is lost, nothing is
+  delivered that was never added, before its DELAY or after its TTL, and a
+  RETRY 0 job is delivered at most once;
+- ``requeue-timely``: a job not acked is delivered again within RETRY plus
+  an allowance after its last delivery, once healed;
+- ``nack-prompt``: a NACKed job is queued again within 1 s, absent faults;
+- ``working-holds``: no re-queue or re-delivery while WORKING keeps coming;
+- ``ack-final``: an ack in a calm cluster (dummy acks included) is final;
+- ``answered``: every pipelined ADDJOB gets its reply once faults heal.
+
+Over node state, in ``sim/world.py`` (its module docstring says more):
+- ``acked-absorbing``: a node that acked a job never queues it again;
+- ``retry0-once``: a RETRY 0 job is queued at most once per node;
+- ``always-no-amnesia``: under ``appendfsync always`` a crash forgets no job;
+- ``everysec-window``: under ``everysec`` a crash loses only its last writes;
+- ``aof-keeps-ttl``: a job reloaded from the AOF keeps its expire time;
+- ``ttl-expires``: no node holds a job past its TTL;
+- ``expired-stays-expired``: a node never takes back a copy it expired;
+- ``queued-iff-in-queue``: QUEUED exactly when in the queue;
+- ``single-queued``: no job queued on two nodes for long in a healthy cluster;
+- ``pause-in``: a node paused in stores no replicated copy;
+- ``collected-everywhere``: a collected ack leaves every holder;
+- ``holders-know-holders``: a holder lists the other holders;
+- ``replication-counts-nodes``: a sync ADDJOB's wait ends at REPLICATE nodes;
+- ``fail-detected``: a node cut off past the node timeout is FAIL for the
+  majority within a bound;
+- ``message-storm``, ``run-finishes``: the bus and the run stay bounded.
+
+At the end of a run, in ``sim/runner.py``: ``acked-collected`` (acks, dummy
+acks included, are collected everywhere), ``replicated-before-ok`` (an OK
+means REPLICATE copies), ``converged`` (membership and FAIL flags agree
+after heal). By the explorer, in ``sim/explore.py``: ``model-read``,
+``pause-out``, ``leaving``, ``async-replicated``, ``acked-survives-restart``,
+``shutdown-no-amnesia``.
+"""
 
 from __future__ import annotations
 
