@@ -1,0 +1,167 @@
+"""``Retries``: acknowledge a handled job, NACK a failed one, and move one
+that failed too often to the dead-letter queue."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import anyio
+
+from ..client import DisqueError, NoReplError
+from .context import JobContext, Next, log
+from .deadletter import DeadLetter
+from .logs import describe, job_fields
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class Retries:
+    """Acknowledge, retry or give up.
+
+    Success: ACKJOB (FASTACK when the handler or worker says so). Failure
+    (an exception, a timeout): NACK, so the job is queued again at once
+    with its ``nacks`` counter raised; unless this was delivery number
+    ``max_deliveries`` (nacks + additional deliveries + 1), then the job is
+    added to ``<queue><suffix>`` (JSON: ``DeadLetter``) and acknowledged.
+    A job that arrives already past the limit (it kept coming back without
+    a verdict, e.g. it crashes the worker) goes there without running.
+    A dead letter the node refuses with -NOREPL (a node of the cluster is
+    out) is added with fewer copies, down to one.
+    Cancelled (shutdown): NACK, shielded, within ``nack_timeout``."""
+
+    def __init__(
+        self,
+        *,
+        max_deliveries: int = 5,
+        dead_letter: bool = True,
+        suffix: str = ":dead",
+        dead_letter_ttl: int | None = None,
+        fastack: bool = False,
+        nack_timeout: float = 2.0,
+    ) -> None:
+        if max_deliveries < 1:
+            raise ValueError("max_deliveries must be at least 1")
+        self.max_deliveries = max_deliveries
+        self.dead_letter = dead_letter
+        self.suffix = suffix
+        self.dead_letter_ttl = dead_letter_ttl
+        self.fastack = fastack
+        self.nack_timeout = nack_timeout
+
+    def _limit(self, ctx: JobContext) -> int:
+        return ctx.spec.max_deliveries or self.max_deliveries
+
+    async def __call__(self, ctx: JobContext, call_next: Next) -> None:
+        job = ctx.job
+        if self.dead_letter and job.deliveries > self._limit(ctx):
+            ctx.error = RuntimeError(
+                f"delivered {job.deliveries} times (limit {self._limit(ctx)}) without a verdict"
+            )
+            ctx.outcome = "failed"
+            await self._bury(ctx, "")
+            return
+        try:
+            await call_next()
+        except anyio.get_cancelled_exc_class():
+            ctx.outcome = "interrupted"
+            with anyio.CancelScope(shield=True):
+                await ctx.worker.fetches_returned()
+                with anyio.move_on_after(self.nack_timeout):
+                    await self._nack(ctx)
+            raise
+        except Exception as e:
+            ctx.error = e
+            ctx.outcome = "failed"
+            trace = _handler_traceback(e)
+            if self.dead_letter and job.deliveries >= self._limit(ctx):
+                await self._bury(ctx, trace)
+            else:
+                await self._nack(ctx)
+            return
+        fast = ctx.spec.fastack if ctx.spec.fastack is not None else self.fastack
+        try:
+            if fast:
+                await ctx.client.fast_ack(job.id)
+            else:
+                await ctx.client.ack_job(job.id)
+            ctx.outcome = "done"
+        except DisqueError as e:
+            # Handled, but the ack was lost: the job will come back after
+            # its RETRY and run again (at-least-once).
+            ctx.outcome = "lost"
+            ctx.error = e
+
+    async def _nack(self, ctx: JobContext) -> None:
+        try:
+            ctx.notes["nacked"] = await ctx.client.nack(ctx.job.id)
+        except DisqueError as e:
+            ctx.notes["nack_error"] = str(e)  # RETRY will queue it again anyway
+
+    async def _add_letter(self, ctx: JobContext, dead_queue: str, body: bytes) -> str:
+        """ADDJOB of a dead letter. The node's default replication is
+        min(3, cluster size), and the size counts failed and leaving
+        nodes: with one of them out, that is refused (-NOREPL) until the
+        node comes back or is forgotten, and the job would meanwhile be
+        NACKed and come back at once, for ever. So on NOREPL the letter
+        is added with fewer copies, down to one, with a warning."""
+        replicate: int | None = None
+        while True:
+            try:
+                return await ctx.client.add_job(
+                    dead_queue, body, ttl=self.dead_letter_ttl, replicate=replicate
+                )
+            except NoReplError as e:
+                replicate = 2 if replicate is None else replicate - 1
+                if replicate < 1:
+                    raise
+                log.warning(
+                    "job %s: the dead letter for %s was refused (%s); adding it with %d cop%s",
+                    ctx.job.id,
+                    dead_queue,
+                    e,
+                    replicate,
+                    "y" if replicate == 1 else "ies",
+                    extra=job_fields(ctx, event="dead-letter-fewer-copies"),
+                )
+
+    async def _bury(self, ctx: JobContext, trace: str) -> None:
+        job = ctx.job
+        letter = DeadLetter(
+            id=job.id,
+            queue=job.queue,
+            body=job.body,
+            error=describe(ctx.error),
+            deliveries=job.deliveries,
+            nacks=job.nacks,
+            additional_deliveries=job.additional_deliveries,
+            traceback=trace,
+        )
+        dead_queue = job.queue + self.suffix
+        try:
+            dead_id = await self._add_letter(ctx, dead_queue, letter.to_json())
+        except DisqueError as e:
+            log.error(
+                "job %s: could not add it to %s (%s); NACKed instead",
+                job.id,
+                dead_queue,
+                e,
+                extra=job_fields(ctx, event="dead-letter-failed"),
+            )
+            await self._nack(ctx)
+            return
+        ctx.outcome = "dead"
+        ctx.notes["dead_letter_id"] = dead_id
+        try:
+            await ctx.client.ack_job(job.id)
+        except DisqueError as e:
+            ctx.notes["ack_error"] = str(e)
+
+
+def _handler_traceback(error: BaseException) -> str:
+    """The traceback from the handler down, without the worker's frames
+    (every module of this package: the middleware chain spans them)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
