@@ -1,19 +1,33 @@
-"""Jobs per second through the worker (no-op handler) versus raw pipelined
-ADDJOB / GETJOB / ACKJOB, against one disque-trio node on loopback.
+"""Jobs per second and CPU per job of the worker (``disque-trio worker``,
+no-op async handler) against one disque-trio node on loopback, beside raw
+pipelined ADDJOB / GETJOB / ACKJOB.
 
 Prints figures; not a test (exit 0 unless it could not run). Starts its own
-node on a free port in a scratch directory and kills it on the way out.
+node (AOF off) on a free port in a scratch directory and kills it on the
+way out.
 
-    python bench/bench_worker.py                 # 20,000 jobs, concurrency 50
-    python bench/bench_worker.py --jobs 5000 --quick
-    python bench/bench_worker.py --backend asyncio --concurrency 200
+    python bench/bench_worker.py                       # 20,000 jobs, concurrency 50, 3 runs
+    python bench/bench_worker.py --quick               # 2,000 jobs, one run
+    python bench/bench_worker.py --log-level warning --repeat 5
+    python bench/bench_worker.py --peer /tmp/older     # A/B against another checkout
 
-Raw: one connection, the client's sans-I/O ClientProtocol over a blocking
-socket; ADDJOB pipelined in batches of 1,000; then GETJOB NOHANG COUNT
-1,000 followed by one ACKJOB of that batch, pipelined. Worker: the same
-number of jobs pre-filled (raw, pipelined), then a Worker with an async
-no-op handler runs until every job was handled and acknowledged (one
-GETJOB per free slot batch, one ACKJOB per job, as the worker does).
+The worker runs as it does in production: a ``disque-trio worker`` process
+(``--log-level``, ``--backend``) loading a module with one no-op handler;
+its log goes to a file. Two phases, each with a fresh worker process that
+is first left waiting in its GETJOB (the node's ``blocked_clients``):
+
+drain   the jobs are added beforehand to a queue paused for output
+        (``PAUSE q out``); the clock starts when the pause is lifted.
+steady  a producer process adds the jobs while the worker runs (ADDJOB
+        pipelined in batches of ``--producer-batch``, as fast as it can);
+        the clock starts when it is told to begin.
+
+Both end when the node holds no job any more (``registered_jobs`` 0: every
+job acknowledged). Worker CPU is the process's user + system time
+(/proc/PID/stat) over that span, per 1,000 jobs; the node's is given too.
+Each figure is the median of ``--repeat`` runs; with ``--peer DIR``, the
+other checkout's worker (the same module, imported from DIR) runs
+alternately with this one's, against the same node.
 """
 
 from __future__ import annotations
@@ -22,20 +36,23 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-import anyio
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from disque_trio.client import NEED_DATA, ClientProtocol, Job, commands  # noqa: E402
 from disque_trio.client.commands import Command  # noqa: E402
-from disque_trio.worker import Worker  # noqa: E402
+
+QUEUE = "workq"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -51,6 +68,13 @@ def free_port() -> int:
         if ok:
             return port
     raise RuntimeError("no free port")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Node:
@@ -111,10 +135,21 @@ class Raw:
             out.append(event.result())
         return out
 
+    def call(self, *args: str) -> object:
+        return self.run([commands.raw(*args)])[0]
+
     def add(self, queue: str, count: int, batch: int = 1000) -> None:
         for start in range(0, count, batch):
             n = min(batch, count - start)
             self.run([commands.addjob(queue, b"0123456789", 0) for _ in range(n)])
+
+    def info_field(self, section: str, name: str) -> int:
+        text = self.run([commands.info(section)])[0]
+        assert isinstance(text, str)
+        for line in text.splitlines():
+            if line.startswith(name + ":"):
+                return int(line.split(":", 1)[1])
+        raise KeyError(name)
 
     def close(self) -> None:
         self.sock.close()
@@ -140,66 +175,237 @@ def raw_round_trip(port: int, jobs: int) -> tuple[float, float]:
     return jobs / (t1 - t0), jobs / (t2 - t1)
 
 
-def through_worker(port: int, jobs: int, concurrency: int, backend: str) -> float:
-    raw = Raw(port)
-    try:
-        raw.add("workq", jobs)
-    finally:
-        raw.close()
-    worker = Worker(f"disque://127.0.0.1:{port}", fetch_timeout=0.2)
-    handled = 0
-    all_done: anyio.Event | None = None
+WORKER_MODULE = """
+from disque_trio.worker import Worker
 
-    @worker.handler("workq", concurrency=concurrency)
-    async def noop(job: Job) -> None:
-        nonlocal handled
-        handled += 1
-        if handled == jobs and all_done is not None:
-            all_done.set()
+worker = Worker("disque://127.0.0.1:{port}")
 
-    elapsed = 0.0
 
-    async def main() -> None:
-        nonlocal elapsed, all_done
-        all_done = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(
-                lambda task_status: worker.run(handle_signals=False, task_status=task_status)
+@worker.handler("{queue}", concurrency={concurrency})
+async def noop(job):
+    pass
+"""
+
+
+@dataclass
+class Setup:
+    port: int
+    jobs: int
+    concurrency: int
+    backend: str
+    log_level: str
+    producer_batch: int
+    scratch: Path
+
+
+@dataclass
+class Run:
+    rate: float  # jobs/s
+    worker_cpu: float  # ms per 1,000 jobs
+    node_cpu: float  # ms per 1,000 jobs
+
+
+class WorkerProcess:
+    """``disque-trio worker`` from ``checkout``, its log in a file."""
+
+    def __init__(self, setup: Setup, checkout: Path) -> None:
+        module = setup.scratch / "bench_worker_tasks.py"
+        module.write_text(
+            textwrap.dedent(WORKER_MODULE).format(
+                port=setup.port, queue=QUEUE, concurrency=setup.concurrency
             )
-            t0 = anyio.current_time()
-            await all_done.wait()
-            worker.stop()  # returns once the last acks are in
-        elapsed = anyio.current_time() - t0
+        )
+        self.log = open(setup.scratch / "worker.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "disque_trio",
+                "worker",
+                "bench_worker_tasks:worker",
+                "--path",
+                str(setup.scratch),
+                "--backend",
+                setup.backend,
+                "--log-level",
+                setup.log_level,
+            ],
+            cwd=checkout,
+            env={**os.environ, "PYTHONPATH": str(checkout)},
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+        )
 
-    anyio.run(main, backend=backend)
-    return jobs / elapsed
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait(timeout=15)
+        self.log.close()
+
+
+def wait_for(predicate: object, what: str, timeout: float = 60.0, every: float = 0.01) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
+    """One phase with a fresh worker: drain, or steady with a producer."""
+    raw = Raw(setup.port)
+    producer = None
+    if steady:
+        producer = start_producer(setup)
+    else:
+        raw.call("PAUSE", QUEUE, "out")
+        raw.add(QUEUE, setup.jobs)
+    worker = WorkerProcess(setup, checkout)
+    try:
+        wait_for(lambda: raw.info_field("clients", "blocked_clients") >= 1, "the worker's GETJOB")
+        time.sleep(0.2)  # its start settles (the connection pool, HELLO)
+        cpu0, node0, t0 = worker.cpu(), cpu_seconds(node_pid), time.perf_counter()
+        if producer is not None:
+            assert producer.stdin is not None
+            producer.stdin.write(b"go\n")
+            producer.stdin.close()
+            producer.wait(timeout=120)
+        else:
+            raw.call("PAUSE", QUEUE, "none")
+        wait_for(lambda: raw.info_field("jobs", "registered_jobs") == 0, "the last ack", 300)
+        elapsed = time.perf_counter() - t0
+        cpu1, node1 = worker.cpu(), cpu_seconds(node_pid)
+    finally:
+        worker.close()
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+        raw.close()
+    per_k = 1000 / setup.jobs
+    return Run(setup.jobs / elapsed, (cpu1 - cpu0) * 1000 * per_k, (node1 - node0) * 1000 * per_k)
+
+
+def start_producer(setup: Setup) -> subprocess.Popen[bytes]:
+    """This script in producer mode, waiting for a line on its stdin."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--produce",
+            str(setup.port),
+            "--jobs",
+            str(setup.jobs),
+            "--producer-batch",
+            str(setup.producer_batch),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def produce(port: int, jobs: int, batch: int) -> None:
+    raw = Raw(port)
+    sys.stdin.readline()
+    raw.add(QUEUE, jobs, batch)
+    raw.close()
+
+
+def median_run(runs: list[Run]) -> Run:
+    return Run(
+        statistics.median(r.rate for r in runs),
+        statistics.median(r.worker_cpu for r in runs),
+        statistics.median(r.node_cpu for r in runs),
+    )
+
+
+def report(name: str, drain: Run, steady: Run) -> None:
+    print(
+        f"  {name:<14} {drain.rate:8,.0f} {steady.rate:9,.0f}"
+        f" {drain.worker_cpu:10.0f} {steady.worker_cpu:8.0f}"
+        f" {drain.node_cpu:10.0f} {steady.node_cpu:8.0f}"
+    )
+
+
+def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, node_pid: int) -> None:
+    """Every checkout's worker, alternately, ``repeat`` times; medians."""
+    drains: dict[str, list[Run]] = {name: [] for name in checkouts}
+    steadies: dict[str, list[Run]] = {name: [] for name in checkouts}
+    for _ in range(repeat):
+        for name, checkout in checkouts.items():
+            drains[name].append(measured(setup, checkout, node_pid, steady=False))
+            steadies[name].append(measured(setup, checkout, node_pid, steady=True))
+    print(
+        f"  {'':<14} {'jobs/s':>8} {'':>9} {'worker CPU ms/1k':>19} {'node CPU ms/1k':>19}\n"
+        f"  {'':<14} {'drain':>8} {'steady':>9} {'drain':>10} {'steady':>8}"
+        f" {'drain':>10} {'steady':>8}"
+    )
+    medians = {n: (median_run(drains[n]), median_run(steadies[n])) for n in checkouts}
+    for name, (drain, steady) in medians.items():
+        report(name, drain, steady)
+    if len(medians) == 2:
+        (a_drain, a_steady), (b_drain, b_steady) = medians.values()
+        print(
+            f"  {'ratio':<14} {a_drain.rate / b_drain.rate:8.2f}x"
+            f" {a_steady.rate / b_steady.rate:8.2f}x"
+            f" {a_drain.worker_cpu / b_drain.worker_cpu:10.2f}x"
+            f" {a_steady.worker_cpu / b_steady.worker_cpu:7.2f}x"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--backend", choices=["trio", "asyncio", "both"], default="both")
-    parser.add_argument("--quick", action="store_true", help="2,000 jobs")
+    parser.add_argument("--backend", choices=["trio", "asyncio"], default="trio")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per checkout (medians)")
+    parser.add_argument("--peer", type=Path, help="another checkout, run alternately")
+    parser.add_argument("--producer-batch", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="2,000 jobs, one run")
+    parser.add_argument("--produce", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    jobs = 2000 if args.quick else args.jobs
-    backends = ["trio", "asyncio"] if args.backend == "both" else [args.backend]
+    if args.produce:
+        produce(args.produce, args.jobs, args.producer_batch)
+        return 0
+    jobs, repeat = (2000, 1) if args.quick else (args.jobs, args.repeat)
+    checkouts = {"this checkout": ROOT}
+    if args.peer is not None:
+        checkouts["peer"] = args.peer.resolve()
     node = Node()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-worker-tasks-"))
     try:
         add_rate, consume_rate = raw_round_trip(node.port, jobs)
-        print(f"{jobs} jobs, 10-byte bodies, one node on 127.0.0.1 ({os.cpu_count()} CPUs)")
+        print(
+            f"{jobs} jobs, 10-byte bodies, one node on 127.0.0.1 ({os.cpu_count()} CPUs); "
+            f"worker: concurrency {args.concurrency}, {args.backend}, log level "
+            f"{args.log_level}; medians of {repeat} run(s)"
+        )
         print(f"  raw pipelined ADDJOB (batches of 1000)                 {add_rate:10,.0f} jobs/s")
         print(
             f"  raw pipelined GETJOB COUNT 1000 + ACKJOB of the batch  {consume_rate:10,.0f} jobs/s"
         )
-        for backend in backends:
-            rate = through_worker(node.port, jobs, args.concurrency, backend)
-            print(
-                f"  worker, no-op async handler, concurrency {args.concurrency:<4} ({backend:7})"
-                f"   {rate:10,.0f} jobs/s  ({rate / consume_rate:.0%} of raw consume)"
-            )
+        if args.peer is not None:
+            print(f"  peer: {checkouts['peer']}")
+        setup = Setup(
+            node.port,
+            jobs,
+            args.concurrency,
+            args.backend,
+            args.log_level,
+            args.producer_batch,
+            scratch,
+        )
+        compare(setup, checkouts, repeat, node.proc.pid)
     finally:
         node.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
