@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -42,7 +42,8 @@ class HandlerTimeout(Exception):
 
 @dataclass
 class HandlerSpec:
-    """One ``@worker.handler(...)``: the queue and how to run jobs from it."""
+    """One ``@worker.handler(...)``: the queue and how to run jobs from it.
+    ``max_retries`` and ``max_deliveries`` override the worker's."""
 
     queue: str
     fn: Handler
@@ -50,26 +51,65 @@ class HandlerSpec:
     timeout: float | None = None
     max_deliveries: int | None = None
     fastack: bool | None = None
+    max_retries: int | None = None
 
     @property
     def name(self) -> str:
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
-@dataclass
 class JobContext:
-    """What the middleware pieces share about one job being handled."""
+    """What the middleware pieces share about one job being handled.
 
-    job: Job
-    spec: HandlerSpec
-    worker: WorkerHost
-    client: AsyncClient
-    task_group: anyio.abc.TaskGroup
-    started: float = 0.0
-    finished: float = 0.0
-    outcome: str = "running"  # done | failed | dead | interrupted | lost
-    error: BaseException | None = None
-    notes: dict[str, object] = field(default_factory=dict)
+    ``task_group`` is a task group that ends with the job, for helpers of
+    pieces of your own: the worker opens one per job only when its chain
+    holds such pieces (none of its own uses it, and it costs about as much
+    as the rest of a job's handling)."""
+
+    __slots__ = (
+        "_task_group",
+        "client",
+        "error",
+        "finished",
+        "handler_done",
+        "job",
+        "notes",
+        "outcome",
+        "spec",
+        "started",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        spec: HandlerSpec,
+        worker: WorkerHost,
+        client: AsyncClient,
+        task_group: anyio.abc.TaskGroup | None = None,
+        started: float = 0.0,
+    ) -> None:
+        self.job = job
+        self.spec = spec
+        self.worker = worker
+        self.client = client
+        self._task_group = task_group
+        self.started = started
+        self.finished = 0.0
+        self.handler_done = False  # the handler returned or raised
+        self.outcome = "running"  # done | failed | dead | interrupted | lost
+        self.error: BaseException | None = None
+        self.notes: dict[str, object] = {}
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        if self._task_group is None:
+            raise RuntimeError("no task group: the worker opens one only for pieces of your own")
+        return self._task_group
+
+    @task_group.setter
+    def task_group(self, group: anyio.abc.TaskGroup) -> None:
+        self._task_group = group
 
     @property
     def duration(self) -> float:

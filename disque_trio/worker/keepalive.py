@@ -1,36 +1,117 @@
 """``KeepAlive``: WORKING while a handler runs, so that the cluster does
-not queue its job again meanwhile."""
+not queue its job again meanwhile.
+
+Most jobs end long before they could need a WORKING (RETRY is at least a
+second, and the first WORKING is due at ``fraction`` of it), so a job
+costs no task and no command here: it is put in a heap of deadlines, the
+time its first WORKING could be due, and marked done when it ends. One
+task for the whole worker (``run()``) wakes at the heap's head (at most
+every ``granularity`` seconds) and starts a beat for each job still
+running there: the first beat learns the job's RETRY (SHOW, cached per
+queue) and sends WORKING once ``fraction`` of it has passed; each WORKING
+then schedules the next.
+"""
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
+
 import anyio
+import anyio.abc
 
 from ..client import DisqueError, NoJobError, TooLateError
 from .context import JobContext, Next, log
 from .logs import job_fields
 
 
+class _Beat:
+    """One running job's place in the heap."""
+
+    __slots__ = ("ctx", "done", "retry")
+
+    def __init__(self, ctx: JobContext, retry: int | None) -> None:
+        self.ctx = ctx
+        self.retry = retry  # seconds; None until learned
+        self.done = False
+
+
 class KeepAlive:
     """While the handler runs, send WORKING every ``fraction`` of the job's
-    RETRY (read once per queue with SHOW and cached), so the cluster does
-    not queue the job again meanwhile. Stops at -TOOLATE (half the TTL is
-    gone: the job will be re-queued at RETRY, and that is logged) or
-    -NOJOB. RETRY 0 jobs are never re-queued: nothing to send."""
+    RETRY (read with SHOW once per queue, when a job of it first runs that
+    long, and cached), so the cluster does not queue the job again
+    meanwhile. Stops at -TOOLATE (half the TTL is gone: the job will be
+    re-queued at RETRY, and that is logged) or -NOJOB. RETRY 0 jobs are
+    never re-queued: nothing to send. ``run()`` is the task sending them;
+    the worker runs it while it runs."""
 
-    def __init__(self, fraction: float = 0.5, min_interval: float = 0.2) -> None:
+    def __init__(
+        self, fraction: float = 0.5, min_interval: float = 0.2, granularity: float = 0.05
+    ) -> None:
         if not 0 < fraction < 1:
             raise ValueError("fraction must be between 0 and 1")
         self.fraction = fraction
         self.min_interval = min_interval
+        self.granularity = granularity
         self.retry_by_queue: dict[str, int] = {}
+        self._heap: list[tuple[float, int, _Beat]] = []
+        self._order = itertools.count()  # ties in the heap: first come, first served
+        self._wake_at = math.inf  # when run() wakes next
+        self._wake: anyio.Event | None = None
+
+    def _interval(self, retry: int) -> float:
+        return max(self.min_interval, retry * self.fraction)
+
+    def _schedule(self, when: float, beat: _Beat) -> None:
+        heapq.heappush(self._heap, (when, next(self._order), beat))
+        if when < self._wake_at and self._wake is not None:
+            self._wake.set()
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
-        scope = anyio.CancelScope()
-        ctx.task_group.start_soon(self._beat, ctx, scope)
+        # Unknown RETRY: the shortest there is (1 s), learned when due.
+        retry = self.retry_by_queue.get(ctx.job.queue)
+        if retry == 0:
+            await call_next()
+            return
+        beat = _Beat(ctx, retry)
+        self._schedule(ctx.started + self._interval(retry or 1), beat)
         try:
             await call_next()
         finally:
-            scope.cancel()
+            beat.done = True
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start a beat for each running job whose time came, forever."""
+        async with anyio.create_task_group() as beats:
+            self._wake = anyio.Event()
+            task_status.started()
+            while True:
+                now = anyio.current_time()
+                while self._heap and self._heap[0][0] <= now:
+                    beat = heapq.heappop(self._heap)[2]
+                    if not beat.done:
+                        beats.start_soon(self._beat, beat)
+                head = self._heap[0][0] if self._heap else math.inf
+                self._wake_at = max(head, now + self.granularity)
+                with anyio.move_on_at(self._wake_at):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+
+    async def _beat(self, beat: _Beat) -> None:
+        ctx = beat.ctx
+        if beat.retry is None:
+            beat.retry = await self._retry(ctx)
+            if not beat.retry or beat.done:
+                return
+            due = ctx.started + self._interval(beat.retry)
+            if due > anyio.current_time():  # RETRY is longer than supposed
+                self._schedule(due, beat)
+                return
+        if await self._working(beat) and not beat.done:
+            self._schedule(anyio.current_time() + self._interval(beat.retry), beat)
 
     async def _retry(self, ctx: JobContext) -> int | None:
         queue = ctx.job.queue
@@ -45,31 +126,29 @@ class KeepAlive:
             self.retry_by_queue[queue] = info.retry
         return self.retry_by_queue[queue]
 
-    async def _beat(self, ctx: JobContext, scope: anyio.CancelScope) -> None:
-        with scope:
-            retry = await self._retry(ctx)
-            if not retry:
-                return
-            interval = max(self.min_interval, retry * self.fraction)
-            while True:
-                await anyio.sleep(interval)
-                try:
-                    await ctx.client.working(ctx.job.id)
-                    ctx.notes["working"] = int(str(ctx.notes.get("working", 0))) + 1
-                except TooLateError:
-                    log.warning(
-                        "job %s: WORKING refused (TOOLATE: half its TTL passed); it will be "
-                        "queued again after its RETRY while the handler still runs",
-                        ctx.job.id,
-                        extra=job_fields(ctx, event="toolate"),
-                    )
-                    return
-                except NoJobError:
-                    log.warning(
-                        "job %s: WORKING refused (NOJOB)",
-                        ctx.job.id,
-                        extra=job_fields(ctx, event="nojob"),
-                    )
-                    return
-                except DisqueError as e:
-                    log.warning("job %s: WORKING failed: %s", ctx.job.id, e)
+    async def _working(self, beat: _Beat) -> bool:
+        """One WORKING; whether to go on."""
+        ctx = beat.ctx
+        try:
+            beat.retry = await ctx.client.working(ctx.job.id)
+            ctx.notes["working"] = int(str(ctx.notes.get("working", 0))) + 1
+        except TooLateError:
+            if not beat.done:
+                log.warning(
+                    "job %s: WORKING refused (TOOLATE: half its TTL passed); it will be "
+                    "queued again after its RETRY while the handler still runs",
+                    ctx.job.id,
+                    extra=job_fields(ctx, event="toolate"),
+                )
+            return False
+        except NoJobError:
+            if not beat.done:
+                log.warning(
+                    "job %s: WORKING refused (NOJOB)",
+                    ctx.job.id,
+                    extra=job_fields(ctx, event="nojob"),
+                )
+            return False
+        except DisqueError as e:
+            log.warning("job %s: WORKING failed: %s", ctx.job.id, e)
+        return True

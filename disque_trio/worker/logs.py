@@ -43,23 +43,33 @@ def job_fields(ctx: JobContext, **more: object) -> dict[str, object]:
 
 class JobLog:
     """One log line per job, with its fields as ``extra`` (docs/worker.md:
-    ``--log-format json`` prints them as JSON)."""
+    ``--log-format json`` prints them as JSON). A job done is logged at
+    ``success_level`` (DEBUG: at thousands of jobs a second, a line each
+    is noise and the biggest cost of a job after its network round trips;
+    the metrics count them), failed, interrupted and lost ones at WARNING,
+    dead ones at ERROR. Nothing is built for a line the level drops."""
+
+    def __init__(self, success_level: int = logging.DEBUG) -> None:
+        self.levels = {"done": success_level, "dead": logging.ERROR}
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
         try:
             await call_next()
         finally:
             ctx.finished = anyio.current_time()
-            level = logging.INFO if ctx.outcome == "done" else logging.WARNING
-            if ctx.outcome == "dead":
-                level = logging.ERROR
-            text = f"job {ctx.outcome} queue={ctx.job.queue} id={ctx.job.id} "
-            text += f"deliveries={ctx.job.deliveries} duration_ms={ctx.duration * 1000:.1f}"
-            if ctx.error is not None:
-                text += f" error={describe(ctx.error)!r}"
-            if "dead_letter_id" in ctx.notes:
-                text += f" dead_letter_id={ctx.notes['dead_letter_id']}"
-            log.log(level, "%s", text, extra=job_fields(ctx, event="job"))
+            level = self.levels.get(ctx.outcome, logging.WARNING)
+            if log.isEnabledFor(level):
+                self._emit(ctx, level)
+
+    @staticmethod
+    def _emit(ctx: JobContext, level: int) -> None:
+        text = f"job {ctx.outcome} queue={ctx.job.queue} id={ctx.job.id} "
+        text += f"deliveries={ctx.job.deliveries} duration_ms={ctx.duration * 1000:.1f}"
+        if ctx.error is not None:
+            text += f" error={describe(ctx.error)!r}"
+        if "dead_letter_id" in ctx.notes:
+            text += f" dead_letter_id={ctx.notes['dead_letter_id']}"
+        log.log(level, "%s", text, extra=job_fields(ctx, event="job"))
 
 
 class JsonLogFormatter(logging.Formatter):

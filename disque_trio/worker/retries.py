@@ -9,6 +9,7 @@ import traceback
 import anyio
 
 from ..client import DisqueError, NoReplError
+from .acks import AckBatch, AckBatcher
 from .context import JobContext, Next, log
 from .deadletter import DeadLetter
 from .logs import describe, job_fields
@@ -28,7 +29,9 @@ class Retries:
     a verdict, e.g. it crashes the worker) goes there without running.
     A dead letter the node refuses with -NOREPL (a node of the cluster is
     out) is added with fewer copies, down to one.
-    Cancelled (shutdown): NACK, shielded, within ``nack_timeout``."""
+    Cancelled (shutdown): NACK, shielded, within ``nack_timeout``.
+    Acknowledgements go out in batches (``AckBatcher``, acks.py): the
+    outcome is known once the batch's command is answered."""
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class Retries:
         dead_letter_ttl: int | None = None,
         fastack: bool = False,
         nack_timeout: float = 2.0,
+        max_ack_batch: int = 500,
     ) -> None:
         if max_deliveries < 1:
             raise ValueError("max_deliveries must be at least 1")
@@ -48,6 +52,7 @@ class Retries:
         self.dead_letter_ttl = dead_letter_ttl
         self.fastack = fastack
         self.nack_timeout = nack_timeout
+        self.acks = AckBatcher(max_batch=max_ack_batch)
 
     def _limit(self, ctx: JobContext) -> int:
         return ctx.spec.max_deliveries or self.max_deliveries
@@ -79,18 +84,31 @@ class Retries:
             else:
                 await self._nack(ctx)
             return
+        await self._ack(ctx)
+
+    async def _ack(self, ctx: JobContext) -> None:
         fast = ctx.spec.fastack if ctx.spec.fastack is not None else self.fastack
+        batch = self.acks.add(ctx.client, ctx.job.id, fast=fast)
         try:
-            if fast:
-                await ctx.client.fast_ack(job.id)
-            else:
-                await ctx.client.ack_job(job.id)
+            await batch.done.wait()
+        except anyio.get_cancelled_exc_class():
+            # Stopped at once while the ack was on its way: it is sent all
+            # the same (the batcher outlives the handlers); learn how it went.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.nack_timeout):
+                await batch.done.wait()
+            self._acked(ctx, batch)
+            raise
+        self._acked(ctx, batch)
+
+    @staticmethod
+    def _acked(ctx: JobContext, batch: AckBatch) -> None:
+        if batch.done.is_set() and batch.error is None:
             ctx.outcome = "done"
-        except DisqueError as e:
+        else:
             # Handled, but the ack was lost: the job will come back after
             # its RETRY and run again (at-least-once).
             ctx.outcome = "lost"
-            ctx.error = e
+            ctx.error = batch.error or DisqueError("no answer to the acknowledgement in time")
 
     async def _nack(self, ctx: JobContext) -> None:
         try:

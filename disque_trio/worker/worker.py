@@ -1,12 +1,22 @@
-"""The ``Worker``: handlers registered per queue, the fetch loop, the
-handlers' tasks around the middleware chain, and a graceful stop."""
+"""The ``Worker``: handlers registered per queue, and how it runs them.
+
+Each handler has a lane: one fetcher task, which asks for as many jobs as
+the lane has room for (``GETJOB ... COUNT n``) and hands them over a
+memory stream, and a fixed set of runner tasks, each taking one job at a
+time through the middleware chain (no task is started per job). A
+handler's slot is free again once the handler returned, while its job
+still waits for the answer to its ACKJOB (batched, acks.py): the lane
+holds at most ``concurrency`` jobs in their handlers and as many waiting
+for their verdict, with twice ``concurrency`` runners, so the next batch
+is fetched, and runs, while the acknowledgements of the last are on their
+way."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -83,7 +93,8 @@ class Worker:
         self.metrics_bound_port: int | None = None
         self.running = 0
         self._stopping = False
-        self._waits: set[anyio.CancelScope] = set()
+        self._stop_requested: anyio.Event | None = None  # one per run()
+        self._lanes: list[_Lane] = []
         self._handlers_scope: anyio.CancelScope | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         self._fetching_done: anyio.Event | None = None  # one per run()
@@ -145,8 +156,10 @@ class Worker:
                 0 if now else self.shutdown_timeout,
             )
         self._stopping = True
-        for scope in list(self._waits):
-            scope.cancel()
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+        for lane in self._lanes:
+            lane.room.set()  # a fetcher waiting for room sees the stop
         if self._handlers_scope is not None:
             if now:
                 self._handlers_scope.cancel()
@@ -179,57 +192,70 @@ class Worker:
             raise RuntimeError("no handlers: decorate functions with @worker.handler(queue)")
         self._stopping = False
         self._fetching_done = anyio.Event()
+        self._stop_requested = anyio.Event()
         self._limiter = anyio.CapacityLimiter(self.threads)
         if self.metrics_port is not None and self.metrics is None:
             self.metrics = Metrics()
-        pool = max(16, len(self.specs) * 2 + 8)
-        options = {"pool_size": pool, **self.client_options}
+        options = {"pool_size": 16, **self.client_options}
         async with AsyncClient(self.nodes, **options) as client, anyio.create_task_group() as side:
             self.client = client
-            if handle_signals:
-                side.start_soon(self._watch_signals)
-            if self.metrics is not None and self.metrics_port is not None:
-                self.metrics_bound_port = await side.start(
-                    self.metrics.serve, self.metrics_host, self.metrics_port
-                )
-                log.info(
-                    "metrics on http://%s:%d/metrics", self.metrics_host, self.metrics_bound_port
-                )
-            log.info(
-                "worker started: %s",
-                ", ".join(
-                    f"{s.queue} ({s.name}, concurrency {s.concurrency})" for s in self.specs
-                ),
-            )
+            await self._start_services(side, handle_signals)
             task_status.started()
-            async with anyio.create_task_group() as main:
-                jobs = await main.start(self._run_handlers)
-                async with anyio.create_task_group() as fetchers:
-                    for spec in self.specs:
-                        fetchers.start_soon(self._consume, spec, jobs)
-                # Every fetch in flight has returned (what came after the
-                # stop was given back): the handlers may now finish.
-                self._fetching_done.set()
-                if self.running:
-                    log.info("waiting for %d running handler(s)", self.running)
+            await self._run_lanes(client)
             side.cancel_scope.cancel()
         self.client = None
         log.info("worker stopped")
 
-    async def _run_handlers(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Hosts the handlers' tasks, in a scope of their own: a stop
-        cancels them (after the grace period, or at once) without
-        cancelling a fetch in flight, whose reply could hold jobs that
-        would then be lost until their RETRY."""
-        fetching_done = self._fetching_done
-        assert fetching_done is not None  # run() made it
+    async def _start_services(self, side: anyio.abc.TaskGroup, handle_signals: bool) -> None:
+        """The worker's own tasks, which outlive the handlers: signals, the
+        metrics page, the keep-alive and the acknowledgements."""
+        if handle_signals:
+            side.start_soon(self._watch_signals)
+        await side.start(self.keep_alive.run)
+        await side.start(self.retries.acks.run)
+        if self.metrics is not None and self.metrics_port is not None:
+            self.metrics_bound_port = await side.start(
+                self.metrics.serve, self.metrics_host, self.metrics_port
+            )
+            log.info("metrics on http://%s:%d/metrics", self.metrics_host, self.metrics_bound_port)
+        log.info(
+            "worker started: %s",
+            ", ".join(f"{s.queue} ({s.name}, concurrency {s.concurrency})" for s in self.specs),
+        )
+
+    async def _run_lanes(self, client: AsyncClient) -> None:
+        pieces = self.chain()
+        # A task group per job only for pieces of the user's (the worker's
+        # own do not use ctx.task_group): it costs as much as the rest.
+        helpers = any(type(p) not in _OWN_PIECES for p in pieces)
+        self._lanes = [_Lane(self, client, spec, pieces, helpers) for spec in self.specs]
+        async with anyio.create_task_group() as main:
+            main.start_soon(self._run_handlers)
+            async with anyio.create_task_group() as fetchers:
+                for lane in self._lanes:
+                    fetchers.start_soon(lane.fetch)
+            # Every fetch in flight has returned (what came after the stop
+            # was given back): the handlers may now finish.
+            self._fetching_done.set()  # type: ignore[union-attr]
+            if self.running:
+                log.info("waiting for %d running handler(s)", self.running)
+        self._lanes = []
+
+    async def _run_handlers(self) -> None:
+        """Hosts the runners, in a scope of their own: a stop cancels them
+        (after the grace period, or at once) without cancelling a fetch in
+        flight, whose reply could hold jobs that would then be lost until
+        their RETRY. They end when their lane's fetcher does."""
         self._handlers_scope = anyio.CancelScope()
         if self._stopping:  # stop() came before this scope existed
             self._handlers_scope.deadline = anyio.current_time() + self.shutdown_timeout
         with self._handlers_scope:
-            async with anyio.create_task_group() as jobs:
-                task_status.started(jobs)
-                await fetching_done.wait()
+            async with anyio.create_task_group() as runners:
+                for lane in self._lanes:
+                    for _ in range(2 * lane.spec.concurrency):
+                        runners.start_soon(lane.serve)
+        for lane in self._lanes:
+            lane.receive.close()
         self._handlers_scope = None
 
     async def _watch_signals(self) -> None:
@@ -243,87 +269,145 @@ class Worker:
                     log.warning("%s again: stopping at once", name)
                     self.stop(now=True)
 
-    async def _consume(self, spec: HandlerSpec, jobs: anyio.abc.TaskGroup) -> None:
-        client = self.client
-        assert client is not None
-        slots = anyio.Semaphore(spec.concurrency)
-        failures = 0
-        while not self._stopping:
-            with anyio.CancelScope() as wait:
-                self._waits.add(wait)
-                try:
-                    await slots.acquire()  # at least one free slot
-                finally:
-                    self._waits.discard(wait)
-            if wait.cancelled_caught:
-                break
-            count = 1
-            while slots.value:
-                slots.acquire_nowait()
-                count += 1
-            try:
-                fetched = await client.get_jobs(
-                    spec.queue, count=count, timeout=self.fetch_timeout
-                )
-                failures = 0
-            except DisqueError as e:
-                fetched = []
-                failures += 1
-                log.warning("fetching from %s failed: %s", spec.queue, e)
-                with anyio.CancelScope() as wait:
-                    self._waits.add(wait)
-                    try:
-                        await anyio.sleep(min(5.0, 0.1 * 2 ** min(failures, 6)))
-                    finally:
-                        self._waits.discard(wait)
-            for job in fetched:
-                if self._stopping:
-                    await self._give_back(client, job)
-                    slots.release()
-                else:
-                    jobs.start_soon(self._handle, spec, job, slots)
-            for _ in range(count - len(fetched)):
-                slots.release()
+    async def pause(self, seconds: float) -> None:
+        """Sleep, unless the worker is stopping (a fetch backing off)."""
+        assert self._stop_requested is not None
+        with anyio.move_on_after(seconds):
+            await self._stop_requested.wait()
 
-    async def _give_back(self, client: AsyncClient, job: Job) -> None:
-        """A job fetched while stopping: not started, so NACKed at once."""
+    async def give_back(self, client: AsyncClient, jobs: list[Job]) -> None:
+        """Jobs fetched while stopping: not started, so NACKed at once."""
+        ids = [job.id for job in jobs]
         try:
             with anyio.move_on_after(2):
-                await client.nack(job.id)
-            log.info("job %s fetched while stopping: NACKed", job.id)
+                await client.nack(*ids)
+            log.info("%d job(s) fetched while stopping: NACKed (%s)", len(ids), " ".join(ids))
         except DisqueError as e:
-            log.warning("job %s fetched while stopping, NACK failed: %s", job.id, e)
+            log.warning("%d job(s) fetched while stopping, NACK failed: %s", len(ids), e)
 
-    async def _handle(self, spec: HandlerSpec, job: Job, slots: anyio.Semaphore) -> None:
-        assert self.client is not None
-        self.running += 1
-        try:
-            async with anyio.create_task_group() as helpers:
-                ctx = JobContext(job, spec, self, self.client, helpers, anyio.current_time())
+
+_OWN_PIECES = (JobLog, Metrics, Retries, KeepAlive, TimeLimit)
+
+Chain = Callable[[JobContext], Awaitable[None]]
+
+
+def _compose(pieces: Sequence[Middleware], inner: Chain) -> Chain:
+    """The pieces around ``inner`` as one call, built once per lane."""
+    call = inner
+    for piece in reversed(pieces):
+        call = _link(piece, call)
+    return call
+
+
+def _link(piece: Middleware, call_next: Chain) -> Chain:
+    async def linked(ctx: JobContext) -> None:
+        await piece(ctx, lambda: call_next(ctx))
+
+    return linked
+
+
+class _Lane:
+    """One handler's jobs: its fetcher and its runners (module docstring).
+    ``running`` counts jobs fetched whose handler has not returned yet,
+    ``settling`` those whose handler returned and whose verdict (the ack)
+    is on its way."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        client: AsyncClient,
+        spec: HandlerSpec,
+        pieces: Sequence[Middleware],
+        helpers: bool,
+    ) -> None:
+        self.worker = worker
+        self.client = client
+        self.spec = spec
+        self.helpers = helpers
+        self.chain = _compose(pieces, self._invoke)
+        self.in_thread = not inspect.iscoroutinefunction(spec.fn)
+        self.running = 0
+        self.settling = 0
+        self.room = anyio.Event()  # set when a job leaves a slot
+        # Never more jobs in hand than runners: the stream never blocks.
+        self.send, self.receive = anyio.create_memory_object_stream[Job](2 * spec.concurrency)
+
+    def free(self) -> int:
+        limit = self.spec.concurrency
+        return min(limit - self.running, 2 * limit - self.running - self.settling)
+
+    async def fetch(self) -> None:
+        """Fetch as many jobs as there is room for, until the stop."""
+        worker = self.worker
+        failures = 0
+        with self.send:  # closed: the runners end once the stream is empty
+            while not worker._stopping:
+                count = self.free()
+                if count <= 0:
+                    self.room = anyio.Event()
+                    await self.room.wait()
+                    continue
                 try:
-                    await self._call_chain(ctx, self.chain(), 0)
-                except Exception:
-                    # A middleware piece failed (not the handler: Retries
-                    # takes those). The job comes back after its RETRY.
-                    log.exception("job %s: the worker failed around the handler", job.id)
-                helpers.cancel_scope.cancel()
-        finally:
-            self.running -= 1
-            slots.release()
+                    jobs = await self.client.get_jobs(
+                        self.spec.queue, count=count, timeout=worker.fetch_timeout
+                    )
+                    failures = 0
+                except DisqueError as e:
+                    failures += 1
+                    log.warning("fetching from %s failed: %s", self.spec.queue, e)
+                    await worker.pause(min(5.0, 0.1 * 2 ** min(failures, 6)))
+                    continue
+                if worker._stopping:
+                    if jobs:
+                        await worker.give_back(self.client, jobs)
+                    break
+                self.running += len(jobs)
+                for job in jobs:
+                    self.send.send_nowait(job)
 
-    async def _call_chain(self, ctx: JobContext, chain: list[Middleware], index: int) -> None:
-        if index == len(chain):
-            await self._invoke(ctx)
-            return
-        await chain[index](ctx, functools.partial(self._call_chain, ctx, chain, index + 1))
+    async def serve(self) -> None:
+        """One runner: jobs one at a time until the stream ends."""
+        async for job in self.receive:
+            await self._handle(job)
+
+    async def _handle(self, job: Job) -> None:
+        worker = self.worker
+        worker.running += 1
+        ctx = JobContext(job, self.spec, worker, self.client, None, anyio.current_time())
+        try:
+            if self.helpers:
+                async with anyio.create_task_group() as ctx.task_group:
+                    await self.chain(ctx)
+                    ctx.task_group.cancel_scope.cancel()
+            else:
+                await self.chain(ctx)
+        except Exception:
+            # A middleware piece failed (not the handler: Retries takes
+            # those). The job comes back after its RETRY.
+            log.exception("job %s: the worker failed around the handler", job.id)
+        finally:
+            worker.running -= 1
+            if not ctx.handler_done:
+                self.running -= 1
+            else:
+                self.settling -= 1
+            self.room.set()
 
     async def _invoke(self, ctx: JobContext) -> None:
-        fn = ctx.spec.fn
-        if inspect.iscoroutinefunction(fn):
-            await fn(ctx.job)
-        else:
-            # A thread cannot be interrupted: on a timeout or shutdown the
-            # job is failed or NACKed and the thread is left to finish.
-            await anyio.to_thread.run_sync(
-                fn, ctx.job, limiter=self._limiter, abandon_on_cancel=True
-            )
+        """The handler itself, in the thread pool if it is a plain function."""
+        try:
+            if self.in_thread:
+                # A thread cannot be interrupted: on a timeout or shutdown
+                # the job is failed or NACKed and the thread left to finish.
+                await anyio.to_thread.run_sync(
+                    self.spec.fn, ctx.job, limiter=self.worker._limiter, abandon_on_cancel=True
+                )
+            else:
+                await self.spec.fn(ctx.job)  # type: ignore[misc]
+        finally:
+            # Its slot is free for the next job while this one's verdict
+            # is on its way.
+            ctx.handler_done = True
+            self.running -= 1
+            self.settling += 1
+            self.room.set()

@@ -420,7 +420,8 @@ def _json_logs(text: str) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_sigterm_lets_the_running_job_finish(tmp_path: Path, node: NodeProcess) -> None:
-    proc = _start_worker(tmp_path, node, grace=10)
+    # A job done is logged at DEBUG (docs/worker.md, "Logs").
+    proc = _start_worker(tmp_path, node, 10, "--log-level", "debug")
     try:
         with Client(url(node)) as c:
             job_id = c.add_job("tasks", "1.5")
