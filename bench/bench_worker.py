@@ -20,7 +20,8 @@ drain   the jobs are added beforehand to a queue paused for output
         (``PAUSE q out``); the clock starts when the pause is lifted.
 steady  a producer process adds the jobs while the worker runs (ADDJOB
         pipelined in batches of ``--producer-batch``, as fast as it can);
-        the clock starts when it is told to begin.
+        the clock starts when it is told to begin. Its own rate is
+        printed: steady cannot exceed it.
 
 Both end when the node holds no job any more (``registered_jobs`` 0: every
 job acknowledged). Worker CPU is the process's user + system time
@@ -203,6 +204,7 @@ class Run:
     rate: float  # jobs/s
     worker_cpu: float  # ms per 1,000 jobs
     node_cpu: float  # ms per 1,000 jobs
+    added: float = 0.0  # steady: the producer's own jobs/s
 
 
 class WorkerProcess:
@@ -263,6 +265,7 @@ def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
     """One phase with a fresh worker: drain, or steady with a producer."""
     raw = Raw(setup.port)
     producer = None
+    added = 0.0
     if steady:
         producer = start_producer(setup)
     else:
@@ -277,6 +280,8 @@ def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
             assert producer.stdin is not None
             producer.stdin.write(b"go\n")
             producer.stdin.close()
+            assert producer.stdout is not None
+            added = setup.jobs / float(producer.stdout.read())
             producer.wait(timeout=120)
         else:
             raw.call("PAUSE", QUEUE, "none")
@@ -289,7 +294,12 @@ def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
             producer.kill()
         raw.close()
     per_k = 1000 / setup.jobs
-    return Run(setup.jobs / elapsed, (cpu1 - cpu0) * 1000 * per_k, (node1 - node0) * 1000 * per_k)
+    return Run(
+        setup.jobs / elapsed,
+        (cpu1 - cpu0) * 1000 * per_k,
+        (node1 - node0) * 1000 * per_k,
+        added,
+    )
 
 
 def start_producer(setup: Setup) -> subprocess.Popen[bytes]:
@@ -306,14 +316,17 @@ def start_producer(setup: Setup) -> subprocess.Popen[bytes]:
             str(setup.producer_batch),
         ],
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
     )
 
 
 def produce(port: int, jobs: int, batch: int) -> None:
+    """Wait for a line, add the jobs, print how many seconds that took."""
     raw = Raw(port)
     sys.stdin.readline()
+    t0 = time.perf_counter()
     raw.add(QUEUE, jobs, batch)
+    print(time.perf_counter() - t0)
     raw.close()
 
 
@@ -322,6 +335,7 @@ def median_run(runs: list[Run]) -> Run:
         statistics.median(r.rate for r in runs),
         statistics.median(r.worker_cpu for r in runs),
         statistics.median(r.node_cpu for r in runs),
+        statistics.median(r.added for r in runs),
     )
 
 
@@ -329,7 +343,7 @@ def report(name: str, drain: Run, steady: Run) -> None:
     print(
         f"  {name:<14} {drain.rate:8,.0f} {steady.rate:9,.0f}"
         f" {drain.worker_cpu:10.0f} {steady.worker_cpu:8.0f}"
-        f" {drain.node_cpu:10.0f} {steady.node_cpu:8.0f}"
+        f" {drain.node_cpu:10.0f} {steady.node_cpu:8.0f} {steady.added:10,.0f}"
     )
 
 
@@ -342,9 +356,10 @@ def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, node_pid: int
             drains[name].append(measured(setup, checkout, node_pid, steady=False))
             steadies[name].append(measured(setup, checkout, node_pid, steady=True))
     print(
-        f"  {'':<14} {'jobs/s':>8} {'':>9} {'worker CPU ms/1k':>19} {'node CPU ms/1k':>19}\n"
+        f"  {'':<14} {'jobs/s':>8} {'':>9} {'worker CPU ms/1k':>19} {'node CPU ms/1k':>19}"
+        f" {'producer':>10}\n"
         f"  {'':<14} {'drain':>8} {'steady':>9} {'drain':>10} {'steady':>8}"
-        f" {'drain':>10} {'steady':>8}"
+        f" {'drain':>10} {'steady':>8} {'jobs/s':>10}"
     )
     medians = {n: (median_run(drains[n]), median_run(steadies[n])) for n in checkouts}
     for name, (drain, steady) in medians.items():
