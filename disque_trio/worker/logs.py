@@ -20,6 +20,18 @@ def describe(error: BaseException | None) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+# The notes of the pieces that go into the log records.
+_NOTED = (
+    "dead_letter_id",
+    "working",
+    "nacked",
+    "nack_error",
+    "enqueued",
+    "enqueue_error",
+    "ack_error",
+)
+
+
 def job_fields(ctx: JobContext, **more: object) -> dict[str, object]:
     """The job's fields, for a log record's ``extra``."""
     fields: dict[str, object] = {
@@ -34,7 +46,7 @@ def job_fields(ctx: JobContext, **more: object) -> dict[str, object]:
     }
     if ctx.error is not None:
         fields["error"] = describe(ctx.error)
-    for key in ("dead_letter_id", "working", "nacked", "nack_error", "ack_error"):
+    for key in _NOTED:
         if key in ctx.notes:
             fields[key] = ctx.notes[key]
     fields.update(more)
@@ -86,11 +98,7 @@ class JsonLogFormatter(logging.Formatter):
         "duration_ms",
         "handler",
         "error",
-        "dead_letter_id",
-        "working",
-        "nacked",
-        "nack_error",
-        "ack_error",
+        *_NOTED,
     )
 
     def format(self, record: logging.LogRecord) -> str:

@@ -20,23 +20,29 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 class Retries:
     """Acknowledge, retry or give up.
 
-    Success: ACKJOB (FASTACK when the handler or worker says so). Failure
-    (an exception, a timeout): NACK, so the job is queued again at once
-    with its ``nacks`` counter raised; unless this was delivery number
-    ``max_deliveries`` (nacks + additional deliveries + 1), then the job is
-    added to ``<queue><suffix>`` (JSON: ``DeadLetter``) and acknowledged.
-    A job that arrives already past the limit (it kept coming back without
-    a verdict, e.g. it crashes the worker) goes there without running.
-    A dead letter the node refuses with -NOREPL (a node of the cluster is
-    out) is added with fewer copies, down to one.
-    Cancelled (shutdown): NACK, shielded, within ``nack_timeout``.
-    Acknowledgements go out in batches (``AckBatcher``, acks.py): the
-    outcome is known once the batch's command is answered."""
+    Success: ACKJOB (FASTACK when the handler or worker says so), batched
+    (``AckBatcher``, acks.py): the outcome is known once the batch's
+    command is answered. Failure (an exception, a timeout): NACK, so the
+    job is queued again at once with its ``nacks`` counter raised; unless
+    it has failed ``max_retries`` times before (its ``nacks``), or this was
+    delivery number ``max_deliveries`` (1 + nacks + additional
+    deliveries): then the job is added to ``<queue><suffix>`` (JSON:
+    ``DeadLetter``) and acknowledged. A job that arrives already past
+    ``max_deliveries`` (it kept coming back without a verdict, e.g. it
+    crashes the worker) goes there without running. A dead letter the node
+    refuses with -NOREPL (a node of the cluster is out) is added with fewer
+    copies, down to one.
+
+    Cancelled (shutdown): given back with ENQUEUE, shielded, within
+    ``nack_timeout``. That is no failure: the node counts an additional
+    delivery, not a NACK, so restarts never use up ``max_retries`` (only
+    ``max_deliveries``, which is why it is much larger)."""
 
     def __init__(
         self,
         *,
-        max_deliveries: int = 5,
+        max_retries: int = 4,
+        max_deliveries: int = 20,
         dead_letter: bool = True,
         suffix: str = ":dead",
         dead_letter_ttl: int | None = None,
@@ -44,8 +50,11 @@ class Retries:
         nack_timeout: float = 2.0,
         max_ack_batch: int = 500,
     ) -> None:
+        if max_retries < 0:
+            raise ValueError("max_retries must be at least 0")
         if max_deliveries < 1:
             raise ValueError("max_deliveries must be at least 1")
+        self.max_retries = max_retries
         self.max_deliveries = max_deliveries
         self.dead_letter = dead_letter
         self.suffix = suffix
@@ -54,14 +63,18 @@ class Retries:
         self.nack_timeout = nack_timeout
         self.acks = AckBatcher(max_batch=max_ack_batch)
 
-    def _limit(self, ctx: JobContext) -> int:
-        return ctx.spec.max_deliveries or self.max_deliveries
+    def _limits(self, ctx: JobContext) -> tuple[int, int]:
+        """(max_retries, max_deliveries): the handler's, else the worker's."""
+        spec = ctx.spec
+        retries = self.max_retries if spec.max_retries is None else spec.max_retries
+        return retries, spec.max_deliveries or self.max_deliveries
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
         job = ctx.job
-        if self.dead_letter and job.deliveries > self._limit(ctx):
+        max_retries, max_deliveries = self._limits(ctx)
+        if self.dead_letter and job.deliveries > max_deliveries:
             ctx.error = RuntimeError(
-                f"delivered {job.deliveries} times (limit {self._limit(ctx)}) without a verdict"
+                f"delivered {job.deliveries} times (limit {max_deliveries}) without a verdict"
             )
             ctx.outcome = "failed"
             await self._bury(ctx, "")
@@ -73,14 +86,14 @@ class Retries:
             with anyio.CancelScope(shield=True):
                 await ctx.worker.fetches_returned()
                 with anyio.move_on_after(self.nack_timeout):
-                    await self._nack(ctx)
+                    await self._give_back(ctx)
             raise
         except Exception as e:
             ctx.error = e
             ctx.outcome = "failed"
-            trace = _handler_traceback(e)
-            if self.dead_letter and job.deliveries >= self._limit(ctx):
-                await self._bury(ctx, trace)
+            last = job.nacks >= max_retries or job.deliveries >= max_deliveries
+            if self.dead_letter and last:
+                await self._bury(ctx, _handler_traceback(e))
             else:
                 await self._nack(ctx)
             return
@@ -109,6 +122,12 @@ class Retries:
             # its RETRY and run again (at-least-once).
             ctx.outcome = "lost"
             ctx.error = batch.error or DisqueError("no answer to the acknowledgement in time")
+
+    async def _give_back(self, ctx: JobContext) -> None:
+        try:
+            ctx.notes["enqueued"] = await ctx.client.enqueue(ctx.job.id)
+        except DisqueError as e:
+            ctx.notes["enqueue_error"] = str(e)  # RETRY will queue it again anyway
 
     async def _nack(self, ctx: JobContext) -> None:
         try:

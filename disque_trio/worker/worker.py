@@ -41,9 +41,10 @@ class Worker:
     size of the pool where plain (non-async) handlers run.
     ``shutdown_timeout``: seconds running handlers get to finish after a
     stop. ``fetch_timeout``: how long one GETJOB waits (also how long a
-    stop may wait for fetches in flight). ``max_deliveries``,
-    ``dead_letter``, ``dead_letter_suffix``, ``dead_letter_ttl`` and
-    ``fastack`` configure ``Retries``; ``working_fraction`` configures
+    stop may wait for fetches in flight). ``max_retries`` (failures
+    before the dead letter), ``max_deliveries`` (deliveries of any kind
+    before it), ``dead_letter``, ``dead_letter_suffix``,
+    ``dead_letter_ttl`` and ``fastack`` configure ``Retries``; ``working_fraction`` configures
     ``KeepAlive``. ``metrics_port`` serves Prometheus metrics on
     ``metrics_host`` (needs prometheus_client). ``middleware``: extra
     pieces, run innermost, right around the handler.
@@ -56,7 +57,8 @@ class Worker:
         threads: int = 8,
         shutdown_timeout: float = 30.0,
         fetch_timeout: float = 1.0,
-        max_deliveries: int = 5,
+        max_retries: int = 4,
+        max_deliveries: int = 20,
         dead_letter: bool = True,
         dead_letter_suffix: str = ":dead",
         dead_letter_ttl: int | None = None,
@@ -78,6 +80,7 @@ class Worker:
         self.metrics_host = metrics_host
         self.specs: list[HandlerSpec] = []
         self.retries = Retries(
+            max_retries=max_retries,
             max_deliveries=max_deliveries,
             dead_letter=dead_letter,
             suffix=dead_letter_suffix,
@@ -107,11 +110,14 @@ class Worker:
         *,
         concurrency: int = 1,
         timeout: float | None = None,
+        max_retries: int | None = None,
         max_deliveries: int | None = None,
         fastack: bool | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function for ``queue``: at most
-        ``concurrency`` jobs at once, each at most ``timeout`` seconds."""
+        ``concurrency`` jobs at once, each at most ``timeout`` seconds;
+        ``max_retries``, ``max_deliveries`` and ``fastack`` replace the
+        worker's for it."""
 
         def register(fn: Handler) -> Handler:
             self.add_handler(
@@ -119,6 +125,7 @@ class Worker:
                 fn,
                 concurrency=concurrency,
                 timeout=timeout,
+                max_retries=max_retries,
                 max_deliveries=max_deliveries,
                 fastack=fastack,
             )
@@ -132,6 +139,8 @@ class Worker:
         spec = HandlerSpec(queue, fn, **options)
         if spec.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if spec.max_retries is not None and spec.max_retries < 0:
+            raise ValueError("max_retries must be at least 0")
         self.specs.append(spec)
         return spec
 
@@ -147,9 +156,10 @@ class Worker:
 
     def stop(self, *, now: bool = False) -> None:
         """Stop fetching; handlers get ``shutdown_timeout`` (none with
-        ``now``), then are cancelled and their jobs NACKed. Fetches in
-        flight end by themselves (within ``fetch_timeout``) and what they
-        bring is NACKed at once. Call it from the worker's event loop."""
+        ``now``), then are cancelled and their jobs given back (ENQUEUE).
+        Fetches in flight end by themselves (within ``fetch_timeout``) and
+        what they bring is given back at once. Call it from the worker's
+        event loop."""
         if not self._stopping:
             log.info(
                 "stopping: no more fetching; running handlers have %g s to finish",
@@ -170,10 +180,10 @@ class Worker:
 
     async def fetches_returned(self) -> None:
         """Once stopping, wait (at most ``fetch_timeout`` and a second) for
-        the fetches in flight to return. An interrupted job's NACK waits for
-        them: one of them would get the job back at once and give it back
-        with a second NACK, a delivery of the job's ``max_deliveries`` spent
-        for nothing."""
+        the fetches in flight to return. An interrupted job's ENQUEUE waits
+        for them: one of them would get the job back at once and give it
+        back again, a delivery of the job's ``max_deliveries`` spent for
+        nothing."""
         if self._stopping and self._fetching_done is not None:
             with anyio.move_on_after(self.fetch_timeout + 1.0):
                 await self._fetching_done.wait()
@@ -187,7 +197,7 @@ class Worker:
     ) -> None:
         """Fetch and handle jobs until ``stop()`` (or SIGTERM/SIGINT when
         ``handle_signals``); returns once every handler finished or was
-        cancelled and NACKed."""
+        cancelled and its job given back."""
         if not self.specs:
             raise RuntimeError("no handlers: decorate functions with @worker.handler(queue)")
         self._stopping = False
@@ -276,14 +286,15 @@ class Worker:
             await self._stop_requested.wait()
 
     async def give_back(self, client: AsyncClient, jobs: list[Job]) -> None:
-        """Jobs fetched while stopping: not started, so NACKed at once."""
+        """Jobs fetched while stopping: not started, so given back at once
+        (ENQUEUE: no failure of theirs, no NACK counted)."""
         ids = [job.id for job in jobs]
         try:
             with anyio.move_on_after(2):
-                await client.nack(*ids)
-            log.info("%d job(s) fetched while stopping: NACKed (%s)", len(ids), " ".join(ids))
+                await client.enqueue(*ids)
+            log.info("%d job(s) fetched while stopping: given back (%s)", len(ids), " ".join(ids))
         except DisqueError as e:
-            log.warning("%d job(s) fetched while stopping, NACK failed: %s", len(ids), e)
+            log.warning("%d job(s) fetched while stopping, ENQUEUE failed: %s", len(ids), e)
 
 
 _OWN_PIECES = (JobLog, Metrics, Retries, KeepAlive, TimeLimit)

@@ -1,11 +1,13 @@
 """The worker against a real node: acknowledgements (ACKJOB, or FASTACK as
-the node's MONITOR feed shows), NACKs, the dead-letter queue, WORKING
-keep-alive and -TOOLATE, time limits, thread-pool handlers, metrics,
-graceful stop; and ``disque-trio worker`` as a process receiving
-SIGTERM. AnyIO tests run under asyncio and Trio."""
+the node's MONITOR feed shows, batched), NACKs, the dead-letter queue
+(after max_retries failures; shutdowns do not count), WORKING keep-alive
+and -TOOLATE, time limits, thread-pool handlers, metrics, graceful stop
+(jobs given back with ENQUEUE); and ``disque-trio worker`` as a process
+receiving SIGTERM. AnyIO tests run under asyncio and Trio."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -206,7 +208,7 @@ async def test_plain_functions_run_in_a_bounded_thread_pool(node: NodeProcess) -
 
 
 @pytest.mark.anyio
-async def test_stop_lets_handlers_finish_then_nacks_the_rest(node: NodeProcess) -> None:
+async def test_stop_lets_handlers_finish_then_gives_back_the_rest(node: NodeProcess) -> None:
     with Client(url(node)) as c:
         quick_id = c.add_job("quick", "x")
         hung_id = c.add_job("hung", "y")
@@ -235,17 +237,19 @@ async def test_stop_lets_handlers_finish_then_nacks_the_rest(node: NodeProcess) 
     with Client(url(node)) as c:
         assert c.show(quick_id) is None
         info = c.show(hung_id)
-        assert info is not None and info.state == "queued" and info.nacks == 1
+    # Given back with ENQUEUE: a delivery more, no failure (no NACK).
+    assert info is not None and info.state == "queued"
+    assert (info.nacks, info.additional_deliveries) == (0, 1)
 
 
 @pytest.mark.anyio
-async def test_an_interrupted_job_is_nacked_once_not_again_by_a_fetch_in_flight(
+async def test_an_interrupted_job_is_given_back_once_not_again_by_a_fetch_in_flight(
     node: NodeProcess,
 ) -> None:
     """The grace ends while a fetch of the same queue is still waiting (its
-    timeout is longer): NACKed at once, the job went straight into that
-    fetch, which gave it back with a second NACK, a delivery of the job's
-    max_deliveries spent on nothing. The NACK now waits for the fetches."""
+    timeout is longer): given back at once, the job went straight into that
+    fetch, which gave it back a second time, a delivery of the job's
+    max_deliveries spent on nothing. The ENQUEUE waits for the fetches."""
     with Client(url(node)) as c:
         job_id = c.add_job("long", "z")
     worker = Worker(url(node), shutdown_timeout=0.3, fetch_timeout=2.0)
@@ -264,7 +268,8 @@ async def test_an_interrupted_job_is_nacked_once_not_again_by_a_fetch_in_flight(
     assert started == [job_id]
     with Client(url(node)) as c:
         info = c.show(job_id)
-        assert info is not None and info.state == "queued" and info.nacks == 1
+    assert info is not None and info.state == "queued"
+    assert (info.nacks, info.additional_deliveries) == (0, 1)
 
 
 class Monitor:
@@ -350,11 +355,169 @@ async def test_fastack_deletes_the_job_at_once_with_fastack_not_ackjob(
     # FASTACK has nothing.
     assert [right_after[i] for i in fast_ids] == [("done", None)] * len(fast_ids)
     assert [right_after[i][0] for i in plain_ids] == ["done"] * len(plain_ids)
-    # The node saw one FASTACK per fast job and ACKJOB only for the others.
+    # The node saw each fast job in a FASTACK, once, and ACKJOB only for
+    # the others.
     assert sorted(monitor.ids("FASTACK")) == sorted(fast_ids)
     assert sorted(monitor.ids("ACKJOB")) == sorted(plain_ids)
     # Its counter of acknowledgements counts ACKJOBs only.
     assert int(stats["acked_jobs"]) == len(plain_ids)
+
+
+async def _run_until(worker: Worker, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(done, timeout)
+        worker.stop()
+
+
+@pytest.mark.anyio
+async def test_acks_are_batched_and_each_job_is_acked_once(node: NodeProcess) -> None:
+    """Jobs that finish together are acknowledged by one ACKJOB (far fewer
+    commands than jobs); each ID is sent once, and the job counts as done
+    once the node answered it."""
+    recorder = Recorder()
+    outcomes: dict[str, str] = {}
+
+    class Outcomes(Worker):
+        def chain(self) -> list[Middleware]:
+            return [self.note, *super().chain()]
+
+        async def note(self, ctx: JobContext, call_next: Next) -> None:
+            await call_next()
+            outcomes[ctx.job.id] = ctx.outcome
+
+    worker = Outcomes(url(node), middleware=[recorder])
+
+    @worker.handler("many", concurrency=50)
+    async def noop(job: Job) -> None:
+        pass
+
+    monitor = Monitor(node.port)
+    async with anyio.create_task_group() as watching:
+        await watching.start(monitor.run)
+        with Client(url(node)) as c:
+            ids = {c.add_job("many", str(i)) for i in range(300)}
+            await _run_until(worker, lambda: outcomes.keys() == ids)
+            assert c.call("PING", "the end") == b"the end"
+            await wait_until(lambda: ["PING", "the end"] in monitor.commands)
+            assert all(c.show(i) is None for i in ids)
+        watching.cancel_scope.cancel()
+    monitor.commands = monitor.commands[: monitor.commands.index(["PING", "the end"])]
+    assert set(outcomes.values()) == {"done"}
+    acks = [argv for argv in monitor.commands if argv[:1] == ["ACKJOB"]]
+    assert sorted(monitor.ids("ACKJOB")) == sorted(ids)
+    assert len(acks) <= len(ids) // 10, [len(a) - 1 for a in acks]
+    # Short jobs cost no keep-alive command.
+    assert not [a for a in monitor.commands if a[:1] in (["SHOW"], ["WORKING"])]
+
+
+@pytest.mark.anyio
+async def test_keep_alive_only_for_jobs_that_run_long_enough(node: NodeProcess) -> None:
+    """Short jobs get no SHOW and no WORKING. Long ones (RETRY 2 s, running
+    2.7 s): their RETRY is read (SHOW) once they have run half the shortest
+    RETRY there is, then WORKING every second keeps them from being queued
+    again while they run."""
+    with Client(url(node)) as c:
+        short_ids = {c.add_job("short", str(i), retry=1) for i in range(40)}
+        long_ids = {c.add_job("long", str(i), retry=2) for i in range(2)}
+    recorder = Recorder()
+    worker = Worker(url(node), middleware=[recorder])
+    runs: list[str] = []
+
+    @worker.handler("short", concurrency=10)
+    async def short(job: Job) -> None:
+        await anyio.sleep(0.01)
+
+    @worker.handler("long", concurrency=2)
+    async def long(job: Job) -> None:
+        runs.append(job.id)
+        await anyio.sleep(2.7)
+
+    monitor = Monitor(node.port)
+    async with anyio.create_task_group() as watching:
+        await watching.start(monitor.run)
+        await _run_until(worker, lambda: recorder.notes.keys() == short_ids | long_ids)
+        watching.cancel_scope.cancel()
+    assert sorted(runs) == sorted(long_ids)  # never queued again meanwhile
+    shows = monitor.ids("SHOW")
+    assert shows and set(shows) <= long_ids  # once per queue, twice if both raced
+    assert sorted(set(monitor.ids("WORKING"))) == sorted(long_ids)
+    assert all(recorder.notes[i]["working"] == 2 for i in long_ids), recorder.notes
+    assert not [i for i in short_ids if "working" in recorder.notes[i]]
+
+
+@pytest.mark.anyio
+async def test_a_job_interrupted_by_six_stops_still_runs_and_succeeds(node: NodeProcess) -> None:
+    """A stop gives a running job back with ENQUEUE: a delivery more, no
+    failure. Six stops in a row leave it with six additional deliveries
+    and no NACK; the seventh worker runs it to the end (the default
+    max_retries, 4, and the old max_deliveries, 5, are both below that)."""
+    with Client(url(node)) as c:
+        job_id = c.add_job("restarts", "x")
+    seen: list[tuple[int, int]] = []
+    done: list[str] = []
+    worker = Worker(url(node), shutdown_timeout=0.1, fetch_timeout=0.2)
+
+    @worker.handler("restarts")
+    async def handle(job: Job) -> None:
+        seen.append((job.nacks, job.additional_deliveries))
+        if len(seen) <= 6:
+            await anyio.sleep(60)  # interrupted by the stop
+        done.append(job.id)
+
+    for stop in range(1, 7):
+        await _run_until(worker, functools.partial(lambda n: len(seen) == n, stop))
+        with Client(url(node)) as c:
+            info = c.show(job_id)
+        assert info is not None and info.state == "queued"
+        assert (info.nacks, info.additional_deliveries) == (0, stop)
+    await _run_until(worker, lambda: bool(done))
+    assert seen == [(0, n) for n in range(7)]
+    with Client(url(node)) as c:
+        assert done == [job_id] and c.show(job_id) is None  # acknowledged at last
+    with Client(url(node)) as c:
+        assert c.qlen("restarts:dead") == 0
+
+
+@pytest.mark.anyio
+async def test_failures_not_interruptions_lead_to_the_dead_letter(node: NodeProcess) -> None:
+    """max_retries counts failures (the job's NACKs): a job interrupted
+    twice, then failing, is retried max_retries times before it goes to
+    the dead letters. A handler's own max_retries replaces the worker's."""
+    with Client(url(node)) as c:
+        job_id = c.add_job("flaky", "x")
+        strict_id = c.add_job("strict", "y")
+    attempts: list[tuple[str, int, int]] = []
+
+    def make_worker() -> Worker:
+        worker = Worker(url(node), max_retries=2, shutdown_timeout=0.1, fetch_timeout=0.2)
+
+        @worker.handler("flaky")
+        async def flaky(job: Job) -> None:
+            attempts.append((job.id, job.nacks, job.additional_deliveries))
+            if job.additional_deliveries < 2:
+                await anyio.sleep(60)  # interrupted by the stop
+            raise ValueError("no luck")
+
+        @worker.handler("strict", max_retries=0)
+        async def strict(job: Job) -> None:
+            attempts.append((job.id, job.nacks, job.additional_deliveries))
+            raise ValueError("never")
+
+        return worker
+
+    for runs in (2, 3):  # the first worker gets both jobs, the second only one
+        await _run_until(make_worker(), functools.partial(lambda n: len(attempts) >= n, runs))
+    with Client(url(node)) as c:
+        await _run_until(make_worker(), lambda: c.qlen("flaky:dead") == 1, timeout=15)
+        letter = DeadLetter.from_body(c.get_job("flaky:dead", timeout=2).body)  # type: ignore[union-attr]
+        strict_letter = DeadLetter.from_body(c.get_job("strict:dead", timeout=2).body)  # type: ignore[union-attr]
+    flaky_runs = [(n, a) for i, n, a in attempts if i == job_id]
+    assert flaky_runs == [(0, 0), (0, 1), (0, 2), (1, 2), (2, 2)]
+    assert (letter.id, letter.nacks, letter.additional_deliveries) == (job_id, 2, 2)
+    assert letter.error == "ValueError: no luck" and letter.deliveries == 5
+    assert [(n, a) for i, n, a in attempts if i == strict_id] == [(0, 0)]
+    assert (strict_letter.id, strict_letter.nacks) == (strict_id, 0)
 
 
 # ------------------------------------------------------------ the process
@@ -442,7 +605,7 @@ def test_sigterm_lets_the_running_job_finish(tmp_path: Path, node: NodeProcess) 
 
 
 @pytest.mark.slow
-def test_sigterm_grace_then_nack_and_second_signal_stops_at_once(
+def test_sigterm_grace_then_give_back_and_second_signal_stops_at_once(
     tmp_path: Path, node: NodeProcess
 ) -> None:
     proc = _start_worker(tmp_path, node, grace=1)
@@ -454,7 +617,8 @@ def test_sigterm_grace_then_nack_and_second_signal_stops_at_once(
             _out, err = proc.communicate(timeout=20)
             assert proc.returncode == 0, err
             info = c.show(job_id)
-            assert info is not None and info.state == "queued" and info.nacks == 1
+            assert info is not None and info.state == "queued"
+            assert (info.nacks, info.additional_deliveries) == (0, 1)
             interrupted = [r for r in _json_logs(err) if r.get("event") == "job"]
             assert interrupted[0]["outcome"] == "interrupted"
     finally:
@@ -472,8 +636,9 @@ def test_sigterm_grace_then_nack_and_second_signal_stops_at_once(
             assert proc.returncode == 0, err
             assert time.monotonic() - t0 < 5
             info = c.show(job_id)
-            # NACKed again (twice if a fetch in flight got it back meanwhile).
-            assert info is not None and info.state == "queued" and info.nacks in (2, 3)
+            # Given back again (twice if a fetch in flight got it back meanwhile).
+            assert info is not None and info.state == "queued" and info.nacks == 0
+            assert info.additional_deliveries in (2, 3)
             assert "stopping at once" in err
     finally:
         proc.kill()
