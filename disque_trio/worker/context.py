@@ -63,22 +63,9 @@ class JobContext:
 
     ``task_group`` is a task group that ends with the job, for helpers of
     pieces of your own: the worker opens one per job only when its chain
-    holds such pieces (none of its own uses it, and it costs about as much
-    as the rest of a job's handling)."""
-
-    __slots__ = (
-        "_task_group",
-        "client",
-        "error",
-        "finished",
-        "handler_done",
-        "job",
-        "notes",
-        "outcome",
-        "spec",
-        "started",
-        "worker",
-    )
+    holds such pieces (none of its own uses it, and for a short job it is
+    a noticeable cost). ``handler_done``: the handler has returned (or
+    raised), so its slot is free for the next job."""
 
     def __init__(
         self,

@@ -3,19 +3,19 @@ not queue its job again meanwhile.
 
 Most jobs end long before they could need a WORKING (RETRY is at least a
 second, and the first WORKING is due at ``fraction`` of it), so a job
-costs no task and no command here: it is put in a heap of deadlines, the
-time its first WORKING could be due, and marked done when it ends. One
-task for the whole worker (``run()``) wakes at the heap's head (at most
-every ``granularity`` seconds) and starts a beat for each job still
-running there: the first beat learns the job's RETRY (SHOW, cached per
-queue) and sends WORKING once ``fraction`` of it has passed; each WORKING
-then schedules the next.
+costs no task and no command here: it is put in the bucket of the
+``granularity`` tick when its first WORKING could be due (a timer wheel:
+a dict of lists, and a heap of the ticks that have a bucket), and marked
+done when it ends. One task for the whole worker (``run()``) wakes at the
+first tick with a bucket and starts a beat for each job of it still
+running: the first beat learns the job's RETRY (SHOW, cached per queue)
+and sends WORKING once ``fraction`` of it has passed; each WORKING then
+schedules the next. A beat is at most ``granularity`` late.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 
 import anyio
@@ -55,8 +55,8 @@ class KeepAlive:
         self.min_interval = min_interval
         self.granularity = granularity
         self.retry_by_queue: dict[str, int] = {}
-        self._heap: list[tuple[float, int, _Beat]] = []
-        self._order = itertools.count()  # ties in the heap: first come, first served
+        self._buckets: dict[int, list[_Beat]] = {}  # by tick
+        self._ticks: list[int] = []  # a heap of the buckets' ticks
         self._wake_at = math.inf  # when run() wakes next
         self._wake: anyio.Event | None = None
 
@@ -64,9 +64,14 @@ class KeepAlive:
         return max(self.min_interval, retry * self.fraction)
 
     def _schedule(self, when: float, beat: _Beat) -> None:
-        heapq.heappush(self._heap, (when, next(self._order), beat))
-        if when < self._wake_at and self._wake is not None:
-            self._wake.set()
+        tick = math.ceil(when / self.granularity)
+        bucket = self._buckets.get(tick)
+        if bucket is None:
+            bucket = self._buckets[tick] = []
+            heapq.heappush(self._ticks, tick)
+            if tick * self.granularity < self._wake_at and self._wake is not None:
+                self._wake.set()
+        bucket.append(beat)
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
         # Unknown RETRY: the shortest there is (1 s), learned when due.
@@ -86,16 +91,19 @@ class KeepAlive:
     ) -> None:
         """Start a beat for each running job whose time came, forever."""
         async with anyio.create_task_group() as beats:
+            # Ticks of an earlier run are on another clock; its jobs have
+            # all ended.
+            self._buckets.clear()
+            self._ticks.clear()
             self._wake = anyio.Event()
             task_status.started()
             while True:
                 now = anyio.current_time()
-                while self._heap and self._heap[0][0] <= now:
-                    beat = heapq.heappop(self._heap)[2]
-                    if not beat.done:
-                        beats.start_soon(self._beat, beat)
-                head = self._heap[0][0] if self._heap else math.inf
-                self._wake_at = max(head, now + self.granularity)
+                while self._ticks and self._ticks[0] * self.granularity <= now:
+                    for beat in self._buckets.pop(heapq.heappop(self._ticks)):
+                        if not beat.done:
+                            beats.start_soon(self._beat, beat)
+                self._wake_at = self._ticks[0] * self.granularity if self._ticks else math.inf
                 with anyio.move_on_at(self._wake_at):
                     await self._wake.wait()
                 self._wake = anyio.Event()

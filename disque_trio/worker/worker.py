@@ -1,8 +1,8 @@
 """The ``Worker``: handlers registered per queue, and how it runs them.
 
 Each handler has a lane: one fetcher task, which asks for as many jobs as
-the lane has room for (``GETJOB ... COUNT n``) and hands them over a
-memory stream, and a fixed set of runner tasks, each taking one job at a
+the lane has room for (``GETJOB ... COUNT n``) and queues them, and a
+fixed set of runner tasks, each taking one job at a
 time through the middleware chain (no task is started per job). A
 handler's slot is free again once the handler returned, while its job
 still waits for the answer to its ACKJOB (batched, acks.py): the lane
@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import signal
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -206,7 +207,9 @@ class Worker:
         self._limiter = anyio.CapacityLimiter(self.threads)
         if self.metrics_port is not None and self.metrics is None:
             self.metrics = Metrics()
-        options = {"pool_size": 16, **self.client_options}
+        # A connection per blocking GETJOB, and room for the acks, NACKs,
+        # WORKINGs and dead letters beside them.
+        options = {"pool_size": max(16, len(self.specs) * 2 + 8), **self.client_options}
         async with AsyncClient(self.nodes, **options) as client, anyio.create_task_group() as side:
             self.client = client
             await self._start_services(side, handle_signals)
@@ -234,9 +237,12 @@ class Worker:
         )
 
     async def _run_lanes(self, client: AsyncClient) -> None:
+        fetching_done = self._fetching_done
+        assert fetching_done is not None  # run() made it
         pieces = self.chain()
         # A task group per job only for pieces of the user's (the worker's
-        # own do not use ctx.task_group): it costs as much as the rest.
+        # own do not use ctx.task_group): opening and closing one is a
+        # noticeable part of what a short job costs.
         helpers = any(type(p) not in _OWN_PIECES for p in pieces)
         self._lanes = [_Lane(self, client, spec, pieces, helpers) for spec in self.specs]
         async with anyio.create_task_group() as main:
@@ -246,7 +252,7 @@ class Worker:
                     fetchers.start_soon(lane.fetch)
             # Every fetch in flight has returned (what came after the stop
             # was given back): the handlers may now finish.
-            self._fetching_done.set()  # type: ignore[union-attr]
+            fetching_done.set()
             if self.running:
                 log.info("waiting for %d running handler(s)", self.running)
         self._lanes = []
@@ -264,9 +270,14 @@ class Worker:
                 for lane in self._lanes:
                     for _ in range(2 * lane.spec.concurrency):
                         runners.start_soon(lane.serve)
-        for lane in self._lanes:
-            lane.receive.close()
         self._handlers_scope = None
+        # Stopped at once: jobs fetched a moment before may not have
+        # reached a runner.
+        unstarted = [job for lane in self._lanes for job in lane.queued]
+        if unstarted and self.client is not None:
+            with anyio.CancelScope(shield=True):
+                await self.fetches_returned()
+                await self._give_back(self.client, unstarted)
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -279,22 +290,23 @@ class Worker:
                     log.warning("%s again: stopping at once", name)
                     self.stop(now=True)
 
-    async def pause(self, seconds: float) -> None:
+    async def _pause(self, seconds: float) -> None:
         """Sleep, unless the worker is stopping (a fetch backing off)."""
         assert self._stop_requested is not None
         with anyio.move_on_after(seconds):
             await self._stop_requested.wait()
 
-    async def give_back(self, client: AsyncClient, jobs: list[Job]) -> None:
-        """Jobs fetched while stopping: not started, so given back at once
-        (ENQUEUE: no failure of theirs, no NACK counted)."""
+    async def _give_back(self, client: AsyncClient, jobs: list[Job]) -> None:
+        """Jobs fetched but not started (fetched while stopping, or queued
+        at a stop at once): given back at once, with ENQUEUE (no failure
+        of theirs, no NACK counted)."""
         ids = [job.id for job in jobs]
         try:
             with anyio.move_on_after(2):
                 await client.enqueue(*ids)
-            log.info("%d job(s) fetched while stopping: given back (%s)", len(ids), " ".join(ids))
+            log.info("%d job(s) fetched, not started: given back (%s)", len(ids), " ".join(ids))
         except DisqueError as e:
-            log.warning("%d job(s) fetched while stopping, ENQUEUE failed: %s", len(ids), e)
+            log.warning("%d job(s) fetched, not started: ENQUEUE failed: %s", len(ids), e)
 
 
 _OWN_PIECES = (JobLog, Metrics, Retries, KeepAlive, TimeLimit)
@@ -340,8 +352,12 @@ class _Lane:
         self.running = 0
         self.settling = 0
         self.room = anyio.Event()  # set when a job leaves a slot
-        # Never more jobs in hand than runners: the stream never blocks.
-        self.send, self.receive = anyio.create_memory_object_stream[Job](2 * spec.concurrency)
+        # Fetched, not yet taken by a runner. A deque and one event per
+        # batch, not a memory stream: a runner waiting on a stream costs an
+        # event, a receiver object and the task's info per job.
+        self.queued: deque[Job] = deque()
+        self.arrived = anyio.Event()  # set, and replaced, when jobs come
+        self.fetching = True
 
     def free(self) -> int:
         limit = self.spec.concurrency
@@ -351,7 +367,7 @@ class _Lane:
         """Fetch as many jobs as there is room for, until the stop."""
         worker = self.worker
         failures = 0
-        with self.send:  # closed: the runners end once the stream is empty
+        try:
             while not worker._stopping:
                 count = self.free()
                 if count <= 0:
@@ -366,20 +382,34 @@ class _Lane:
                 except DisqueError as e:
                     failures += 1
                     log.warning("fetching from %s failed: %s", self.spec.queue, e)
-                    await worker.pause(min(5.0, 0.1 * 2 ** min(failures, 6)))
+                    await worker._pause(min(5.0, 0.1 * 2 ** min(failures, 6)))
                     continue
                 if worker._stopping:
                     if jobs:
-                        await worker.give_back(self.client, jobs)
+                        await worker._give_back(self.client, jobs)
                     break
                 self.running += len(jobs)
-                for job in jobs:
-                    self.send.send_nowait(job)
+                self.queued.extend(jobs)
+                self._wake_runners()
+        finally:
+            self.fetching = False  # the runners end once nothing is queued
+            self._wake_runners()
+
+    def _wake_runners(self) -> None:
+        self.arrived.set()
+        self.arrived = anyio.Event()
 
     async def serve(self) -> None:
-        """One runner: jobs one at a time until the stream ends."""
-        async for job in self.receive:
-            await self._handle(job)
+        """One runner: queued jobs one at a time, until the fetcher has
+        ended and nothing is queued. There are never more jobs in hand
+        than runners, so a job waits for none."""
+        while True:
+            if self.queued:
+                await self._handle(self.queued.popleft())
+            elif self.fetching:
+                await self.arrived.wait()
+            else:
+                return
 
     async def _handle(self, job: Job) -> None:
         worker = self.worker
