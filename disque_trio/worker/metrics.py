@@ -46,7 +46,7 @@ class Metrics:
         )
         self.interrupted = prom.Counter(
             "disque_worker_jobs_interrupted",
-            "Handler runs cancelled by a shutdown",
+            "Handler runs cancelled by a shutdown (the job given back)",
             labels,
             registry=self.registry,
         )
@@ -56,23 +56,37 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self._children: dict[str, dict[str, Any]] = {}
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
         start = anyio.current_time()
         try:
             await call_next()
         finally:
+            # The queue's labelled children, looked up once (labels() costs
+            # more than the counting itself).
             queue = ctx.job.queue
-            self.duration.labels(queue).observe(anyio.current_time() - start)
-            if ctx.outcome == "done":
-                self.done.labels(queue).inc()
-            elif ctx.outcome in ("failed", "dead"):
+            children = self._children.get(queue) or self._label(queue)
+            children["duration"].observe(anyio.current_time() - start)
+            outcome = ctx.outcome
+            if outcome in ("done", "interrupted"):
+                children[outcome].inc()
+            elif outcome in ("failed", "dead"):
                 if ctx.error is not None:
-                    self.failed.labels(queue).inc()
-                if ctx.outcome == "dead":
-                    self.dead.labels(queue).inc()
-            elif ctx.outcome == "interrupted":
-                self.interrupted.labels(queue).inc()
+                    children["failed"].inc()
+                if outcome == "dead":
+                    children["dead"].inc()
+
+    def _label(self, queue: str) -> dict[str, Any]:
+        children = {
+            "done": self.done.labels(queue),
+            "failed": self.failed.labels(queue),
+            "dead": self.dead.labels(queue),
+            "interrupted": self.interrupted.labels(queue),
+            "duration": self.duration.labels(queue),
+        }
+        self._children[queue] = children
+        return children
 
     def exposition(self) -> tuple[bytes, str]:
         return self.prom.generate_latest(self.registry), self.prom.CONTENT_TYPE_LATEST
