@@ -11,34 +11,40 @@
 and run it with ``disque-trio worker myapp.tasks:worker`` (or
 ``await worker.run()`` in your own AnyIO program).
 
-The loop is short: for each handler, fetch up to as many jobs as it has
-free slots (GETJOB COUNT n) and start each in a task. What happens around
-a handler is a chain of small middleware pieces, outermost first, in the
-style of Dramatiq's middleware (each gets the job's context and the next
-piece to call), one module each:
+Each handler has a lane: a fetcher asking for as many jobs as there is
+room for (GETJOB COUNT n) and a fixed set of runner tasks taking them one
+at a time (worker.py). What happens around a handler is a chain of small
+middleware pieces, outermost first, in the style of Dramatiq's middleware
+(each gets the job's context and the next piece to call), one module
+each:
 
 ``JobLog``     (logs.py) one structured log line per job (outcome,
-               duration, error); ``JsonLogFormatter`` for JSON lines
+               duration, error; done at DEBUG, failures at WARNING);
+               ``JsonLogFormatter`` for JSON lines
 ``Metrics``    (metrics.py) Prometheus counters and a duration histogram
                (optional), and the HTTP page that serves them
-``Retries``    (retries.py) ACKJOB (or FASTACK) on success; NACK on
-               failure; past ``max_deliveries`` deliveries, the job goes to
-               ``<queue>:dead`` (``DeadLetter``, deadletter.py) with the
-               error, then is acknowledged
+``Retries``    (retries.py) ACKJOB (or FASTACK) on success, batched
+               (``AckBatcher``, acks.py); NACK on failure; after
+               ``max_retries`` failures (or ``max_deliveries`` deliveries
+               of any kind), the job goes to ``<queue>:dead``
+               (``DeadLetter``, deadletter.py) with the error, then is
+               acknowledged
 ``KeepAlive``  (keepalive.py) WORKING every ``fraction`` of the job's RETRY
-               while the handler runs, so the job is not queued again
+               for jobs that run that long, from one task for the worker
 ``TimeLimit``  (timelimit.py) a handler running past its ``timeout`` is
                cancelled: a failure
 
-The ``Worker`` and its loop are in worker.py, ``JobContext``,
+The ``Worker`` and its lanes are in worker.py, ``JobContext``,
 ``HandlerSpec`` and the ``Middleware`` protocol in context.py, the
 ``disque-trio worker`` command in cli.py.
 
 Shutdown (SIGTERM, SIGINT, or ``stop()``): no more fetching, running
 handlers get ``shutdown_timeout`` seconds, what is still running is then
-cancelled and NACKed; a second signal cancels at once. See docs/worker.md.
+cancelled and given back (ENQUEUE: not a failure); a second signal
+cancels at once. See docs/worker.md.
 """
 
+from .acks import AckBatcher
 from .cli import main
 from .context import Handler, HandlerSpec, HandlerTimeout, JobContext, Middleware, Next
 from .deadletter import DeadLetter
@@ -50,6 +56,7 @@ from .timelimit import TimeLimit
 from .worker import Worker
 
 __all__ = [
+    "AckBatcher",
     "DeadLetter",
     "Handler",
     "HandlerSpec",

@@ -439,7 +439,7 @@ class _Lane:
         try:
             if self.in_thread:
                 # A thread cannot be interrupted: on a timeout or shutdown
-                # the job is failed or NACKed and the thread left to finish.
+                # the job is failed or given back, the thread left to end.
                 await anyio.to_thread.run_sync(
                     self.spec.fn, ctx.job, limiter=self.worker._limiter, abandon_on_cancel=True
                 )

@@ -18,11 +18,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -370,23 +371,62 @@ async def _run_until(worker: Worker, done: Callable[[], bool], timeout: float = 
         worker.stop()
 
 
+class Delaying(anyio.abc.ByteStream):
+    """A connection to the node whose sends go through ``before_send``
+    (the worker's client, given ``connector=``): to delay or break the
+    acknowledgements."""
+
+    def __init__(
+        self, inner: anyio.abc.ByteStream, before_send: Callable[[bytes], Awaitable[None]]
+    ) -> None:
+        self.inner = inner
+        self.before_send = before_send
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self.inner.receive(max_bytes)
+
+    async def send(self, item: bytes) -> None:
+        await self.before_send(item)
+        await self.inner.send(item)
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _connector(before_send: Callable[[bytes], Awaitable[None]]) -> Any:
+    async def connect(host: str, port: int) -> anyio.abc.ByteStream:
+        return Delaying(await anyio.connect_tcp(host, port), before_send)
+
+    return connect
+
+
+class Outcomes(Worker):
+    """Notes each job's outcome, as the job log and the metrics see it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outcomes: dict[str, tuple[str, str]] = {}
+
+    def chain(self) -> list[Middleware]:
+        return [self.note, *super().chain()]
+
+    async def note(self, ctx: JobContext, call_next: Next) -> None:
+        try:
+            await call_next()
+        finally:  # cancelled too (a stop at once)
+            self.outcomes[ctx.job.id] = (ctx.outcome, type(ctx.error).__name__)
+
+
 @pytest.mark.anyio
 async def test_acks_are_batched_and_each_job_is_acked_once(node: NodeProcess) -> None:
     """Jobs that finish together are acknowledged by one ACKJOB (far fewer
     commands than jobs); each ID is sent once, and the job counts as done
     once the node answered it."""
-    recorder = Recorder()
-    outcomes: dict[str, str] = {}
-
-    class Outcomes(Worker):
-        def chain(self) -> list[Middleware]:
-            return [self.note, *super().chain()]
-
-        async def note(self, ctx: JobContext, call_next: Next) -> None:
-            await call_next()
-            outcomes[ctx.job.id] = ctx.outcome
-
-    worker = Outcomes(url(node), middleware=[recorder])
+    worker = Outcomes(url(node))
+    outcomes = worker.outcomes
 
     @worker.handler("many", concurrency=50)
     async def noop(job: Job) -> None:
@@ -403,12 +443,64 @@ async def test_acks_are_batched_and_each_job_is_acked_once(node: NodeProcess) ->
             assert all(c.show(i) is None for i in ids)
         watching.cancel_scope.cancel()
     monitor.commands = monitor.commands[: monitor.commands.index(["PING", "the end"])]
-    assert set(outcomes.values()) == {"done"}
+    assert set(outcomes.values()) == {("done", "NoneType")}
     acks = [argv for argv in monitor.commands if argv[:1] == ["ACKJOB"]]
     assert sorted(monitor.ids("ACKJOB")) == sorted(ids)
     assert len(acks) <= len(ids) // 10, [len(a) - 1 for a in acks]
     # Short jobs cost no keep-alive command.
     assert not [a for a in monitor.commands if a[:1] in (["SHOW"], ["WORKING"])]
+
+
+@pytest.mark.anyio
+async def test_a_lost_acknowledgement_is_the_outcome_of_its_jobs(node: NodeProcess) -> None:
+    """The ACKJOB of a batch breaks its connection: every job of it is
+    "lost" (not "done"), and still on the node, to come back at its RETRY."""
+
+    async def break_acks(data: bytes) -> None:
+        if b"ACKJOB" in data:
+            raise anyio.BrokenResourceError
+
+    with Client(url(node)) as c:
+        ids = {c.add_job("lossy", str(i), retry=30) for i in range(5)}
+    worker = Outcomes(url(node), connector=_connector(break_acks), max_attempts=1)
+
+    @worker.handler("lossy", concurrency=5)
+    async def noop(job: Job) -> None:
+        pass
+
+    await _run_until(worker, lambda: worker.outcomes.keys() == ids)
+    assert set(worker.outcomes.values()) == {("lost", "ConnectionLostError")}
+    with Client(url(node)) as c:
+        assert all(c.show(i).state == "active" for i in ids)  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_a_stop_at_once_waits_for_the_acks_on_their_way(node: NodeProcess) -> None:
+    """Stopped at once while a batch's ACKJOB is on its way (slow here):
+    the handlers' tasks are cancelled, yet the ack goes out, and the jobs'
+    outcome is its answer."""
+    handled: set[str] = set()
+
+    async def slow_acks(data: bytes) -> None:
+        if b"ACKJOB" in data:
+            await anyio.sleep(0.5)
+
+    with Client(url(node)) as c:
+        ids = {c.add_job("slow", str(i)) for i in range(3)}
+    worker = Outcomes(url(node), connector=_connector(slow_acks), fetch_timeout=0.2)
+
+    @worker.handler("slow", concurrency=3)
+    async def noop(job: Job) -> None:
+        handled.add(job.id)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: handled == ids)
+        await anyio.sleep(0.1)  # the ACKJOB is being sent
+        worker.stop(now=True)
+    assert {i: worker.outcomes[i][0] for i in ids} == dict.fromkeys(ids, "done")
+    with Client(url(node)) as c:
+        assert all(c.show(i) is None for i in ids)
 
 
 @pytest.mark.anyio
