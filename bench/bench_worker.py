@@ -374,7 +374,7 @@ def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, node_pid: int
         )
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=50)
@@ -385,7 +385,22 @@ def main() -> int:
     parser.add_argument("--producer-batch", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, one run")
     parser.add_argument("--produce", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def print_raw(port: int, jobs: int, args: argparse.Namespace, repeat: int) -> None:
+    add_rate, consume_rate = raw_round_trip(port, jobs)
+    print(
+        f"{jobs} jobs, 10-byte bodies, one node on 127.0.0.1 ({os.cpu_count()} CPUs); "
+        f"worker: concurrency {args.concurrency}, {args.backend}, log level "
+        f"{args.log_level}; medians of {repeat} run(s)"
+    )
+    print(f"  raw pipelined ADDJOB (batches of 1000)                 {add_rate:10,.0f} jobs/s")
+    print(f"  raw pipelined GETJOB COUNT 1000 + ACKJOB of the batch  {consume_rate:10,.0f} jobs/s")
+
+
+def main() -> int:
+    args = _parser().parse_args()
     if args.produce:
         produce(args.produce, args.jobs, args.producer_batch)
         return 0
@@ -396,16 +411,7 @@ def main() -> int:
     node = Node()
     scratch = Path(tempfile.mkdtemp(prefix="bench-worker-tasks-"))
     try:
-        add_rate, consume_rate = raw_round_trip(node.port, jobs)
-        print(
-            f"{jobs} jobs, 10-byte bodies, one node on 127.0.0.1 ({os.cpu_count()} CPUs); "
-            f"worker: concurrency {args.concurrency}, {args.backend}, log level "
-            f"{args.log_level}; medians of {repeat} run(s)"
-        )
-        print(f"  raw pipelined ADDJOB (batches of 1000)                 {add_rate:10,.0f} jobs/s")
-        print(
-            f"  raw pipelined GETJOB COUNT 1000 + ACKJOB of the batch  {consume_rate:10,.0f} jobs/s"
-        )
+        print_raw(node.port, jobs, args, repeat)
         if args.peer is not None:
             print(f"  peer: {checkouts['peer']}")
         setup = Setup(

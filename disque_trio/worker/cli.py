@@ -33,8 +33,7 @@ def _load(target: str) -> Worker:
     return obj
 
 
-def main(argv: Sequence[str]) -> int:
-    """``disque-trio worker``: load a Worker and run it until a signal."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="disque-trio worker",
         usage=WORKER_USAGE,
@@ -50,7 +49,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     parser.add_argument("--metrics-host", help="address for the metrics port (127.0.0.1)")
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="info by default; a job done is logged at debug (docs/worker.md)",
     )
     parser.add_argument("--log-format", default="text", choices=["text", "json"])
     parser.add_argument(
@@ -58,7 +60,26 @@ def main(argv: Sequence[str]) -> int:
         default=".",
         help="directory to import the module from (default: the current one)",
     )
-    args = parser.parse_args(list(argv))
+    return parser
+
+
+def _configure(worker: Worker, args: argparse.Namespace) -> None:
+    """The command line's settings over the Worker's own."""
+    if args.nodes:
+        worker.nodes = args.nodes
+    if args.threads is not None:
+        worker.threads = args.threads
+    if args.shutdown_timeout is not None:
+        worker.shutdown_timeout = args.shutdown_timeout
+    if args.metrics_port is not None:
+        worker.metrics_port = args.metrics_port
+    if args.metrics_host:
+        worker.metrics_host = args.metrics_host
+
+
+def main(argv: Sequence[str]) -> int:
+    """``disque-trio worker``: load a Worker and run it until a signal."""
+    args = _parser().parse_args(list(argv))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonLogFormatter()
@@ -74,16 +95,7 @@ def main(argv: Sequence[str]) -> int:
     except (ImportError, AttributeError) as e:
         print(f"worker: cannot load {args.target}: {e}", file=sys.stderr)
         return 1
-    if args.nodes:
-        worker.nodes = args.nodes
-    if args.threads is not None:
-        worker.threads = args.threads
-    if args.shutdown_timeout is not None:
-        worker.shutdown_timeout = args.shutdown_timeout
-    if args.metrics_port is not None:
-        worker.metrics_port = args.metrics_port
-    if args.metrics_host:
-        worker.metrics_host = args.metrics_host
+    _configure(worker, args)
     try:
         worker.run_sync(args.backend)
     except (RuntimeError, ValueError, OSError) as e:
