@@ -15,7 +15,9 @@ the sender knows the cluster secret (see ``handshake_proof``). BATCH (102),
 ours too, carries several messages of one small job-ID type (QUEUED,
 WILLQUEUE, GOTJOB...) in one frame, ``[102, [type_code, [body, ...]]]``;
 the receiver handles them one by one, in order, as if they came as frames
-of their own (see ``encode_batch``). ``body`` is
+of their own (see ``encode_batch``). POSTPONE (103), ours, tells a job's
+holders that the sender queues it after a client's delay (NACK or ENQUEUE
+with DELAY: a message the original never had). ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -124,6 +126,7 @@ __all__ = [
     "Ping",
     "Pong",
     "Port",
+    "Postpone",
     "Queued",
     "ReplJob",
     "Seconds",
@@ -136,7 +139,7 @@ __all__ = [
     "handshake_proof",
 ]
 
-PROTOCOL_VERSION: Final = 3  # 3: BATCH frames
+PROTOCOL_VERSION: Final = 4  # 3: BATCH frames; 4: POSTPONE
 MAX_FRAME: Final = 64 * 1024 * 1024
 # Until a link is authenticated its frames are tiny: a handshake and a proof.
 HANDSHAKE_MAX_FRAME: Final = 4096
@@ -192,6 +195,7 @@ class MsgType(enum.IntEnum):
     HANDSHAKE = 100  # ours: first frame on a link
     AUTH = 101  # ours: proof of the cluster secret, right after the handshakes
     BATCH = 102  # ours: several messages of one BATCHABLE type in one frame
+    POSTPONE = 103  # ours: I queue this job after a delay (NACK/ENQUEUE DELAY)
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -404,6 +408,21 @@ class Working:
 
 
 @attrs.frozen
+class Postpone:
+    """The sender queues this job itself after ``delay_ms`` (a client's
+    NACK or ENQUEUE with DELAY): hold your copy past that, as for WORKING.
+    ``flags`` counts what the client's command counted (FLAG_INCR_NACKS
+    for NACK, FLAG_INCR_DELIV for ENQUEUE of a delivered job); 0 when the
+    sender repeats it (a WILLQUEUE answered, a holder learned)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.POSTPONE
+
+    job_id: JobId
+    delay_ms: int  # from reception
+    flags: int = 0
+
+
+@attrs.frozen
 class Pause:
     TYPE: ClassVar[MsgType] = MsgType.PAUSE
 
@@ -430,6 +449,7 @@ Message: TypeAlias = (
     | YourJobs
     | Working
     | Pause
+    | Postpone
 )
 
 
@@ -768,7 +788,7 @@ _ENCODERS: Final[MappingProxyType[type[Message], _UnstructureHook]] = MappingPro
 # own: a REPLJOB or YOURJOBS may go stale in the outbox (peers.py), the
 # failure detector's messages go ahead of the queued ones.
 BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
-    {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working}
+    {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working, Postpone}
 )
 # At most this many messages in one BATCH: under 100 KB, far below any
 # frame limit (PENDING_MAX_FRAME in peers.py is 256 KB).

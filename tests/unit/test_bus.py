@@ -35,6 +35,7 @@ from disque_trio.protocol.bus import (
     Pause,
     Ping,
     Pong,
+    Postpone,
     Queued,
     ReplJob,
     SetAck,
@@ -117,6 +118,9 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     YourJobs: st.builds(YourJobs, jobs=st.lists(job_data, max_size=4).map(tuple)),
     Working: st.builds(Working, job_id=job_ids),
     Pause: st.builds(Pause, queue=queue_names, flags=st.integers(0, 3)),
+    Postpone: st.builds(
+        Postpone, job_id=job_ids, delay_ms=uints, flags=st.sampled_from([0, 2, 4])
+    ),
 }
 messages = st.one_of(list(STRATEGIES.values()))
 
