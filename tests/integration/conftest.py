@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import resource
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
+
+from disque_trio.client import Client
 
 from ..helpers import free_port
 
@@ -110,3 +113,32 @@ def node_factory(tmp_path: Path) -> Iterator[object]:
 @pytest.fixture
 def node(node_factory: object) -> NodeProcess:
     return node_factory()  # type: ignore[operator,no-any-return]
+
+
+def url_of(nodes: list[NodeProcess]) -> str:
+    """The client URL naming every node."""
+    return "disque://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+
+
+def form_cluster(node_factory: object, count: int, *extra: str) -> list[NodeProcess]:
+    """``count`` nodes (node timeout 1 s), met in a chain; returns once
+    every node's HELLO lists them all as usable."""
+    make = node_factory
+    assert callable(make)
+    nodes: list[NodeProcess] = [
+        make("--cluster-node-timeout", "1000", *extra) for _ in range(count)
+    ]
+    for a, b in itertools.pairwise(nodes):
+        with Client(f"127.0.0.1:{a.port}") as c:
+            c.call("CLUSTER", "MEET", "127.0.0.1", b.port)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        sizes = []
+        for n in nodes:
+            with Client(f"127.0.0.1:{n.port}") as c:
+                hello = c.hello()
+            sizes.append(sum(p.priority == 1 for p in hello.nodes))
+        if sizes == [count] * count:
+            return nodes
+        time.sleep(0.1)
+    raise AssertionError("the cluster did not form")
