@@ -40,6 +40,7 @@ from typing import Protocol
 
 from ..protocol.replies import Reply
 from .job import STATE_ACKED, Job
+from .stats import NodeStats
 from .waiters import Waiter
 
 ACKED = "acked"
@@ -57,6 +58,7 @@ class WaitHost(Protocol):
     deleted_moved: dict[str, int]
     job_waiters: dict[str, list[Waiter]]
     moved_waits: dict[str, int]
+    stats: NodeStats
 
     def now_ms(self) -> int: ...
 
@@ -85,6 +87,7 @@ def watch(node: WaitHost, ids: list[str], timeout_ms: int) -> Reply | Waiter:
         return [outcomes[job_id] for job_id in ids]
     waiter = Waiter(watch=tuple(ids), timeout_ms=timeout_ms)
     waiter.outcomes = outcomes
+    node.stats.blocked_clients += 1
     for job_id, value in outcomes.items():
         if value is None:
             node.job_waiters.setdefault(job_id, []).append(waiter)
@@ -109,6 +112,7 @@ def answer(node: WaitHost, job_id: str, value: str) -> None:
             continue
         waiter.outcomes[job_id] = value
         if all(v is not None for v in waiter.outcomes.values()):
+            node.stats.blocked_clients -= 1
             node.finish_wait(waiter, reply(waiter))
 
 
@@ -127,6 +131,7 @@ def cancel(node: WaitHost, waiter: Waiter) -> Reply:
     """The shell gave up (timeout, client gone): what is known, and
     ``pending`` for the rest."""
     _forget(node, waiter, (j for j, v in waiter.outcomes.items() if v is None))
+    node.stats.blocked_clients -= 1
     return reply(waiter)
 
 

@@ -248,11 +248,12 @@ def test_waitjob_blocks_until_each_job_is_done() -> None:
     node, _ = make_node()
     a, b = add(node), add(node)
     waiter = _wait(node, a, b, a)
+    assert node.stats.blocked_clients == 1
     run(node, "ACKJOB", a)
     assert not waiter.done
     run(node, "DELJOB", b)
     assert waiter.done and waiter.reply == ["acked", "gone", "acked"]
-    assert node.job_waiters == {}
+    assert node.job_waiters == {} and node.stats.blocked_clients == 0
 
 
 def test_waitjob_timeout_answers_pending_for_what_is_not_done() -> None:
@@ -262,7 +263,7 @@ def test_waitjob_timeout_answers_pending_for_what_is_not_done() -> None:
     assert waiter.timeout_ms == 500
     run(node, "ACKJOB", a)
     assert node.cancel_wait(waiter) == ["acked", "pending"]
-    assert node.job_waiters == {}
+    assert node.job_waiters == {} and node.stats.blocked_clients == 0
 
 
 def test_waitjob_hears_an_ack_made_on_another_node() -> None:
