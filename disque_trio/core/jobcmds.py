@@ -415,7 +415,7 @@ def job_info(node: Node, job: Job) -> list[Reply]:
             "body": job.body,
             # Ours: the next queueing is the end of a client's NACK or
             # ENQUEUE DELAY (at next-requeue-within), not a retry.
-            "delayed-requeue": 1 if job.flags & FLAG_DELAYED else 0,
+            "delayed-requeue": 1 if job.flags & FLAG_DELAYED and job.state == STATE_ACTIVE else 0,
         }
     )
 

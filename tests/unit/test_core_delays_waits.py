@@ -78,6 +78,20 @@ def test_nack_delay_queues_the_job_after_the_delay_and_counts_one_nack() -> None
     check_invariants(node)
 
 
+def test_an_ack_during_the_delay_ends_it() -> None:
+    node, clock = make_node()
+    job_id = _delivered(node, "RETRY", 5)
+    run(node, "NACK", job_id, "DELAY", 30)
+    run(node, "ACKJOB", job_id)
+    assert job_id not in node.jobs
+    job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
+    run(node, "NACK", job_id, "DELAY", 30)
+    run(node, "ACKJOB", job_id)  # held elsewhere too: kept until collected
+    assert fields(run(node, "SHOW", job_id))["delayed-requeue"] == 0
+    elapse(node, clock, 31_000)
+    assert job(node, job_id).state == JobState.ACKED
+
+
 def test_enqueue_delay_counts_a_delivery_not_a_nack() -> None:
     node, clock = make_node()
     job_id = _delivered(node, "RETRY", 5)
