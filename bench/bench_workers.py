@@ -42,10 +42,13 @@ The end is the first poll of the final run of polls that see nothing
 left, confirmed by 50 ms more of them: Celery pops a message before it
 writes it to 'unacked', and a poll could fall in between.
 
-Worker CPU: utime + stime of the worker's process tree (Dramatiq forks its
-worker process; children found through /proc/PID/task/*/children when the
-window opens), read from /proc/PID/stat with each poll, over the timed
-window, per 1,000 jobs. The broker's CPU is read the same way.
+Worker CPU: utime + stime (+ cutime + cstime) of the worker's process tree
+over the timed window, per 1,000 jobs, read from /proc/PID/stat with each
+poll. Dramatiq forks its worker process: the tree is found through
+/proc/PID/task/*/children up to the window's opening. A process of it
+gone by the end counts for nothing (a start-up helper such as the
+``ldconfig -p`` of ctypes or the ``uname -p`` of platform; reaped, its
+ticks show in its parent's cutime). The broker's CPU is read the same way.
 
 arq runs from its own virtual environment (arq 0.28 requires redis<6, the
 project pins redis 8): ``--arq-python``, by default ``.venv-arq`` at the
@@ -132,12 +135,21 @@ def info_field(text: str, name: str) -> int:
 @dataclass(frozen=True)
 class Sample:
     """One poll: when it was sent (monotonic), the jobs not yet done it saw,
-    and the CPU ticks of the worker's tree and of the broker after it."""
+    and the CPU ticks after it of each process of the worker's tree (by
+    PID) and of the broker."""
 
     t: float
     remaining: int
-    worker: int
+    worker: dict[int, int]
     broker: int
+
+
+def tree_delta(start: dict[int, int], end: dict[int, int]) -> int:
+    """The ticks a process tree spent between two readings. A process gone
+    by the end counts for nothing: a short helper (ctypes runs ldconfig,
+    platform runs uname at import) is reaped, and its ticks then show in
+    its parent's cutime; one born since counts whole."""
+    return sum(ticks - start.get(pid, 0) for pid, ticks in end.items())
 
 
 @dataclass(frozen=True)
@@ -197,7 +209,9 @@ def steady_window(
 
 
 def window(start: Sample, end: Sample, jobs: int, t0: float) -> Window:
-    return Window(jobs, end.t - t0, end.worker - start.worker, end.broker - start.broker)
+    return Window(
+        jobs, end.t - t0, tree_delta(start.worker, end.worker), end.broker - start.broker
+    )
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -258,11 +272,19 @@ def tree_pids(pid: int) -> list[int]:
     return pids
 
 
-def cpu_ticks(pids: Sequence[int]) -> int:
-    try:
-        return sum(stat_ticks(read_text(f"/proc/{p}/stat")) for p in pids)
-    except OSError:
-        raise BenchError(f"a process of {pids} exited during a timed window") from None
+def cpu_ticks(pids: Sequence[int]) -> dict[int, int]:
+    """Each process's ticks; one that has exited is left out."""
+    ticks = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            ticks[pid] = stat_ticks(read_text(f"/proc/{pid}/stat"))
+    return ticks
+
+
+def broker_ticks(pid: int) -> int:
+    if (ticks := cpu_ticks([pid]).get(pid)) is None:
+        raise BenchError(f"the broker (pid {pid}) exited")
+    return ticks
 
 
 class Child:
@@ -727,7 +749,7 @@ class Bench:
         while time.monotonic() < deadline:
             t = time.monotonic()
             left = peer.remaining(probe.replies())
-            yield Sample(t, left, cpu_ticks(pids), cpu_ticks([broker_pid]))
+            yield Sample(t, left, cpu_ticks(pids), broker_ticks(broker_pid))
             time.sleep(POLL_S)
         raise BenchError(f"{peer.name}: the jobs were not done within {self.timeout:.0f} s")
 
@@ -777,7 +799,7 @@ class Bench:
         self.wait_for_jobs(probe, peer, 0, worker)  # the warm-up job is done
         time.sleep(IDLE_S)
         pids = tree_pids(worker.pid)
-        start = Sample(time.monotonic(), 0, cpu_ticks(pids), cpu_ticks([server.pid]))
+        start = Sample(time.monotonic(), 0, cpu_ticks(pids), broker_ticks(server.pid))
         producer.say("go")
         samples: list[Sample] = []
         sent: dict[str, float] | None = None

@@ -28,9 +28,9 @@ def bw() -> ModuleType:
 
 
 def samples(bw: ModuleType, rows: list[tuple[float, int, int]]) -> list[object]:
-    """(time, jobs left, worker ticks) -> Samples; the broker's ticks are
-    twice the worker's, to tell the two apart."""
-    return [bw.Sample(t, left, ticks, 2 * ticks) for t, left, ticks in rows]
+    """(time, jobs left, worker ticks) -> Samples, the worker one process
+    (PID 7); the broker's ticks are twice the worker's, to tell them apart."""
+    return [bw.Sample(t, left, {7: ticks}, 2 * ticks) for t, left, ticks in rows]
 
 
 def test_stat_ticks_counts_from_the_last_parenthesis(bw: ModuleType) -> None:
@@ -43,7 +43,7 @@ def test_stat_ticks_counts_from_the_last_parenthesis(bw: ModuleType) -> None:
 def test_stat_ticks_of_this_process(bw: ModuleType) -> None:
     pid = os.getpid()
     assert pid in bw.tree_pids(pid)
-    assert bw.cpu_ticks([pid]) >= 0
+    assert bw.cpu_ticks([pid, 2**22 + 1])[pid] >= 0  # no such PID: left out
     with open(f"/proc/{pid}/stat") as f:
         assert bw.stat_ticks(f.read()) >= 0
 
@@ -85,11 +85,17 @@ def test_steady_window_ends_after_the_last_enqueue(bw: ModuleType) -> None:
     # The worker keeps up: zeros during the run do not end it; the first
     # poll sent after the last enqueue that sees nothing left does.
     rows = [(1.0, 0, 10), (2.0, 3, 20), (3.0, 0, 30), (3.4, 0, 34), (3.6, 0, 36)]
-    start = bw.Sample(0.9, 0, 8, 16)
+    start = bw.Sample(0.9, 0, {7: 8}, 16)
     assert bw.steady_window(samples(bw, rows[:3]), start, 1.0, 3.2, 500, confirm=0.1) is None
     w = bw.steady_window(samples(bw, rows), start, 1.0, 3.2, 500, confirm=0.1)
     assert (w.jobs, w.worker_ticks, w.broker_ticks) == (500, 26, 52)
     assert w.seconds == pytest.approx(2.4)
+
+
+def test_tree_delta_forgets_the_gone_and_counts_the_new(bw: ModuleType) -> None:
+    start = {1: 100, 2: 50, 3: 7}
+    end = {1: 130, 2: 60, 4: 5}  # 3 exited, 4 was born
+    assert bw.tree_delta(start, end) == 30 + 10 + 5
 
 
 def test_ratio_and_verdict(bw: ModuleType) -> None:
