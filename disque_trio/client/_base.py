@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import TypeVar
+from datetime import UTC, datetime
+from typing import TypeVar, cast
 
 from .cluster import Backoff, ProducerTracker, Router, parse_nodes
 from .commands import Command, block_seconds
@@ -76,11 +77,32 @@ class ClientOptions:
         return max(1, math.floor(self.timeout * 1000))
 
 
-def combine(results: list[object]) -> object:
-    """Results of a routed command split by node: counts add up."""
+def combine(command: Command[T], parts: Sequence[Command[T]], results: list[object]) -> object:
+    """Results of a routed command split by node: counts add up; replies
+    with one entry per job ID (WAITJOB) go back in the command's order."""
     if len(results) == 1:
         return results[0]
+    if all(isinstance(r, list) for r in results):
+        by_id: dict[str, object] = {}
+        for part, result in zip(parts, results, strict=True):
+            by_id.update(zip(part.job_ids, cast(list[object], result), strict=True))
+        return [by_id[job_id] for job_id in command.job_ids]
     return sum(r for r in results if isinstance(r, int))
+
+
+def schedule_delay(delay: float | None, eta: datetime | None, now: datetime) -> int | None:
+    """ADDJOB's DELAY in whole seconds (rounded up) from ``delay`` seconds
+    or an ``eta`` (a naive datetime is local time); None for neither. An
+    ETA already past queues the job at once."""
+    if eta is not None:
+        if delay is not None:
+            raise ValueError("give delay or eta, not both")
+        delay = (eta.astimezone(UTC) - now.astimezone(UTC)).total_seconds()
+    if delay is None:
+        return None
+    if delay < 0 and eta is None:
+        raise ValueError("delay must not be negative")
+    return max(0, math.ceil(delay))
 
 
 def encode_text(value: bytes | str) -> bytes:

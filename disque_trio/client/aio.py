@@ -11,6 +11,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -18,7 +19,7 @@ import anyio
 import anyio.abc
 
 from . import commands as cmds
-from ._base import ClientOptions, NodesSpec, combine, encode_text
+from ._base import ClientOptions, NodesSpec, combine, encode_text, schedule_delay
 from .cluster import Router
 from .commands import Command
 from .errors import (
@@ -32,6 +33,7 @@ from .errors import (
 from .protocol import NEED_DATA, ClientProtocol
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
+from .waits import JobWait
 
 __all__ = ["AsyncClient", "Connector"]
 
@@ -333,12 +335,29 @@ class AsyncClient:
                 parts = self.router.route(command)
                 if len(parts) == 1:
                     return await self._part(parts[0][0], command)
-                results = [await self._part(a, c) for a, c in parts]
-                return cast(T, combine(results))
+                results = await self._parts(parts, concurrent=command.block != 0)
+                return cast(T, combine(command, [c for _, c in parts], results))
         except TimeoutError:
             raise DisqueTimeoutError(
                 f"{command.name} did not complete in {budget:.3g} s"
             ) from None
+
+    async def _parts(
+        self, parts: list[tuple[Address | None, Command[T]]], concurrent: bool
+    ) -> list[object]:
+        """Every part of a split command; a blocking one (WAITJOB) waits on
+        its nodes at once, so that its timeout does not add up."""
+        if not concurrent:
+            return [await self._part(a, c) for a, c in parts]
+        results: list[object] = [None] * len(parts)
+
+        async def one(i: int, address: Address | None, part: Command[T]) -> None:
+            results[i] = await self._part(address, part)
+
+        async with anyio.create_task_group() as tg:
+            for i, (address, part) in enumerate(parts):
+                tg.start_soon(one, i, address, part)
+        return results
 
     async def call(self, *args: cmds.Arg) -> object:
         """Any command, its reply as decoded; not retried after a lost
@@ -354,7 +373,8 @@ class AsyncClient:
         *,
         timeout_ms: int | None = None,
         replicate: int | None = None,
-        delay: int | None = None,
+        delay: float | None = None,
+        eta: datetime | None = None,
         retry: int | None = None,
         ttl: int | None = None,
         maxlen: int | None = None,
@@ -362,16 +382,17 @@ class AsyncClient:
         resend: bool = False,
     ) -> str:
         """ADDJOB; returns the job ID. ``timeout_ms`` (replication) defaults
-        to the client's call timeout. After a lost connection the job may
-        or may not exist: it is sent again only with ``resend=True``
-        (a duplicate is possible then)."""
+        to the client's call timeout. ``delay`` (seconds, rounded up) or
+        ``eta`` (a datetime; naive means local time): when the job is first
+        queued. After a lost connection the job may or may not exist: it is
+        sent again only with ``resend=True`` (a duplicate is possible then)."""
         return await self.execute(
             cmds.addjob(
                 queue,
                 encode_text(body),
                 self.options.addjob_timeout_ms(timeout_ms),
                 replicate=replicate,
-                delay=delay,
+                delay=schedule_delay(delay, eta, datetime.now(UTC)),
                 retry=retry,
                 ttl=ttl,
                 maxlen=maxlen,
@@ -469,8 +490,10 @@ class AsyncClient:
         self.router.forget_jobs(job_ids)
         return done
 
-    async def nack(self, *job_ids: str) -> int:
-        return await self.execute(cmds.nack(*job_ids)) if job_ids else 0
+    async def nack(self, *job_ids: str, delay: float | None = None) -> int:
+        """NACK: queue the jobs again, now or after ``delay`` seconds
+        (rounded up), counting a nack; how many were queued."""
+        return await self.execute(cmds.nack(*job_ids, delay=delay)) if job_ids else 0
 
     async def working(self, job_id: str) -> int:
         """WORKING: postpones the next re-queue; returns the RETRY in s."""
@@ -479,8 +502,25 @@ class AsyncClient:
     async def show(self, job_id: str) -> JobInfo | None:
         return await self.execute(cmds.show(job_id))
 
-    async def enqueue(self, *job_ids: str) -> int:
-        return await self.execute(cmds.enqueue(*job_ids))
+    async def enqueue(self, *job_ids: str, delay: float | None = None) -> int:
+        return await self.execute(cmds.enqueue(*job_ids, delay=delay))
+
+    async def wait_job(self, job_id: str, *, timeout: float | None = None) -> str:
+        """Block until the job is done (WAITJOB, sent to the node that
+        created it): ``"acked"``, ``"gone"`` (deleted or expired without an
+        ack), ``"unknown"`` (the node knows nothing of it), or
+        ``"pending"`` once ``timeout`` seconds passed (None: for ever).
+        Raises JobNodeUnavailableError when the job's node is out of reach
+        and the node asked knows nothing of it."""
+        return (await self.wait_jobs(job_id, timeout=timeout))[job_id]
+
+    async def wait_jobs(self, *job_ids: str, timeout: float | None = None) -> dict[str, str]:
+        """``wait_job`` for several jobs at once: their outcomes by ID, in
+        the order given, once all are done or the timeout passed."""
+        wait = JobWait(job_ids, timeout=timeout, poll=self.options.poll, now=anyio.current_time())
+        while (command := wait.next_command(anyio.current_time())) is not None:
+            wait.feed(await self.execute(command), command)
+        return wait.result(self.router, anyio.current_time())
 
     async def dequeue(self, *job_ids: str) -> int:
         return await self.execute(cmds.dequeue(*job_ids))

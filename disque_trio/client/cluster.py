@@ -313,6 +313,23 @@ class Router:
                 return node
         return None
 
+    def creator_out(self, job_id: str, now: float) -> bool:
+        """The node that created the job is known to be out of reach:
+        failing or leaving by HELLO, a connection to it failed lately, or
+        gone from the cluster. False when this client knows no node yet."""
+        if not self.nodes:
+            return False
+        prefix = node_prefix(job_id)
+        for node in self.nodes.values():
+            if node.id.startswith(prefix):
+                trouble = self._trouble.get(node.address)
+                return (
+                    node.priority >= PRIORITY_UNUSABLE
+                    or node.address in self._leaving
+                    or (trouble is not None and trouble.until > now)
+                )
+        return True
+
     # ------------------------------------------------------------ events
 
     def failed(self, address: Address, now: float) -> None:
@@ -390,10 +407,13 @@ class Router:
         """Should a routed part that went to the job's node be sent to the
         current node as well? When that node did nothing with it (it may
         not hold the job: a copy made elsewhere, a leaving creator): 0
-        jobs, no SHOW, -NOJOB; or when it could not be reached at all. A
-        NACK is only sent again when none of its jobs was queued."""
+        jobs, no SHOW, -NOJOB, WAITJOB's unknown for every job; or when
+        it could not be reached at all. A NACK is only sent again when
+        none of its jobs was queued."""
         if isinstance(outcome, NoJobError):
             return True
+        if isinstance(outcome, list):
+            return all(entry == "unknown" for entry in outcome)
         if isinstance(outcome, DisqueError):
             return Router.retryable(command, outcome) and not isinstance(outcome, LeavingError)
         return outcome is None or outcome == 0

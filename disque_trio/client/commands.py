@@ -25,6 +25,7 @@ from .types import HelloInfo, Job, JobInfo, NodeInfo, QueueStats, ScanPage
 
 __all__ = [
     "JOB_STATES",
+    "OUTCOMES",
     "Arg",
     "Command",
     "ackjob",
@@ -48,6 +49,7 @@ __all__ = [
     "qstat",
     "raw",
     "show",
+    "waitjob",
     "working",
 ]
 
@@ -76,6 +78,9 @@ class Command(Generic[T_co]):
     job_ids: tuple[str, ...] = ()
     routed: bool = False
     block: float | None = 0.0
+    # Arguments after the IDs of a routed command (NACK's DELAY, WAITJOB's
+    # TIMEOUT): every part of it split by node carries them.
+    tail: tuple[bytes, ...] = ()
 
     @property
     def name(self) -> str:
@@ -83,11 +88,10 @@ class Command(Generic[T_co]):
 
     def for_ids(self, ids: Sequence[str]) -> Command[T_co]:
         """The same command for a subset of its job IDs (routed commands
-        only: their arguments are exactly the IDs)."""
+        only: their arguments are exactly the IDs, then ``tail``)."""
         assert self.routed
-        return replace(
-            self, args=(self.args[0], *(i.encode("ascii") for i in ids)), job_ids=tuple(ids)
-        )
+        args = (self.args[0], *(i.encode("ascii") for i in ids), *self.tail)
+        return replace(self, args=args, job_ids=tuple(ids))
 
 
 def _arg(value: Arg) -> bytes:
@@ -231,6 +235,7 @@ _SHOW_FIELDS = {
     "next-requeue-within",
     "next-awake-within",
     "body",
+    "delayed-requeue",
 }
 
 
@@ -255,6 +260,7 @@ def parse_job_info(reply: object) -> JobInfo | None:
         next_requeue_within=_opt_int(f.get("next-requeue-within")),
         next_awake_within=_opt_int(f.get("next-awake-within")),
         body=b"" if _is_nil(f.get("body")) else _bytes(f.get("body", b"")),
+        delayed_requeue=bool(_int(f.get("delayed-requeue", 0))),
         extra={k: v for k, v in f.items() if k not in _SHOW_FIELDS},
     )
 
@@ -401,11 +407,31 @@ def getjob(
 
 
 def _job_command(
-    name: str, ids: Sequence[str], parse: Callable[[object], T], *, idempotent: bool
+    name: str,
+    ids: Sequence[str],
+    parse: Callable[[object], T],
+    *,
+    idempotent: bool,
+    tail: Sequence[Arg] = (),
+    block: float | None = 0.0,
 ) -> Command[T]:
+    rest = _args(*tail)
     return Command(
-        _args(name, *ids), parse, idempotent=idempotent, job_ids=tuple(ids), routed=True
+        (*_args(name, *ids), *rest),
+        parse,
+        idempotent=idempotent,
+        job_ids=tuple(ids),
+        routed=True,
+        block=block,
+        tail=rest,
     )
+
+
+def _delay_tail(delay: float | None) -> list[Arg]:
+    """NACK/ENQUEUE's ``DELAY seconds`` (whole seconds, rounded up)."""
+    if delay is None or delay <= 0:
+        return []
+    return ["DELAY", math.ceil(delay)]
 
 
 def ackjob(*ids: str) -> Command[int]:
@@ -416,9 +442,10 @@ def fastack(*ids: str) -> Command[int]:
     return _job_command("FASTACK", ids, parse_int, idempotent=True)
 
 
-def nack(*ids: str) -> Command[int]:
-    """NACK counts a nack and queues the job: not sent twice."""
-    return _job_command("NACK", ids, parse_int, idempotent=False)
+def nack(*ids: str, delay: float | None = None) -> Command[int]:
+    """NACK counts a nack and queues the job (after ``delay`` seconds,
+    rounded up to whole seconds): not sent twice."""
+    return _job_command("NACK", ids, parse_int, idempotent=False, tail=_delay_tail(delay))
 
 
 def working(job_id: str) -> Command[int]:
@@ -429,8 +456,32 @@ def show(job_id: str) -> Command[JobInfo | None]:
     return _job_command("SHOW", [job_id], parse_job_info, idempotent=True)
 
 
-def enqueue(*ids: str) -> Command[int]:
-    return Command(_args("ENQUEUE", *ids), parse_int, idempotent=False, job_ids=ids)
+def enqueue(*ids: str, delay: float | None = None) -> Command[int]:
+    """ENQUEUE (after ``delay`` seconds, rounded up): not sent twice."""
+    args = _args("ENQUEUE", *ids, *_delay_tail(delay))
+    return Command(args, parse_int, idempotent=False, job_ids=ids)
+
+
+OUTCOMES = ("acked", "gone", "unknown", "pending")
+
+
+def parse_outcomes(reply: object) -> list[str]:
+    """WAITJOB: one of OUTCOMES per ID, in order."""
+    outcomes = [_str(v) for v in _list(reply)]
+    for outcome in outcomes:
+        if outcome not in OUTCOMES:
+            raise _fail("a WAITJOB outcome", reply)
+    return outcomes
+
+
+def waitjob(*ids: str, timeout_ms: int = 0) -> Command[list[str]]:
+    """WAITJOB: blocks until each job is done (``timeout_ms`` 0: for
+    ever). Harmless to send again."""
+    if not ids:
+        raise ValueError("WAITJOB needs at least one job ID")
+    tail: list[Arg] = ["TIMEOUT", timeout_ms] if timeout_ms else []
+    block = timeout_ms / 1000 if timeout_ms else None
+    return _job_command("WAITJOB", ids, parse_outcomes, idempotent=True, tail=tail, block=block)
 
 
 def dequeue(*ids: str) -> Command[int]:

@@ -112,6 +112,11 @@ class NoNodeAvailableError(DisqueConnectionError):
     """No node of the cluster could be reached."""
 
 
+class JobNodeUnavailableError(DisqueError):
+    """A job's outcome cannot be told: the node that created it is out of
+    reach, and the node asked instead knows nothing of the job."""
+
+
 class DisqueTimeoutError(DisqueError, TimeoutError):
     """A connection attempt or a call did not finish in its time."""
 

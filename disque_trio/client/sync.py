@@ -13,11 +13,12 @@ import math
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
 from . import commands as cmds
-from ._base import ClientOptions, NodesSpec, combine, encode_text
+from ._base import ClientOptions, NodesSpec, combine, encode_text, schedule_delay
 from .cluster import Router
 from .commands import Command
 from .errors import (
@@ -31,6 +32,7 @@ from .errors import (
 from .protocol import NEED_DATA, ClientProtocol
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
+from .waits import JobWait
 
 __all__ = ["Client", "SocketLike"]
 
@@ -277,7 +279,8 @@ class Client:
             parts = self.router.route(command)
             if len(parts) == 1:
                 return self._part(parts[0][0], command, deadline)
-            return cast(T, combine([self._part(a, c, deadline) for a, c in parts]))
+            results: list[object] = [self._part(a, c, deadline) for a, c in parts]
+            return cast(T, combine(command, [c for _, c in parts], results))
         except TimeoutError:
             raise DisqueTimeoutError(
                 f"{command.name} did not complete in {budget:.3g} s"
@@ -297,7 +300,8 @@ class Client:
         *,
         timeout_ms: int | None = None,
         replicate: int | None = None,
-        delay: int | None = None,
+        delay: float | None = None,
+        eta: datetime | None = None,
         retry: int | None = None,
         ttl: int | None = None,
         maxlen: int | None = None,
@@ -311,7 +315,7 @@ class Client:
                 encode_text(body),
                 self.options.addjob_timeout_ms(timeout_ms),
                 replicate=replicate,
-                delay=delay,
+                delay=schedule_delay(delay, eta, datetime.now(UTC)),
                 retry=retry,
                 ttl=ttl,
                 maxlen=maxlen,
@@ -396,8 +400,9 @@ class Client:
         self.router.forget_jobs(job_ids)
         return done
 
-    def nack(self, *job_ids: str) -> int:
-        return self.execute(cmds.nack(*job_ids)) if job_ids else 0
+    def nack(self, *job_ids: str, delay: float | None = None) -> int:
+        """See AsyncClient.nack."""
+        return self.execute(cmds.nack(*job_ids, delay=delay)) if job_ids else 0
 
     def working(self, job_id: str) -> int:
         return self.execute(cmds.working(job_id))
@@ -405,8 +410,20 @@ class Client:
     def show(self, job_id: str) -> JobInfo | None:
         return self.execute(cmds.show(job_id))
 
-    def enqueue(self, *job_ids: str) -> int:
-        return self.execute(cmds.enqueue(*job_ids))
+    def enqueue(self, *job_ids: str, delay: float | None = None) -> int:
+        return self.execute(cmds.enqueue(*job_ids, delay=delay))
+
+    def wait_job(self, job_id: str, *, timeout: float | None = None) -> str:
+        """See AsyncClient.wait_job."""
+        return self.wait_jobs(job_id, timeout=timeout)[job_id]
+
+    def wait_jobs(self, *job_ids: str, timeout: float | None = None) -> dict[str, str]:
+        """See AsyncClient.wait_jobs. IDs made by several nodes are waited
+        for on each node in turn (each wait at most the client's ``poll``)."""
+        wait = JobWait(job_ids, timeout=timeout, poll=self.options.poll, now=time.monotonic())
+        while (command := wait.next_command(time.monotonic())) is not None:
+            wait.feed(self.execute(command), command)
+        return wait.result(self.router, time.monotonic())
 
     def dequeue(self, *job_ids: str) -> int:
         return self.execute(cmds.dequeue(*job_ids))

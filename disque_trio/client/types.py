@@ -76,6 +76,9 @@ class JobInfo:
     next_requeue_within: int | None
     next_awake_within: int | None
     body: bytes
+    # disque-trio's: the next queueing ends a NACK/ENQUEUE DELAY (False
+    # from a node that does not say, such as the original).
+    delayed_requeue: bool = False
     extra: dict[str, object] = field(default_factory=dict)
 
 

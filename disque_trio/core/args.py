@@ -62,6 +62,17 @@ def job_ids(args: list[bytes]) -> list[str]:
     return ids
 
 
+def ids_and_option(argv: list[bytes], name: bytes, usage: str) -> tuple[list[bytes], bytes | None]:
+    """``CMD id [id ...] [NAME value]``: the ID arguments, and the option's
+    value (None when absent). Job IDs are 40 characters, so the option's
+    name cannot be mistaken for one."""
+    if len(argv) >= 2 and option(argv[-1]) == name:
+        raise syntax_error(f"{name.decode().upper()} needs a value ({usage})")
+    if len(argv) >= 3 and option(argv[-2]) == name:
+        return argv[1:-2], argv[-1]
+    return argv[1:], None
+
+
 def option(arg: bytes) -> bytes:
     """Option names compare case-insensitively."""
     return arg.lower()

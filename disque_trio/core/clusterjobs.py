@@ -36,6 +36,12 @@ Rules, one per message:
   acked: the job is done for good, and a holder the DELJOB missed is told
   SETACK when it announces its copy.
 * ENQUEUE: queue it now (or after the delay): the sender chose us.
+* POSTPONE(delay): a client asked the sender to queue the job after a
+  delay (NACK or ENQUEUE with DELAY): dequeue ours if queued, and re-queue
+  no sooner than the delay plus RETRY (the sender queues it; we stand by
+  in case it cannot). A holder that missed it announces WILLQUEUE at its
+  own RETRY: the sender, still waiting, answers POSTPONE again, as it
+  does to holders it learns of.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -53,6 +59,7 @@ from .host import JobHost
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
+    FLAG_DELAYED,
     FLAG_DELIVERED,
     FLAG_HOLDERS_GREW,
     FLAG_TOLD_QUEUED,
@@ -203,9 +210,11 @@ def replication_achieved(node: JobHost, job: Job, acked: bool = False) -> None:
     if external:
         # Externally replicated: one holder queues it, we forget it (as
         # acked when a SETACK ended the wait: the holders collect it).
-        if not acked:
+        if acked:
+            node.unregister(job, acked=True)
+        else:
             send_enqueue(node, job, confirmed)
-        node.unregister(job, acked=acked)
+            node.hand_over(job, follow=False)
         return
     now = node.now_ms()
     if not acked:
@@ -304,12 +313,15 @@ def tell_new_holders(node: JobHost, job: Job, node_ids: Iterable[str]) -> None:
     one queued its own copy without knowing ours, the QUEUED rule leaves one
     (pending holders adopted, seeds 20000327 and others; a merged list,
     seed 20005489). Of a job acked here they hear SETACK: the collection
-    waits for their GOTACK (seed 492135135)."""
+    waits for their GOTACK (seed 492135135). Of one waiting here for a
+    client's delay, POSTPONE."""
     if job.state == STATE_ACKED:
-        msg: bus.Message = bus.SetAck(job.id, len(job.nodes_delivered))
+        msg: bus.Message | None = bus.SetAck(job.id, len(job.nodes_delivered))
     elif job.state == STATE_QUEUED and job.retry:
         msg = bus.Queued(job.id, 0)
     else:
+        msg = postpone_left(job, node.now_ms())
+    if msg is None:
         return
     for node_id in node_ids:
         node.effects.send(node_id, msg)
@@ -353,6 +365,23 @@ def broadcast_working(node: JobHost, job: Job) -> None:
             node.effects.send(node_id, msg)
 
 
+def broadcast_postpone(node: JobHost, job: Job, delay_ms: int, flags: int) -> None:
+    """NACK or ENQUEUE with DELAY: the other holders hold their copies
+    past the delay (and count what the command counted)."""
+    msg = bus.Postpone(job.id, delay_ms, flags)
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.effects.send(node_id, msg)
+
+
+def postpone_left(job: Job, now: int) -> bus.Postpone | None:
+    """POSTPONE again (counting nothing) for a job waiting here for its
+    client's delay, to a holder that may not know it; None otherwise."""
+    if job.flags & FLAG_DELAYED and job.state == STATE_ACTIVE and job.qtime > now:
+        return bus.Postpone(job.id, job.qtime - now, 0)
+    return None
+
+
 def broadcast_pause(node: JobHost, name: str, pause: Pause) -> None:
     for peer in node.cluster.reachable():
         node.effects.send(peer.node_id, bus.Pause(name, int(pause)))
@@ -391,7 +420,9 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
 
 def _postpone_requeue(node: JobHost, job: Job) -> None:
     """Another holder queued its copy: ours waits a whole RETRY again, and
-    announces WILLQUEUE before it re-queues."""
+    announces WILLQUEUE before it re-queues (a client's delay here is
+    over: the job was queued elsewhere, so a re-queue here is a retry)."""
+    job.flags &= ~FLAG_DELAYED
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
@@ -548,6 +579,38 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         node.probe("willqueue-answered-queued", job)
     elif job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
+    elif (postpone := postpone_left(job, node.now_ms())) is not None:
+        # The sender missed our POSTPONE (its RETRY came first): it holds
+        # its copy past our delay instead of queueing it now.
+        node.effects.send(sender, postpone)
+        node.probe("willqueue-answered-postpone", job)
+
+
+def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
+    job = node.jobs.get(msg.job_id)
+    if job is None:
+        _answer_deleted(node, sender, msg.job_id)
+        return
+    if job.state == STATE_ACKED:
+        node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
+        return
+    if job.state not in (STATE_ACTIVE, STATE_QUEUED):
+        return
+    if sender not in job.nodes_delivered:
+        _learned_holder(node, job, sender)
+    if job.state == STATE_QUEUED:
+        # Queued here too (a lost QUEUED): the client asked for the delay,
+        # so this copy waits as well; the sender queues the job.
+        node.dequeue(job)
+        node.probe("postpone-caused-dequeue", job)
+    if job.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        standby = node.now_ms() + msg.delay_ms + job.retry * 1000 + node.time_error()
+        node.set_requeue_time(job, max(job.qtime, standby))
+    if msg.flags & bus.FLAG_INCR_NACKS:
+        job.nacks += 1
+    if msg.flags & bus.FLAG_INCR_DELIV:
+        job.deliveries += 1
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
@@ -722,7 +785,7 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
         node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in moved)))
     for job in jobs:
         if job.retry == 0:
-            node.unregister(job)  # at most once: it now lives there only
+            node.hand_over(job, follow=True)  # at most once: it now lives there only
         else:
             node.update_awake(job)
     if not q.jobs:
@@ -811,4 +874,5 @@ _HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {
     bus.NeedJobs: _on_needjobs,
     bus.YourJobs: _on_yourjobs,
     bus.Pause: _on_pause,
+    bus.Postpone: _on_postpone,
 }

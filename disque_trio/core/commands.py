@@ -59,6 +59,7 @@ CORE_COMMANDS: dict[str, Command] = {
         _cmd("nack", -1, "write denyoom fast", jobcmds.nack),
         _cmd("dequeue", -1, "write fast", jobcmds.dequeue),
         _cmd("working", 2, "write fast", jobcmds.working),
+        _cmd("waitjob", -2, "readonly fast", jobcmds.waitjob),
         _cmd("pause", -3, "readonly fast", queuecmds.pause),
     )
 }

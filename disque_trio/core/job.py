@@ -62,6 +62,10 @@ FLAG_TOLD_QUEUED = 8
 # Waiting for its copies, the job got one more holder (a node added after
 # the first REPLJOB): once replicated, every holder is sent the final list.
 FLAG_HOLDERS_GREW = 16
+# A client asked for the job to be queued here after a delay (NACK or
+# ENQUEUE with DELAY): qtime is that moment, the other holders were told
+# (POSTPONE), and the queueing counts nothing more (the command counted).
+FLAG_DELAYED = 32
 
 NodeIds = tuple[str, ...]
 

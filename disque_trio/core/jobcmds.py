@@ -1,5 +1,5 @@
 """Job commands: ADDJOB, ACKJOB, FASTACK, NACK, ENQUEUE, DEQUEUE, DELJOB,
-WORKING, SHOW, JSCAN.
+WORKING, WAITJOB, SHOW, JSCAN.
 
 Each handler takes the node and the argument vector (command name included)
 and returns a reply, or a :class:`Waiter` when the client must wait. Argument
@@ -11,13 +11,25 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 
+from ..protocol import bus
 from ..protocol.limits import MAX_INT64, MAX_JOB_SECONDS
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from . import clusterjobs as cj
-from .args import job_ids, option, parse_cursor, parse_int, parse_timeout_ms, text
+from . import jobwaits
+from .args import (
+    ids_and_option,
+    job_ids,
+    option,
+    parse_cursor,
+    parse_int,
+    parse_timeout_ms,
+    syntax_error,
+    text,
+)
 from .ids import is_at_most_once_id
 from .job import (
     FLAG_BCAST_WILLQUEUE,
+    FLAG_DELAYED,
     STATE_ACKED,
     STATE_ACTIVE,
     STATE_BY_LABEL,
@@ -270,23 +282,66 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
     return known
 
 
+ENQUEUE_USAGE = "ENQUEUE id [id ...] [DELAY seconds]"
+DELAY_BUS_VERSION = bus.SINCE_VERSION[bus.Postpone]
+NACK_USAGE = "NACK id [id ...] [DELAY seconds]"
+
+
 def enqueue(node: Node, argv: list[bytes]) -> Reply:
-    """ENQUEUE id...: queue active jobs (even RETRY 0 ones: caller's choice)."""
+    """ENQUEUE id [id ...] [DELAY seconds]: queue active jobs, now or
+    after the delay (a delivered RETRY 0 job is refused: at most once)."""
     return _enqueue_generic(node, argv, nack=False)
 
 
 def nack(node: Node, argv: list[bytes]) -> Reply:
-    """NACK id...: like ENQUEUE, and count a negative acknowledgement."""
+    """NACK id [id ...] [DELAY seconds]: like ENQUEUE, and count a
+    negative acknowledgement."""
     return _enqueue_generic(node, argv, nack=True)
 
 
 def _enqueue_generic(node: Node, argv: list[bytes], nack: bool) -> Reply:
+    ids, delay_arg = ids_and_option(argv, b"delay", NACK_USAGE if nack else ENQUEUE_USAGE)
+    delay_ms = 0 if delay_arg is None else _delay_seconds(delay_arg) * 1000
+    if delay_ms and (old := node.cluster.behind(DELAY_BUS_VERSION)) is not None:
+        # Its holders would not hear POSTPONE, and queue the job at RETRY.
+        raise ReplyError(
+            "NOTSUPPORTED",
+            f"DELAY needs every node on bus protocol {DELAY_BUS_VERSION} or newer: "
+            f"{old.node_id[:8]} speaks {old.bus_version} (an upgrade in progress?)",
+        )
     count = 0
-    for job_id in job_ids(argv[1:]):
+    for job_id in job_ids(ids):
         job = node.lookup(job_id)
-        if job is not None and job.state == STATE_ACTIVE and node.enqueue(job, nack):
+        if job is None or job.state != STATE_ACTIVE:
+            continue
+        if node.enqueue_later(job, delay_ms, nack) if delay_ms else node.enqueue(job, nack):
             count += 1
     return count
+
+
+def _delay_seconds(arg: bytes) -> int:
+    """NACK/ENQUEUE's DELAY: ADDJOB's rules and messages."""
+    message = "DELAY time must be a non negative number"
+    value = parse_int(arg, message)
+    if value < 0:
+        raise err(message)
+    if value > MAX_JOB_SECONDS:
+        raise err(_TOO_LONG.format("DELAY"))
+    return value
+
+
+WAITJOB_USAGE = "WAITJOB id [id ...] [TIMEOUT ms]"
+
+
+def waitjob(node: Node, argv: list[bytes]) -> Reply | Waiter:
+    """WAITJOB id [id ...] [TIMEOUT ms]: block until every job is done;
+    one answer per ID, in order: acked, gone, unknown, or pending when
+    the timeout came first (0, the default, waits for ever)."""
+    ids, timeout_arg = ids_and_option(argv, b"timeout", WAITJOB_USAGE)
+    timeout = 0 if timeout_arg is None else parse_timeout_ms(timeout_arg)
+    if not ids:
+        raise syntax_error(f"at least one job ID is needed ({WAITJOB_USAGE})")
+    return jobwaits.watch(node, job_ids(ids), timeout)
 
 
 def dequeue(node: Node, argv: list[bytes]) -> Reply:
@@ -367,6 +422,9 @@ def job_info(node: Node, job: Job) -> list[Reply]:
             "next-requeue-within": max(0, job.qtime - now) if job.qtime else None,
             "next-awake-within": max(0, job.awake - now) if job.awake else None,
             "body": job.body,
+            # Ours: the next queueing is the end of a client's NACK or
+            # ENQUEUE DELAY (at next-requeue-within), not a retry.
+            "delayed-requeue": 1 if job.flags & FLAG_DELAYED and job.state == STATE_ACTIVE else 0,
         }
     )
 

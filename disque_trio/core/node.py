@@ -36,9 +36,10 @@ import random
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from ..protocol import aof
+from ..protocol import aof, bus
 from ..protocol.replies import NULL_ARRAY, Reply
 from . import clusterjobs as cj
+from . import jobwaits
 from .awake import AwakeIndex
 from .cluster import HANDSHAKE, LEAVING, NOT_REACHABLE, ClusterTable
 from .effects import Effects, Persist, Wake, WakeQueue
@@ -46,6 +47,7 @@ from .ids import JobIdGenerator, creator_prefix
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
+    FLAG_DELAYED,
     FLAG_DELIVERED,
     FLAG_TOLD_QUEUED,
     STATE_ACKED,
@@ -178,6 +180,13 @@ class Node:
         self.deleted_acked: dict[str, tuple[int, int]] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
+        # Of those, the ones that left alive (hand_over): ID -> expire time
+        # (unix s) when the new holder lists this node, else 0.
+        self.deleted_moved: dict[str, int] = {}
+        # WAITJOB clients by the job IDs they wait for (core/jobwaits.py),
+        # and of those IDs, the ones handed over, by expire time.
+        self.job_waiters: dict[str, list[Waiter]] = {}
+        self.moved_waits: dict[str, int] = {}
         # Node id -> jobs whose holder list it belongs in once its handshake
         # is through (records.merge_holders, adopt_pending_holders).
         self.pending_holders: dict[str, set[str]] = {}
@@ -532,10 +541,18 @@ class Node:
         if self.persisting and job.body is not None:
             self.effects.append(Persist(aof.loadjob(job_record(job))))
 
-    def unregister(self, job: Job, acked: bool = False) -> None:
+    def hand_over(self, job: Job, follow: bool) -> None:
+        """The job leaves this node alive, held elsewhere only: a RETRY 0
+        job moved by YOURJOBS (``follow``: its new holder lists this node,
+        so an ack comes back here), or an ADDJOB's job this node kept no
+        copy of (its holders do not list this node). WAITJOB reads it from
+        the tombstone (core/jobwaits.py)."""
+        self.unregister(job, handed=job.etime if follow else 0)
+
+    def unregister(self, job: Job, acked: bool = False, handed: int | None = None) -> None:
         """Forget a job whatever its state (expiry, collection, DELJOB).
         ``acked``: remember it as acked even if not acked here (FASTACK, a
-        bus DELJOB: the job is done for good)."""
+        bus DELJOB: the job is done for good). ``handed``: see hand_over."""
         if self.jobs.get(job.id) is not job:
             return
         if job.state == STATE_QUEUED:
@@ -550,7 +567,7 @@ class Node:
         self.acked_jobs.pop(job.id, None)
         if job.body is not None:
             self.body_bytes -= len(job.body)
-        self.remember_deleted(job.id, acked=acked or job.state == STATE_ACKED)
+        self.remember_deleted(job.id, acked or job.state == STATE_ACKED, handed)
         self._notify("deleted", job)
 
     def acked_epoch(self) -> tuple[int, int]:
@@ -560,16 +577,18 @@ class Node:
         brought back from its AOF a copy acked before the crash)."""
         return self.cluster.version, self.cluster.relinks
 
-    def remember_deleted(self, job_id: str, acked: bool = False) -> None:
+    def remember_deleted(
+        self, job_id: str, acked: bool = False, handed: int | None = None
+    ) -> None:
         """Remember for a while that a job is gone from here (collected,
         DELJOB, expired, moved away). A REPLJOB sent before may still be on
         its way (another link, overtaken by the DELJOB): taking it would
         resurrect the job as a copy no node acks or collects any more, and
-        it would be delivered again. Only in a cluster: REPLJOB comes from
-        peers. ``acked``: it was acked here, so a holder still announcing it
-        (WILLQUEUE, QUEUED) missed the ack and is told (clusterjobs)."""
-        if self.cluster_size <= 1:
-            return
+        it would be delivered again. ``acked``: it was acked here, so a
+        holder still announcing it (WILLQUEUE, QUEUED) missed the ack and
+        is told (clusterjobs). ``handed``: it left alive (hand_over). A
+        node alone keeps them too: WAITJOB answers from them (a job is
+        often acked before its producer asks)."""
         # Aged on the monotonic clock: a forward wall-clock step aged them
         # at once (seed 20001394: a 59.5 s step let a REPLJOB held back by a
         # one-way partition bring back a job expired here).
@@ -579,9 +598,17 @@ class Node:
         deleted[job_id] = now
         if acked:
             self.deleted_acked[job_id] = self.acked_epoch()
+        if handed is not None:
+            self.deleted_moved[job_id] = handed
+        elif self.deleted_moved:
+            # Acked since, or deleted after it came back: no longer followed.
+            self.deleted_moved.pop(job_id, None)
         for oldest in _drop_aged(deleted, now):
             self.deleted_acked.pop(oldest, None)
             self.deleted_expired.discard(oldest)
+            self.deleted_moved.pop(oldest, None)
+        if self.job_waiters and job_id in self.job_waiters:
+            jobwaits.settle(self, job_id)
 
     def _notify(self, event: str, job: Job) -> None:
         for observer in self.observers:
@@ -651,7 +678,13 @@ class Node:
         # did not list us queued its own copy, and we used to wait a second
         # retry period).
         job.flags &= ~FLAG_TOLD_QUEUED
-        if job.flags & FLAG_BCAST_QUEUED or nack:
+        if job.flags & FLAG_DELAYED:
+            # The end of a NACK or ENQUEUE DELAY: the command counted and
+            # told the holders (POSTPONE); they hear QUEUED, counting
+            # nothing, so that they push their timers again.
+            job.flags = (job.flags & ~FLAG_DELAYED) | FLAG_BCAST_QUEUED
+            cj.announce_queued(self, job)
+        elif job.flags & FLAG_BCAST_QUEUED or nack:
             # A re-queue (not the first queueing): tell the other holders so
             # that they push their own timers, and count the delivery.
             cj.broadcast_queued(self, job, nack)
@@ -672,6 +705,33 @@ class Node:
             self._notify("queued", job)
         if q.waiters and not q.pause & PAUSED_OUT:
             self.wake_queue(q)
+        return True
+
+    def enqueue_later(self, job: Job, delay_ms: int, nack: bool) -> bool:
+        """NACK or ENQUEUE with DELAY: queue an active job here once
+        ``delay_ms`` passed, counting now what the command counts (a nack;
+        ENQUEUE: an additional delivery, if it was delivered). The other
+        holders hear POSTPONE and hold their copies past the delay. False
+        where ENQUEUE would refuse (queued, acked, a delivered RETRY 0 job)."""
+        if job.state != STATE_ACTIVE or job.qtime == 0:
+            return False
+        if job.retry == 0 and job.flags & FLAG_DELIVERED:
+            return False
+        flags = 0
+        if nack:
+            job.nacks += 1
+            flags = bus.FLAG_INCR_NACKS
+        elif job.flags & FLAG_BCAST_QUEUED:
+            job.deliveries += 1
+            flags = bus.FLAG_INCR_DELIV
+        now = self.now_ms()
+        job.flags |= FLAG_DELAYED
+        if job.retry:
+            job.flags |= FLAG_BCAST_WILLQUEUE  # holders may object first (acked)
+        job.qtime = self.shared_int(now + delay_ms)
+        self.update_awake(job, now=now)
+        self.persist(job)
+        cj.broadcast_postpone(self, job, delay_ms, flags)
         return True
 
     def dequeue(self, job: Job) -> bool:
@@ -748,6 +808,8 @@ class Node:
         waiter.done = True
         if waiter.job_id is not None:
             return cj.replication_timed_out(self, waiter)
+        if waiter.watch:
+            return jobwaits.cancel(self, waiter)
         self._unblock(waiter)
         return NULL_ARRAY
 
@@ -805,6 +867,8 @@ class Node:
         self.update_awake(job)
         if self.persisting and job.body is not None:
             self.effects.append(Persist(aof.ackjob(job.id)))
+        if self.job_waiters and job.id in self.job_waiters:
+            jobwaits.settle(self, job.id)
         self._notify("acked", job)
 
     def try_gc(self, job: Job) -> None:
@@ -870,6 +934,8 @@ class Node:
             self._answered_crons = 0
             self.answered_queued_before = self.answered_queued
             self.answered_queued = set()
+        if self.moved_waits:
+            jobwaits.expire_moved(self)
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]
@@ -1061,6 +1127,8 @@ class Node:
             for waiter in list(q.waiters):
                 self._unblock(waiter)
                 self.finish_wait(waiter, None)
+        for job_id in [j for j in self.job_waiters if j in self.jobs]:
+            jobwaits.answer(self, job_id, jobwaits.GONE)  # deleted, no ack
         self.jobs.clear()
         self.queues.clear()
         self.awake.clear()

@@ -19,6 +19,7 @@ from .ids import is_at_most_once_id, ttl_minutes_from_id
 from .job import (
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
+    FLAG_DELAYED,
     FLAG_DELIVERED,
     TIME_ERROR_MS,
     Job,
@@ -167,7 +168,8 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
     WILLQUEUE to the other holders, no sooner
     than RETRY after the load and not before its recorded queue time (a job
     still waiting for its DELAY); a recorded time further away than its
-    longest timer means the wall clock went back since, and is capped.
+    longest timer means the wall clock went back since, and is capped. A
+    job still within a client's NACK or ENQUEUE DELAY keeps that time.
     RETRY 0 jobs are never queued by a reload. Acked jobs stay acked.
     """
     if rec.etime * 1000 <= now:
@@ -188,7 +190,16 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
     job.nodes_delivered = rec.nodes_delivered or node.myself_only
     if JobState(rec.state) == JobState.ACKED:
         job.state = JobState.ACKED
+    elif rec.retry and rec.flags & FLAG_DELAYED and rec.qtime > now:
+        # Still within a client's NACK or ENQUEUE DELAY: not queued since
+        # the record, so in no consumer's hands; it keeps its time (an
+        # expire time caps one the wall clock moved away).
+        job.qtime = min(rec.qtime, rec.etime * 1000)
+        job.flags |= FLAG_BCAST_WILLQUEUE
     elif rec.retry:
+        # A delay that ran out may have queued and delivered the job
+        # since: from here, a re-queue like any other.
+        job.flags &= ~FLAG_DELAYED
         longest = now + (rec.delay + rec.retry) * 1000 + TIME_ERROR_MS
         job.qtime = max(now + rec.retry * 1000, min(rec.qtime, longest))
         # Announced (WILLQUEUE) before it is queued again, like any

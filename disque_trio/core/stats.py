@@ -7,7 +7,7 @@ import attrs
 
 @attrs.define
 class NodeStats:
-    blocked_clients: int = 0  # GETJOB clients waiting right now (a gauge)
+    blocked_clients: int = 0  # GETJOB and WAITJOB clients waiting right now (a gauge)
     expired_jobs: int = 0  # jobs dropped because their TTL elapsed
     acked_jobs: int = 0  # ACKJOB that acknowledged a known job
     added_jobs: int = 0  # jobs created by ADDJOB on this node

@@ -184,7 +184,7 @@ def _clients(out: Exposition, server: ServerHost) -> None:
     out.one(
         "disque_blocked_clients",
         "gauge",
-        "Commands blocked in GETJOB right now.",
+        "Commands blocked in GETJOB or WAITJOB right now.",
         server.node.stats.blocked_clients,
     )
     out.one(

@@ -7,7 +7,6 @@ within its deadline and give back (ENQUEUE) one that does not."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import signal
 import time
@@ -19,7 +18,7 @@ import pytest
 from disque_trio.client import AsyncClient, Client, DisqueError, Job, JobInfo
 from disque_trio.worker import DeadLetter, Worker
 
-from .conftest import NodeProcess
+from .conftest import NodeProcess, form_cluster, url_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -27,30 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 @pytest.fixture
 def anyio_backend() -> str:
     return "trio"
-
-
-def _url(nodes: list[NodeProcess]) -> str:
-    return "disque://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes)
-
-
-def _cluster(node_factory: Any, count: int) -> list[NodeProcess]:
-    nodes: list[NodeProcess] = [
-        node_factory("--cluster-node-timeout", "1000") for _ in range(count)
-    ]
-    for a, b in itertools.pairwise(nodes):
-        with Client(f"127.0.0.1:{a.port}") as c:
-            c.call("CLUSTER", "MEET", "127.0.0.1", b.port)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        sizes = []
-        for n in nodes:
-            with Client(f"127.0.0.1:{n.port}") as c:
-                hello = c.hello()
-            sizes.append(sum(p.priority == 1 for p in hello.nodes))
-        if sizes == [count] * count:
-            return nodes
-        time.sleep(0.1)
-    raise AssertionError("the cluster did not form")
 
 
 def _jobs(node: NodeProcess, queue: str) -> list[JobInfo]:
@@ -82,8 +57,8 @@ async def test_no_acknowledged_job_is_lost_when_nodes_die_and_leave(
     cancelled at the deadline and given back."""
     # DEBUG: the job log's "done" lines (docs/worker.md, "Logs").
     caplog.set_level(logging.DEBUG, logger="disque_trio.worker")
-    nodes = _cluster(node_factory, 3)
-    url = _url(nodes)
+    nodes = form_cluster(node_factory, 3)
+    url = url_of(nodes)
     acknowledged: set[str] = set()
     poison: set[str] = set()  # acknowledged poison jobs
     handled: dict[str, int] = {}
@@ -166,7 +141,7 @@ async def test_no_acknowledged_job_is_lost_when_nodes_die_and_leave(
         assert worker.client is not None
         state = (worker.client.current_node, worker.running, worker.client.router.nodes)
         # Graceful shutdown with two handlers running.
-        async with AsyncClient(_url(nodes[:2]), timeout=5.0) as client:
+        async with AsyncClient(url_of(nodes[:2]), timeout=5.0) as client:
             finishes = await client.add_job("chaos", "finishes", replicate=1, retry=30)
             hangs = await client.add_job("chaos", "hangs", replicate=1, retry=30)
             with anyio.fail_after(10):
@@ -257,7 +232,7 @@ async def test_dead_letters_are_kept_with_fewer_copies_when_nodes_are_out(
     nodes; with one of them out it was refused (NOREPL) every time, so the
     job was NACKed, came back at once past its limit, and cycled for as
     long as the node stayed out, never dead-lettered."""
-    a, b = _cluster(node_factory, 2)
+    a, b = form_cluster(node_factory, 2)
     with Client(f"127.0.0.1:{b.port}") as admin:
         assert admin.call("CLUSTER", "LEAVING", "yes") == "OK"
     with Client(f"127.0.0.1:{a.port}") as c:

@@ -35,6 +35,7 @@ from disque_trio.protocol.bus import (
     Pause,
     Ping,
     Pong,
+    Postpone,
     Queued,
     ReplJob,
     SetAck,
@@ -117,6 +118,9 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     YourJobs: st.builds(YourJobs, jobs=st.lists(job_data, max_size=4).map(tuple)),
     Working: st.builds(Working, job_id=job_ids),
     Pause: st.builds(Pause, queue=queue_names, flags=st.integers(0, 3)),
+    Postpone: st.builds(
+        Postpone, job_id=job_ids, delay_ms=uints, flags=st.sampled_from([0, 2, 4])
+    ),
 }
 messages = st.one_of(list(STRATEGIES.values()))
 
@@ -631,3 +635,12 @@ def test_handshake_proofs_bind_secret_role_nonces_and_ids() -> None:
         bus.handshake_proof(b"secret", b"connector", attrs.evolve(connector, node_id="e" * 40), acceptor),
     ]  # fmt: skip
     assert proof not in others and len(set(others)) == len(others)
+
+
+def test_two_nodes_speak_the_highest_version_both_know() -> None:
+    assert bus.negotiate(4) == 4
+    assert bus.negotiate(3) == 3  # a node of the release before
+    assert bus.negotiate(9) == PROTOCOL_VERSION  # a newer one speaks ours
+    assert bus.negotiate(2) is None and bus.negotiate(0) is None
+    assert bus.negotiate(4, mine=3) == 3
+    assert bus.SINCE_VERSION[Postpone] == 4 and bus.MIN_PROTOCOL_VERSION == 3

@@ -52,6 +52,7 @@ SHOW_KEYS = [
     "next-requeue-within",
     "next-awake-within",
     "body",
+    "delayed-requeue",  # ours, after the original's fields
 ]
 
 # ------------------------------------------------------------------ ADDJOB
