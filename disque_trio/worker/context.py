@@ -43,7 +43,8 @@ class HandlerTimeout(Exception):
 @dataclass
 class HandlerSpec:
     """One ``@worker.handler(...)``: the queue and how to run jobs from it.
-    ``max_retries`` and ``max_deliveries`` override the worker's."""
+    ``max_retries``, ``max_deliveries``, ``min_backoff``, ``max_backoff``
+    and ``fastack`` override the worker's."""
 
     queue: str
     fn: Handler
@@ -52,6 +53,8 @@ class HandlerSpec:
     max_deliveries: int | None = None
     fastack: bool | None = None
     max_retries: int | None = None
+    min_backoff: float | None = None
+    max_backoff: float | None = None
 
     @property
     def name(self) -> str:

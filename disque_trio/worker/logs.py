@@ -25,6 +25,7 @@ _NOTED = (
     "dead_letter_id",
     "working",
     "nacked",
+    "retry_in",
     "nack_error",
     "enqueued",
     "enqueue_error",

@@ -1,14 +1,17 @@
-"""``Retries``: acknowledge a handled job, NACK a failed one, and move one
-that failed too often to the dead-letter queue."""
+"""``Retries``: acknowledge a handled job, NACK a failed one to be retried
+after a back-off, and move one that failed too often to the dead-letter
+queue."""
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import traceback
 
 import anyio
 
-from ..client import DisqueError, NoReplError
+from ..client import DisqueError, NoReplError, ResponseError
 from .acks import AckBatch, AckBatcher
 from .context import JobContext, Next, log
 from .deadletter import DeadLetter
@@ -22,8 +25,9 @@ class Retries:
 
     Success: ACKJOB (FASTACK when the handler or worker says so), batched
     (``AckBatcher``, acks.py): the outcome is known once the batch's
-    command is answered. Failure (an exception, a timeout): NACK, so the
-    job is queued again at once with its ``nacks`` counter raised; unless
+    command is answered. Failure (an exception, a timeout): NACK with a
+    DELAY (``backoff``), so the job is queued again once that has passed,
+    its ``nacks`` counter raised at once; unless
     it has failed ``max_retries`` times before (its ``nacks``), or this was
     delivery number ``max_deliveries`` (1 + nacks + additional
     deliveries): then the job is added to ``<queue><suffix>`` (JSON:
@@ -49,9 +53,14 @@ class Retries:
         fastack: bool = False,
         nack_timeout: float = 2.0,
         max_ack_batch: int = 500,
+        min_backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        rng: random.Random | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be at least 0")
+        if min_backoff < 0 or max_backoff < min_backoff:
+            raise ValueError("the back-off needs 0 <= min_backoff <= max_backoff")
         if max_deliveries < 1:
             raise ValueError("max_deliveries must be at least 1")
         self.max_retries = max_retries
@@ -62,12 +71,30 @@ class Retries:
         self.fastack = fastack
         self.nack_timeout = nack_timeout
         self.acks = AckBatcher(max_batch=max_ack_batch)
+        self.min_backoff = min_backoff
+        self.max_backoff = max_backoff
+        self.rng = rng or random.Random()
 
     def _limits(self, ctx: JobContext) -> tuple[int, int]:
         """(max_retries, max_deliveries): the handler's, else the worker's."""
         spec = ctx.spec
         retries = self.max_retries if spec.max_retries is None else spec.max_retries
         return retries, spec.max_deliveries or self.max_deliveries
+
+    def backoff(self, ctx: JobContext) -> int:
+        """Whole seconds (the node's DELAY unit) before a failed job is
+        queued again: ``min_backoff`` doubled for each failure before this
+        one (the job's ``nacks``), at most ``max_backoff``, and a random
+        part of it (from half to all) taken, so that jobs failing together
+        do not all come back together. 0: at once. The handler's settings,
+        else the worker's."""
+        spec = ctx.spec
+        low = self.min_backoff if spec.min_backoff is None else spec.min_backoff
+        high = self.max_backoff if spec.max_backoff is None else spec.max_backoff
+        if low <= 0:
+            return 0
+        ceiling = min(high, low * 2.0 ** min(ctx.job.nacks, 64))
+        return math.ceil(self.rng.uniform(ceiling / 2, ceiling))
 
     async def __call__(self, ctx: JobContext, call_next: Next) -> None:
         job = ctx.job
@@ -130,8 +157,19 @@ class Retries:
             ctx.notes["enqueue_error"] = str(e)  # RETRY will queue it again anyway
 
     async def _nack(self, ctx: JobContext) -> None:
+        delay = self.backoff(ctx)
         try:
-            ctx.notes["nacked"] = await ctx.client.nack(ctx.job.id)
+            try:
+                ctx.notes["nacked"] = await ctx.client.nack(ctx.job.id, delay=delay)
+            except ResponseError as e:
+                if e.code != "NOTSUPPORTED":
+                    raise
+                # A node of the release before is linked (an upgrade in
+                # progress): it would never hear of the delay.
+                log.warning("job %s: NACK DELAY refused (%s); NACKed without", ctx.job.id, e)
+                delay = 0
+                ctx.notes["nacked"] = await ctx.client.nack(ctx.job.id)
+            ctx.notes["retry_in"] = delay
         except DisqueError as e:
             ctx.notes["nack_error"] = str(e)  # RETRY will queue it again anyway
 

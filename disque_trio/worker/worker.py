@@ -44,9 +44,10 @@ class Worker:
     stop. ``fetch_timeout``: how long one GETJOB waits (also how long a
     stop may wait for fetches in flight). ``max_retries`` (failures
     before the dead letter), ``max_deliveries`` (deliveries of any kind
-    before it), ``dead_letter``, ``dead_letter_suffix``,
-    ``dead_letter_ttl`` and ``fastack`` configure ``Retries``; ``working_fraction`` configures
-    ``KeepAlive``. ``metrics_port`` serves Prometheus metrics on
+    before it), ``min_backoff`` and ``max_backoff`` (seconds before a
+    failed job is retried, doubling), ``dead_letter``,
+    ``dead_letter_suffix``, ``dead_letter_ttl`` and ``fastack`` configure
+    ``Retries``; ``working_fraction`` configures ``KeepAlive``. ``metrics_port`` serves Prometheus metrics on
     ``metrics_host`` (needs prometheus_client). ``middleware``: extra
     pieces, run innermost, right around the handler.
     """
@@ -60,6 +61,8 @@ class Worker:
         fetch_timeout: float = 1.0,
         max_retries: int = 4,
         max_deliveries: int = 20,
+        min_backoff: float = 1.0,
+        max_backoff: float = 300.0,
         dead_letter: bool = True,
         dead_letter_suffix: str = ":dead",
         dead_letter_ttl: int | None = None,
@@ -83,6 +86,8 @@ class Worker:
         self.retries = Retries(
             max_retries=max_retries,
             max_deliveries=max_deliveries,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
             dead_letter=dead_letter,
             suffix=dead_letter_suffix,
             dead_letter_ttl=dead_letter_ttl,
@@ -113,23 +118,26 @@ class Worker:
         timeout: float | None = None,
         max_retries: int | None = None,
         max_deliveries: int | None = None,
+        min_backoff: float | None = None,
+        max_backoff: float | None = None,
         fastack: bool | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register the decorated function for ``queue``: at most
         ``concurrency`` jobs at once, each at most ``timeout`` seconds;
-        ``max_retries``, ``max_deliveries`` and ``fastack`` replace the
-        worker's for it."""
+        ``max_retries``, ``max_deliveries``, ``min_backoff``,
+        ``max_backoff`` and ``fastack`` replace the worker's for it."""
+        options = {
+            "concurrency": concurrency,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "max_deliveries": max_deliveries,
+            "min_backoff": min_backoff,
+            "max_backoff": max_backoff,
+            "fastack": fastack,
+        }
 
         def register(fn: Handler) -> Handler:
-            self.add_handler(
-                queue,
-                fn,
-                concurrency=concurrency,
-                timeout=timeout,
-                max_retries=max_retries,
-                max_deliveries=max_deliveries,
-                fastack=fastack,
-            )
+            self.add_handler(queue, fn, **options)
             return fn
 
         return register

@@ -8,6 +8,7 @@ receiving SIGTERM. AnyIO tests run under asyncio and Trio."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -610,6 +611,49 @@ async def test_failures_not_interruptions_lead_to_the_dead_letter(node: NodeProc
     assert letter.error == "ValueError: no luck" and letter.deliveries == 5
     assert [(n, a) for i, n, a in attempts if i == strict_id] == [(0, 0)]
     assert (strict_letter.id, strict_letter.nacks) == (strict_id, 0)
+
+
+@pytest.mark.anyio
+async def test_a_failed_job_is_retried_after_an_exponential_back_off(node: NodeProcess) -> None:
+    """Each failure NACKs with a DELAY: min_backoff doubled for each
+    failure before (the job's nacks), at most max_backoff, from half to
+    all of it at random, in whole seconds; the node does not deliver the
+    job again before. After max_retries failures, the dead letter as ever.
+    A handler's min_backoff 0 NACKs at once."""
+    with Client(url(node)) as c:
+        job_id = c.add_job("flaky", "x", retry=30)
+        eager_id = c.add_job("eager", "y", retry=30)
+    worker = Worker(url(node), max_retries=3, min_backoff=1, max_backoff=2, fetch_timeout=0.2)
+    attempts: list[tuple[int, float]] = []
+
+    @worker.handler("flaky")
+    async def flaky(job: Job) -> None:
+        attempts.append((job.nacks, anyio.current_time()))
+        raise ValueError("down")
+
+    @worker.handler("eager", max_retries=1, min_backoff=0)
+    async def eager(job: Job) -> None:
+        raise ValueError("at once")
+
+    monitor = Monitor(node.port)
+    async with anyio.create_task_group() as watching:
+        await watching.start(monitor.run)
+        with Client(url(node)) as c:
+            dead = lambda: c.qlen("flaky:dead") == 1 and c.qlen("eager:dead") == 1  # noqa: E731
+            await _run_until(worker, dead, timeout=20)
+            letter = DeadLetter.from_body(c.get_job("flaky:dead", timeout=2).body)  # type: ignore[union-attr]
+        watching.cancel_scope.cancel()
+    nacks = [argv[1:] for argv in monitor.commands if argv[:1] == ["NACK"]]
+    flaky_nacks = [argv[1:] for argv in nacks if argv[0] == job_id]
+    assert [a[0] for a in flaky_nacks] == ["DELAY"] * 3
+    delays = [int(a[1]) for a in flaky_nacks]
+    # Ceilings 1, 2 and 2 (max_backoff) seconds, from half to all of each.
+    assert delays[0] == 1 and delays[1] in (1, 2) and delays[2] in (1, 2), delays
+    assert [n for n, _ in attempts] == [0, 1, 2, 3]
+    gaps = [later - earlier for (_, earlier), (_, later) in itertools.pairwise(attempts)]
+    assert all(gap >= delay - 0.05 for gap, delay in zip(gaps, delays, strict=True)), gaps
+    assert (letter.id, letter.nacks, letter.error) == (job_id, 3, "ValueError: down")
+    assert [a for a in nacks if a[0] == eager_id] == [[eager_id]]  # no DELAY
 
 
 # ------------------------------------------------------------ the process
