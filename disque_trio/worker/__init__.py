@@ -24,7 +24,8 @@ each:
 ``Metrics``    (metrics.py) Prometheus counters and a duration histogram
                (optional), and the HTTP page that serves them
 ``Retries``    (retries.py) ACKJOB (or FASTACK) on success, batched
-               (``AckBatcher``, acks.py); NACK on failure; after
+               (``AckBatcher``, acks.py); NACK with an exponential back-off
+               (DELAY) on failure; after
                ``max_retries`` failures (or ``max_deliveries`` deliveries
                of any kind), the job goes to ``<queue>:dead``
                (``DeadLetter``, deadletter.py) with the error, then is

@@ -53,6 +53,7 @@ class Retries:
         fastack: bool = False,
         nack_timeout: float = 2.0,
         max_ack_batch: int = 500,
+        ack_linger: float = 0.005,
         min_backoff: float = 1.0,
         max_backoff: float = 300.0,
         rng: random.Random | None = None,
@@ -70,7 +71,7 @@ class Retries:
         self.dead_letter_ttl = dead_letter_ttl
         self.fastack = fastack
         self.nack_timeout = nack_timeout
-        self.acks = AckBatcher(max_batch=max_ack_batch)
+        self.acks = AckBatcher(max_batch=max_ack_batch, linger=ack_linger)
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
         self.rng = rng or random.Random()

@@ -42,7 +42,9 @@ class Worker:
     size of the pool where plain (non-async) handlers run.
     ``shutdown_timeout``: seconds running handlers get to finish after a
     stop. ``fetch_timeout``: how long one GETJOB waits (also how long a
-    stop may wait for fetches in flight). ``max_retries`` (failures
+    stop may wait for fetches in flight). ``linger``: how long a fetch or
+    an acknowledgement that came out small (jobs coming one by one) waits
+    for more before the next GETJOB or ACKJOB. ``max_retries`` (failures
     before the dead letter), ``max_deliveries`` (deliveries of any kind
     before it), ``min_backoff`` and ``max_backoff`` (seconds before a
     failed job is retried, doubling), ``dead_letter``,
@@ -59,6 +61,7 @@ class Worker:
         threads: int = 8,
         shutdown_timeout: float = 30.0,
         fetch_timeout: float = 1.0,
+        linger: float = 0.005,
         max_retries: int = 4,
         max_deliveries: int = 20,
         min_backoff: float = 1.0,
@@ -80,6 +83,7 @@ class Worker:
         self.threads = threads
         self.shutdown_timeout = shutdown_timeout
         self.fetch_timeout = fetch_timeout
+        self.linger = linger
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
         self.specs: list[HandlerSpec] = []
@@ -88,6 +92,7 @@ class Worker:
             max_deliveries=max_deliveries,
             min_backoff=min_backoff,
             max_backoff=max_backoff,
+            ack_linger=linger,
             dead_letter=dead_letter,
             suffix=dead_letter_suffix,
             dead_letter_ttl=dead_letter_ttl,
@@ -359,6 +364,7 @@ class _Lane:
         self.in_thread = not inspect.iscoroutinefunction(spec.fn)
         self.running = 0
         self.settling = 0
+        self.failures = 0  # fetches failed in a row
         self.room = anyio.Event()  # set when a job leaves a slot
         # Fetched, not yet taken by a runner. A deque and one event per
         # batch, not a memory stream: a runner waiting on a stream costs an
@@ -373,35 +379,41 @@ class _Lane:
 
     async def fetch(self) -> None:
         """Fetch as many jobs as there is room for, until the stop."""
-        worker = self.worker
-        failures = 0
         try:
-            while not worker._stopping:
+            while not self.worker._stopping:
                 count = self.free()
-                if count <= 0:
+                if count > 0:
+                    await self._fetch(count)
+                else:
                     self.room = anyio.Event()
                     await self.room.wait()
-                    continue
-                try:
-                    jobs = await self.client.get_jobs(
-                        self.spec.queue, count=count, timeout=worker.fetch_timeout
-                    )
-                    failures = 0
-                except DisqueError as e:
-                    failures += 1
-                    log.warning("fetching from %s failed: %s", self.spec.queue, e)
-                    await worker._pause(min(5.0, 0.1 * 2 ** min(failures, 6)))
-                    continue
-                if worker._stopping:
-                    if jobs:
-                        await worker._give_back(self.client, jobs)
-                    break
-                self.running += len(jobs)
-                self.queued.extend(jobs)
-                self._wake_runners()
         finally:
             self.fetching = False  # the runners end once nothing is queued
             self._wake_runners()
+
+    async def _fetch(self, count: int) -> None:
+        worker = self.worker
+        try:
+            jobs = await self.client.get_jobs(
+                self.spec.queue, count=count, timeout=worker.fetch_timeout
+            )
+            self.failures = 0
+        except DisqueError as e:
+            self.failures += 1
+            log.warning("fetching from %s failed: %s", self.spec.queue, e)
+            await worker._pause(min(5.0, 0.1 * 2 ** min(self.failures, 6)))
+            return
+        if worker._stopping:
+            if jobs:
+                await worker._give_back(self.client, jobs)
+            return
+        self.running += len(jobs)
+        self.queued.extend(jobs)
+        self._wake_runners()
+        if worker.linger > 0 and 0 < len(jobs) < count / 2:
+            # A trickle (a producer adding jobs one at a time): a moment
+            # for more to come, one GETJOB for several.
+            await worker._pause(worker.linger)
 
     def _wake_runners(self) -> None:
         self.arrived.set()

@@ -28,7 +28,7 @@ import anyio.abc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from disque_trio.client import Client, Job, JobInfo
+from disque_trio.client import AsyncClient, Client, Job, JobInfo
 from disque_trio.worker import DeadLetter, JobContext, Middleware, Next, Worker
 
 from .conftest import NodeProcess
@@ -450,6 +450,40 @@ async def test_acks_are_batched_and_each_job_is_acked_once(node: NodeProcess) ->
     assert len(acks) <= len(ids) // 10, [len(a) - 1 for a in acks]
     # Short jobs cost no keep-alive command.
     assert not [a for a in monitor.commands if a[:1] in (["SHOW"], ["WORKING"])]
+
+
+@pytest.mark.anyio
+async def test_jobs_coming_one_by_one_are_fetched_and_acked_several_at_a_time(
+    node: NodeProcess,
+) -> None:
+    """A producer adding a job about every millisecond: a fetch or an ack
+    batch that comes out small lingers (5 ms) for more, so the worker sends
+    far fewer GETJOBs and ACKJOBs than there are jobs (about one of each per
+    job without)."""
+    worker = Outcomes(url(node), fetch_timeout=0.5)
+
+    @worker.handler("trickle", concurrency=50)
+    async def noop(job: Job) -> None:
+        pass
+
+    monitor = Monitor(node.port)
+    async with anyio.create_task_group() as watching:
+        await watching.start(monitor.run)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            async with AsyncClient(url(node)) as producer:
+                ids = set()
+                for i in range(100):
+                    ids.add(await producer.add_job("trickle", str(i)))
+                    await anyio.sleep(0.0005)
+            await wait_until(lambda: worker.outcomes.keys() == ids)
+            worker.stop()
+        watching.cancel_scope.cancel()
+    assert set(worker.outcomes.values()) == {("done", "NoneType")}
+    getjobs = [a for a in monitor.commands if a[:1] == ["GETJOB"]]
+    acks = [a for a in monitor.commands if a[:1] == ["ACKJOB"]]
+    assert sorted(monitor.ids("ACKJOB")) == sorted(ids)
+    assert len(getjobs) <= 50 and len(acks) <= 50, (len(getjobs), len(acks))
 
 
 @pytest.mark.anyio

@@ -1,8 +1,8 @@
 """The worker's batched acknowledgements (disque_trio/worker/acks.py) with
 a scripted client: what finishes together leaves in one command, what
-finishes while a command is on its way waits for the next one, a batch is
-never larger than ``max_batch``, and a failed command is every job's
-failure."""
+finishes while a command is on its way waits for the next one, a small
+batch lingers for more, a batch is never larger than ``max_batch``, and a
+failed command is every job's failure."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ class ScriptedClient:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, tuple[str, ...]]] = []
+        self.sent_at: list[float] = []
         self.release = trio.Event()
         self.errors: list[DisqueError | None] = []
 
     async def _answer(self, name: str, ids: tuple[str, ...]) -> int:
         self.sent.append((name, ids))
+        self.sent_at.append(trio.current_time())
         await self.release.wait()
         error = self.errors.pop(0) if self.errors else None
         if error is not None:
@@ -46,7 +48,7 @@ def _add(batcher: AckBatcher, client: Any, job_id: str, fast: bool = False) -> A
 
 async def test_one_command_per_pass_and_a_group_commit_while_one_is_out() -> None:
     client = ScriptedClient()
-    batcher = AckBatcher()
+    batcher = AckBatcher(linger=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(batcher.run)
         first = [_add(batcher, client, f"a{i}") for i in range(3)]
@@ -67,7 +69,7 @@ async def test_one_command_per_pass_and_a_group_commit_while_one_is_out() -> Non
 async def test_batches_are_bounded_and_kinds_are_apart() -> None:
     client = ScriptedClient()
     client.release.set()
-    batcher = AckBatcher(max_batch=2)
+    batcher = AckBatcher(max_batch=2, linger=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(batcher.run)
         batches = [_add(batcher, client, f"j{i}", fast=i == 2) for i in range(6)]
@@ -87,7 +89,7 @@ async def test_a_failed_command_is_the_failure_of_every_job_in_it() -> None:
     client.release.set()
     lost = DisqueConnectionError("connection lost")
     client.errors = [lost, None]
-    batcher = AckBatcher()
+    batcher = AckBatcher(linger=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(batcher.run)
         failed = [_add(batcher, client, f"x{i}") for i in range(2)]
@@ -96,6 +98,30 @@ async def test_a_failed_command_is_the_failure_of_every_job_in_it() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert [b.error for b in failed] == [lost, lost] and fine.error is None
         assert all(b.done.is_set() for b in [*failed, fine])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_small_batch_lingers_for_more(autojump_clock: trio.abc.Clock) -> None:
+    """Jobs finishing one by one: a batch of fewer than ``small`` IDs waits
+    ``linger`` for more; a batch of ``small`` or more leaves at once."""
+    client = ScriptedClient()
+    client.release.set()
+    batcher = AckBatcher(linger=0.005, small=4)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        start = trio.current_time()
+        _add(batcher, client, "a")
+        await trio.sleep(0.002)  # within the linger: the same batch
+        _add(batcher, client, "b")
+        await trio.sleep(0.01)
+        assert client.sent == [("ACKJOB", ("a", "b"))]
+        assert client.sent_at[0] - start == pytest.approx(0.005)
+        start = trio.current_time()
+        for i in range(4):
+            _add(batcher, client, f"c{i}")
+        await trio.sleep(0.01)
+        assert client.sent[1] == ("ACKJOB", ("c0", "c1", "c2", "c3"))
+        assert client.sent_at[1] == start
         nursery.cancel_scope.cancel()
 
 
