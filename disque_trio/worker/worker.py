@@ -2,14 +2,15 @@
 
 Each handler has a lane: one fetcher task, which asks for as many jobs as
 the lane has room for (``GETJOB ... COUNT n``) and queues them, and a
-fixed set of runner tasks, each taking one job at a
-time through the middleware chain (no task is started per job). A
-handler's slot is free again once the handler returned, while its job
-still waits for the answer to its ACKJOB (batched, acks.py): the lane
-holds at most ``concurrency`` jobs in their handlers and as many waiting
-for their verdict, with twice ``concurrency`` runners, so the next batch
-is fetched, and runs, while the acknowledgements of the last are on their
-way."""
+fixed set of runner tasks, each taking one job at a time through the
+middleware chain (no task is started per job). A handler's slot is free
+again once the handler returned, while its job still waits for the
+answer to its ACKJOB (batched, acks.py): the lane holds at most
+``concurrency`` jobs in their handlers and as many waiting for their
+verdict, with twice ``concurrency`` runners, so the next batch is
+fetched, and runs, while the acknowledgements of the last are on their
+way. A fetch that brought few jobs (they come one by one) is followed by
+a ``linger`` pause, so that the next brings several."""
 
 from __future__ import annotations
 
@@ -467,8 +468,9 @@ class _Lane:
                 await self.spec.fn(ctx.job)  # type: ignore[misc]
         finally:
             # Its slot is free for the next job while this one's verdict
-            # is on its way.
-            ctx.handler_done = True
-            self.running -= 1
-            self.settling += 1
-            self.room.set()
+            # is on its way (once: a piece of the user's may call again).
+            if not ctx.handler_done:
+                ctx.handler_done = True
+                self.running -= 1
+                self.settling += 1
+                self.room.set()
