@@ -198,6 +198,7 @@ class Servers:
     def disque(self) -> Server:
         port, bus = free_port(), free_port()
         argv = [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", HOST]
+        argv += ["--enable-debug-command", "local"]  # DEBUG FLUSHALL between runs
         argv += ["--cluster-port", str(bus), "--dir", self.workdir, "--loglevel", "notice"]
         return self._start("disque-trio", argv, port)
 
