@@ -309,7 +309,7 @@ def _is_loopback(addr: str) -> bool:
 
 
 DEBUG_REFUSED = (
-    "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
+    'DEBUG command not allowed. If the enable-debug-command option is set to "local", '
     "you can run it from a local connection, otherwise you need to set this option in "
     "the configuration file, and then restart the server."
 )
