@@ -330,8 +330,8 @@ class Plan:
         late = random.Random(f"delays-{seed}")
         return attrs.evolve(
             plan,
-            nack_delay_pct=late.randint(1, 25) if late.random() < 0.5 else 0,
-            enqueue_delay_pct=late.randint(1, 15) if late.random() < 0.4 else 0,
+            nack_delay_pct=late.randint(1, 30) if late.random() < 0.6 else 0,
+            enqueue_delay_pct=late.randint(1, 20) if late.random() < 0.5 else 0,
             late_delay_pct=late.randint(10, 50) if late.random() < 0.6 else 0,
             waiters=late.choice((0, 1, 1, 2)),
             wait_other_pct=late.randint(5, 40) if late.random() < 0.5 else 0,

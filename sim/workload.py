@@ -140,6 +140,8 @@ class Workload:
     _coda: bool = False  # the calm coda is on: consumers act as in the safety phase
     _healed: trio.Event = attrs.field(factory=trio.Event)  # faults undone, nodes back
     _added_ids: list[str] = attrs.field(factory=list)  # job ids ADDJOB answered, in order
+    _in_hand: dict[str, None] = attrs.field(factory=dict)  # delivered, no ack yet (in order)
+    _acked_order: list[str] = attrs.field(factory=list)  # ack attempts, in order
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -164,6 +166,8 @@ class Workload:
             if data["body"] not in self._delivered:
                 self._undelivered.add(data["body"])
         elif op == "get":
+            self._in_hand.pop(data["id"], None)
+            self._in_hand[data["id"]] = None
             self._delivered.add(data["body"])
             if data["body"] in self._undelivered:
                 self._undelivered.discard(data["body"])
@@ -171,6 +175,8 @@ class Workload:
             if data["id"] in self._tracked and data["id"] not in self._acked_ids:
                 self._owed.add(data["id"])
         elif op == "ack" and not data.get("noop"):
+            self._in_hand.pop(data["id"], None)
+            self._acked_order.append(data["id"])
             if data["id"] in self._owed:
                 self._owed.discard(data["id"])
                 self._paid += 1
@@ -207,8 +213,9 @@ class Workload:
                         producers.start_soon(self._producer, world, f"pn{i}", rng, i)
                 producers.start_soon(self._pipeliner, world, "pp", world.child_rng())
                 for i in range(plan.waiters):
-                    stop = self._stop_producing
-                    producers.start_soon(self._waiter, world, f"w{i}", world.child_rng(), stop)
+                    # Until the consumers stop: the drain's acks, in a
+                    # healed cluster, are where WAITJOB's bound is checked.
+                    nursery.start_soon(self._waiter, world, f"w{i}", world.child_rng())
                 if plan.consumer_pause:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
@@ -267,10 +274,6 @@ class Workload:
         n = 0
         end = trio.current_time() + CODA_S
         clients: dict[int, RespClient] = {}
-        coda_over = trio.Event()
-        if self.plan.waiters:
-            assert self._nursery is not None
-            self._nursery.start_soon(self._waiter, world, "wc", world.child_rng(), coda_over)
         try:
             while trio.current_time() < end:
                 index = rng.randrange(world.count)
@@ -295,7 +298,6 @@ class Workload:
                 await trio.sleep(rng.uniform(0.1, 0.3))
         finally:
             self._coda = False
-            coda_over.set()
             for client in clients.values():
                 await client.aclose()
         world.phase = "drain after coda"
@@ -666,16 +668,23 @@ class Workload:
         world.watch_postpone(jid, index, called, delay)
         return True
 
-    async def _waiter(self, world: World, name: str, rng: random.Random, stop: trio.Event) -> None:
-        """WAITJOB on 1..3 jobs added lately (acked or not yet), on the node
-        that created the first one (its ID names it), or now and then on
-        another node; a TIMEOUT of 0.3..4 s. Each reply is recorded with
-        the call's start (``t0``) and whether each job's creator was asked
-        (``creator``), for sim/checkers.py's check_waitjob."""
+    async def _waiter(self, world: World, name: str, rng: random.Random) -> None:
+        """WAITJOB on 1..3 jobs (delivered and not acked yet, added lately,
+        or acked lately), on the node that created the first one (its ID
+        names it), or now and then on another node; a TIMEOUT of 0.3..4 s.
+        Each reply is recorded with the call's start (``t0``) and whether
+        each job's creator was asked (``creator``), for sim/checkers.py's
+        check_waitjob. Runs until the consumers stop."""
         clients: dict[int, RespClient] = {}
-        while not stop.is_set():
-            await trio.sleep(rng.uniform(0.1, 0.4))
-            recent = self._added_ids[-40:]
+        while True:
+            await trio.sleep(rng.uniform(0.05, 0.3))
+            r = rng.random()
+            if r < 0.5 and self._in_hand:
+                recent = list(self._in_hand)[-20:]
+            elif r < 0.8 or not self._acked_order:
+                recent = self._added_ids[-40:]
+            else:
+                recent = self._acked_order[-40:]
             if not recent:
                 continue
             ids = rng.sample(recent, min(len(recent), rng.randint(1, 3)))
@@ -703,13 +712,11 @@ class Workload:
                 reply = f"connection error: {type(e).__name__}"
             if isinstance(reply, list):
                 data["reply"] = [_text(x) for x in reply]
-                for value in set(data["reply"]) & WAITJOB_ANSWERS:
+                for value in sorted(set(data["reply"]) & WAITJOB_ANSWERS):
                     world.probes[f"waitjob-{value}"] += 1
             else:
                 data["reply"] = _text(reply)
             self.record(name, "waitjob", data)
-        for client in clients.values():
-            await client.aclose()
 
     async def _ack(
         self, world: World, client: RespClient, name: str, index: int, jid: str, fast: bool

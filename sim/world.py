@@ -36,9 +36,10 @@ sampling monitor (``World.violations``):
 * ``nack-delay-told``: shortly after a NACK or ENQUEUE with DELAY d was
   answered 1 in a healthy cluster, no other holder has the job queued, and
   each holds its copy at least d + RETRY from the command (the POSTPONE).
-* ``aof-keeps-delay``: under ``appendfsync always``, a job a restarted node
-  loads back while still within a client's NACK or ENQUEUE DELAY (by its
-  own clock) keeps that queue time and is not queued.
+* ``aof-keeps-delay``: a job a restarted node loads back while still
+  within a client's NACK or ENQUEUE DELAY (by its own clock) keeps that
+  queue time and is not queued (``appendfsync always``; ``everysec`` for
+  a command older than the crash's window).
 * ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
   the expire time it had when the node crashed (or, when the records of
   its last moves with the clock's backward steps died with the crash, a
@@ -217,11 +218,15 @@ class SimNode:
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
         self.held_at_crash: dict[str, int] = {}  # job id -> etime (s)
-        # job id -> (queue time ms, etime s) of the jobs within a client's
-        # NACK or ENQUEUE DELAY at the crash (aof-keeps-delay)
-        self.delayed_at_crash: dict[str, tuple[int, int]] = {}
+        # job id -> (queue time ms, etime s, when its client asked) of the
+        # jobs within a client's NACK or ENQUEUE DELAY asked of this node at
+        # the crash (aof-keeps-delay)
+        self.delayed_at_crash: dict[str, tuple[int, int, float]] = {}
         self.shifted_at_crash = 0  # s its expire times moved with clock steps
         self.loaded: set[str] = set()  # job ids loaded from the AOF by this incarnation
+        # job id -> (state, flags, queue time) as the AOF load made it (the
+        # last record's: a later LOADJOB replaces a job)
+        self.loaded_as: dict[str, tuple[JobState, int, int]] = {}
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
@@ -316,6 +321,9 @@ class World:
         # job id -> when a workload client sent NACK, ENQUEUE or WORKING for
         # it (a reason for a holder to move its timer: nack-delay-told)
         self.commands_at: dict[str, list[float]] = {}
+        # job id -> (sent at, delay s, node index) of the last NACK or
+        # ENQUEUE DELAY a node took for it (aof-keeps-delay)
+        self.delays_at: dict[str, tuple[float, int, int]] = {}
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
@@ -424,6 +432,7 @@ class World:
         node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
+        node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
         server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
@@ -490,6 +499,21 @@ class World:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
+        node.delayed_at_crash = {}
+        for job in node.server.node.jobs.values():
+            asked = self.delays_at.get(job.id)
+            if job.flags & FLAG_DELAYED and job.state == JobState.ACTIVE and asked:
+                t0, delay, index = asked
+                if index == i and node.clock is not None:
+                    # The queue time the command recorded: the node's clock
+                    # at the command plus the delay (a POSTPONE or WORKING
+                    # since may have moved it later in memory only).
+                    at = (
+                        node.clock.base_ms
+                        + node.clock.offset_ms
+                        + int(t0 * 1000 * node.clock.rate)
+                    )
+                    node.delayed_at_crash[job.id] = (at + delay * 1000, job.etime, t0)
         # Seconds its expire times moved back with clock steps: the AOF
         # records of the last moves may die with the crash.
         node.shifted_at_crash = node.server.node.etime_shift_s
@@ -566,7 +590,7 @@ class World:
                     f"aof-keeps-ttl: {node.name} reloaded {job_id} expiring at "
                     f"{loaded}, not {held}"
                 )
-        if self.appendfsync == "always" and not node.wiped:
+        if self.appendfsync != "no" and not node.wiped:
             self._check_kept_delay(node)
         if node.wiped:
             # A new identity: split from the others until its MEET's
@@ -578,29 +602,29 @@ class World:
     def _check_kept_delay(self, node: SimNode) -> None:
         """aof-keeps-delay: a job reloaded while still within a client's
         NACK or ENQUEUE DELAY (its queue time ahead of the node's clock)
-        waits for it: active, still delayed, its queue time the recorded one
-        (capped by its expire time), less what the node's own backward clock
-        steps since the load moved it."""
+        waits for it: as the load made it (what happens after is the bus's
+        business), active, still delayed, its queue time the recorded one
+        (capped by its expire time). Under ``everysec``, only for a delay
+        asked for before the crash's window (its record on the disk)."""
         core = node.server.node
         now = core.now_ms()
-        shift = core.etime_shift_s * 1000 + (1000 if core.etime_shift_s else 0)
+        synced = math.inf if self.appendfsync == "always" else node.crashed_at - EVERYSEC_WINDOW_S
         for job_id in sorted(node.loaded & node.delayed_at_crash.keys()):
-            qtime, etime = node.delayed_at_crash[job_id]
+            qtime, etime, asked = node.delayed_at_crash[job_id]
             job = core.jobs.get(job_id)
-            if job is None or job.state == JobState.ACKED or qtime <= now:
-                continue
+            if job is None or job.state == JobState.ACKED or qtime <= now or asked >= synced:
+                continue  # acked in the file, or since
+            state, flags, loaded_qtime = node.loaded_as[job_id]
+            if self.last_jump_at >= asked - 1:
+                continue  # its clock jumped since: the frame of the record moved
             self.probes["aof-reload-kept-delay"] += 1
             want = min(qtime, etime * 1000)
-            if (
-                job.state != JobState.ACTIVE
-                or not job.flags & FLAG_DELAYED
-                or job.qtime + shift < want
-            ):
+            if state != JobState.ACTIVE or not flags & FLAG_DELAYED or loaded_qtime < want - 5:
                 self._violate(
                     f"aof-keeps-delay: {node.name} reloaded {job_id} within its client's "
-                    f"delay ({(qtime - now) / 1000:.2f}s left) as {job.state.name}, "
-                    f"delayed {bool(job.flags & FLAG_DELAYED)}, queue time "
-                    f"{(job.qtime - now) / 1000:.2f}s from now"
+                    f"delay ({(qtime - now) / 1000:.2f}s left) as {state.name}, "
+                    f"delayed {bool(flags & FLAG_DELAYED)}, queue time "
+                    f"{(loaded_qtime - now) / 1000:.2f}s from now"
                 )
 
     def _check_everysec(self, node: SimNode, forgot: list[str]) -> None:
@@ -815,6 +839,7 @@ class World:
                     node.loaded.add(job.id)
                     node.reloaded.add(job.id)
                     self.ever_reloaded.add(job.id)
+                    node.loaded_as[job.id] = (job.state, job.flags, job.qtime)
                 q = server.node.queues.get(job.queue)
                 if node.handling is bus.ReplJob and q is not None and q.pause & PAUSED_IN:
                     self._violate(f"pause-in: {name} stored a copy of {job.id} while paused in")
@@ -902,6 +927,7 @@ class World:
         docs/commands.md says (a copy queued there would be delivered
         before the delay: nack-delay-holds sees that only if a consumer
         asks in time)."""
+        self.delays_at[job_id] = (t0, delay, index)
         if self._nursery is not None and self.healthy(True):
             self._nursery.start_soon(self._check_postpone, job_id, index, t0, delay)
 
@@ -912,6 +938,7 @@ class World:
             not self.healthy()
             or self.net.changed_at >= t0
             or (self.net.resets, self.probes["crash"]) != disturbed
+            or self.last_jump_at >= t0 - 1
         ):
             return
         # Another client's NACK, ENQUEUE or WORKING since (a duplicate
