@@ -508,14 +508,16 @@ def check_delay_ends(
     calm: Calm,
     allowance_s: float,
     queued_at: Mapping[str, list[float]] | None = None,
+    crashes: Crashes | None = None,
 ) -> list[str]:
     """nack-delay-ends: a job NACKed or ENQUEUEd with DELAY d (answered 1)
     and not acked is queued again (a node says so, ``queued_at``) or
     delivered again within d plus ``NACK_PROMPT_S`` and ``allowance_s``
     after the answer, while no fault is in force and consumers are on; not
     if its TTL may run out first (a delay past the TTL means expiry), a
-    queue paused in holds it, or another client sent NACK, ENQUEUE or
-    WORKING for it meanwhile."""
+    queue paused in holds it, another client sent NACK, ENQUEUE or WORKING
+    for it meanwhile, or the node that took the delay forgot the job (a
+    DEBUG FLUSHALL, ``Crashes.amnesia``: the others stand by longer)."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
     paused = _paused_windows(history)
@@ -542,6 +544,8 @@ def check_delay_ends(
         if any(a <= end and t0 <= b for a, b in off + paused) or not calm(t0, end):
             continue
         if any(t0 < t <= end for t in acks.get(jid, []) + commands.get(jid, [])):
+            continue
+        if f"n{e.data['node']}" in (crashes or Crashes()).amnesia.get(jid, ()):
             continue
         again = [t for t in (queued_at or {}).get(jid, ()) if t0 < t <= end]
         again += [t for t in gets.get(jid, ()) if e.t < t <= end]

@@ -147,7 +147,9 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
         + check_acked(workload.history, world.calm)
         + check_answered(workload.history)
         + check_delay_holds(workload.history, world.calm, allowance_s(world), world.delivered_at)
-        + check_delay_ends(workload.history, world.calm, allowance_s(world), world.queued_at)
+        + check_delay_ends(
+            workload.history, world.calm, allowance_s(world), world.queued_at, crashes
+        )
         + check_retry0_refused(workload.history)
         + check_waitjob(
             workload.history, world.calm, allowance_s(world), 2 * plan.latency_ms / 1000

@@ -41,7 +41,8 @@ Rules, one per message:
   no sooner than the delay plus RETRY (the sender queues it; we stand by
   in case it cannot). A holder that missed it announces WILLQUEUE at its
   own RETRY: the sender, still waiting, answers POSTPONE again, as it
-  does to holders it learns of.
+  does to holders it learns of, and to a holder's QUEUED or WORKING (which
+  may have crossed the POSTPONE) instead of ending its delay.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -418,10 +419,20 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     _postpone_requeue(node, job)
 
 
-def _postpone_requeue(node: JobHost, job: Job) -> None:
+def _postpone_requeue(node: JobHost, job: Job, sender: str | None = None) -> None:
     """Another holder queued its copy: ours waits a whole RETRY again, and
     announces WILLQUEUE before it re-queues (a client's delay here is
-    over: the job was queued elsewhere, so a re-queue here is a retry)."""
+    over: the job was queued elsewhere, so a re-queue here is a retry).
+    But a job still waiting here for its client's delay keeps it when the
+    ``sender`` (QUEUED, WORKING) can be told POSTPONE again, as at its
+    WILLQUEUE: its QUEUED most often crossed our POSTPONE, which took its
+    copy out of the queue (simulator seed 171: two holders queued the job
+    at RETRY, one delivered it and its client asked for a DELAY 4; the
+    other's QUEUED, sent before our POSTPONE reached it, ended the delay
+    here, and the job was queued again at its RETRY, 1 s later)."""
+    if sender is not None and (postpone := postpone_left(job, node.now_ms())) is not None:
+        node.effects.send(sender, postpone)
+        return
     job.flags &= ~FLAG_DELAYED
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
@@ -526,7 +537,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
         node.effects.send(sender, bus.Queued(job.id, 0))
-    _postpone_requeue(node, job)
+    _postpone_requeue(node, job, sender)
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1

@@ -197,12 +197,43 @@ def test_the_end_of_the_delay_announces_queued_counting_nothing() -> None:
     assert job(node, job_id).nacks == 1
 
 
-def test_another_holder_queueing_the_job_ends_the_delay_here() -> None:
-    node, _ = _in_cluster()
+def test_a_holder_queueing_the_job_during_the_delay_is_told_the_delay_again() -> None:
+    """Simulator seed 171 (a calm coda, 5 nodes): n1 and n3 held the job
+    and both queued it at RETRY 1; n1 delivered it and its client asked
+    ENQUEUE DELAY 4; n3's QUEUED (its answer to n1's, keeping its own copy
+    queued) crossed n1's POSTPONE, which then took n3's copy out. The QUEUED
+    ended the delay on n1, which queued the job again at its RETRY: a
+    delivery 0.8 s after a 4 s delay, in a healthy cluster. The delay stays
+    and the sender hears POSTPONE again (as for its WILLQUEUE)."""
+    node, clock = _in_cluster()
+    job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID,))
+    run(node, "ENQUEUE", job_id, "DELAY", 4)
+    qtime = job(node, job_id).qtime
+    node.effects.clear()
+    clock.ms += 5
+    for msg in (bus.Queued(job_id, 0), bus.Working(job_id)):
+        cj.receive(node, OTHER_ID, msg)
+        assert job(node, job_id).flags & FLAG_DELAYED and job(node, job_id).qtime == qtime
+        [(to, again)] = _postpones(node)
+        assert to == OTHER_ID and again == bus.Postpone(job_id, qtime - clock.ms, 0)
+        node.effects.clear()
+    elapse(node, clock, 3_900)
+    assert job(node, job_id).state == JobState.ACTIVE  # not at its RETRY
+    elapse(node, clock, 100)
+    assert job(node, job_id).state == JobState.QUEUED
+    check_invariants(node)
+
+
+def test_a_queued_from_a_holder_after_the_delay_is_a_retry_again() -> None:
+    node, clock = _in_cluster()
     job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
-    run(node, "NACK", job_id, "DELAY", 30)
+    run(node, "NACK", job_id, "DELAY", 3)
+    elapse(node, clock, 3_000)
+    assert get(node, "q")[0][1] == job_id
+    node.effects.clear()
     cj.receive(node, OTHER_ID, bus.Queued(job_id, 0))
     assert not job(node, job_id).flags & FLAG_DELAYED
+    assert not _postpones(node)
 
 
 def test_a_reload_keeps_a_delay_not_over() -> None:
