@@ -286,7 +286,8 @@ def check_requeue(
         elif e.op == "ack":
             answered.add(e.data["id"])
         elif _delayed(e):
-            delayed_to[e.data["id"]] = e.t + int(e.data["delay"])
+            end = e.t + int(e.data["delay"])
+            delayed_to[e.data["id"]] = max(end, delayed_to.get(e.data["id"], end))
     out: list[str] = []
     excused: list[str] = []
     for job_id, (ok_t, spec) in sorted(added.items()):

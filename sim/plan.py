@@ -333,7 +333,7 @@ class Plan:
             nack_delay_pct=late.randint(1, 30) if late.random() < 0.6 else 0,
             enqueue_delay_pct=late.randint(1, 20) if late.random() < 0.5 else 0,
             late_delay_pct=late.randint(10, 50) if late.random() < 0.6 else 0,
-            waiters=late.choice((0, 1, 1, 2)),
+            waiters=late.choice((0, 1, 2, 2)),
             wait_other_pct=late.randint(5, 40) if late.random() < 0.5 else 0,
         )
 

@@ -567,7 +567,9 @@ class Workload:
             world.probes["consumer-vanished"] += 1
             return True
         for cmd, pct in (("NACK", plan.nack_delay_pct), ("ENQUEUE", plan.enqueue_delay_pct)):
-            if pct and jid in self._retry_of and not draining and rng.randrange(100) < pct:
+            # RETRY 0 jobs more often: each must be refused (at most once).
+            share = pct if again else min(100, 3 * pct)
+            if pct and jid in self._retry_of and not draining and rng.randrange(100) < share:
                 if await self._delayed(world, client, name, index, jid, rng, cmd):
                     return False
                 break  # refused (a delivered RETRY 0 job, or queued again meanwhile)

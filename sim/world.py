@@ -35,7 +35,8 @@ sampling monitor (``World.violations``):
   never takes a copy of it again from a peer (a late REPLJOB, YOURJOBS).
 * ``nack-delay-told``: shortly after a NACK or ENQUEUE with DELAY d was
   answered 1 in a healthy cluster, no other holder has the job queued, and
-  each holds its copy at least d + RETRY from the command (the POSTPONE).
+  each holds its copy at least d + RETRY from the command (the POSTPONE;
+  d for one that waits for its own client's delay and queues it then).
 * ``aof-keeps-delay``: a job a restarted node loads back while still
   within a client's NACK or ENQUEUE DELAY (by its own clock) keeps that
   queue time and is not queued (``appendfsync always``; ``everysec`` for
@@ -959,7 +960,10 @@ class World:
                 assert n.clock is not None
                 # The node's wall clock at t0 (it runs at its drift's rate).
                 sent = n.server.node.now_ms() - (now - t0) * 1000 * n.clock.rate
-                due = sent + (delay + job.retry) * 1000 - TIME_ERROR_MS // 2
+                # A holder delayed by its own client's command (a duplicate
+                # delivery) queues the job itself at the later end.
+                retry = 0 if job.flags & FLAG_DELAYED else job.retry
+                due = sent + (delay + retry) * 1000 - TIME_ERROR_MS // 2
                 if job.qtime < due:
                     self._violate(
                         f"nack-delay-told: {n.name} re-queues {job_id} "

@@ -42,7 +42,9 @@ Rules, one per message:
   in case it cannot). A holder that missed it announces WILLQUEUE at its
   own RETRY: the sender, still waiting, answers POSTPONE again, as it
   does to holders it learns of, and to a holder's QUEUED or WORKING (which
-  may have crossed the POSTPONE) instead of ending its delay.
+  may have crossed the POSTPONE) instead of ending its delay. A holder
+  waiting for a delay of its own client's too queues the job at the later
+  end if it wins the per-job comparison of node IDs, else stands by.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -616,7 +618,20 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         node.probe("postpone-caused-dequeue", job)
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
-        standby = node.now_ms() + msg.delay_ms + job.retry * 1000 + node.time_error()
+        now = node.now_ms()
+        if job.flags & FLAG_DELAYED and compare_ids_by_job(sender, node.node_id, job.id) < 0:
+            # Waiting for a delay of our own client's too (two consumers got
+            # the job, each asked a holder for a delay): one of the two
+            # queues it, at the later of the two ends; the other stands by.
+            # Both standing by, each holder's WILLQUEUE, answered with a
+            # POSTPONE, pushed the other a RETRY further, for ever
+            # (simulator seed 12: coda-1, NACK DELAY 2 on n0 and on n2,
+            # never queued again). The per-job comparison picks the one,
+            # as for two queued copies.
+            standby = now + msg.delay_ms
+        else:
+            job.flags &= ~FLAG_DELAYED  # the sender queues it
+            standby = now + msg.delay_ms + job.retry * 1000 + node.time_error()
         node.set_requeue_time(job, max(job.qtime, standby))
     if msg.flags & bus.FLAG_INCR_NACKS:
         job.nacks += 1

@@ -10,7 +10,7 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import records
-from disque_trio.core.job import FLAG_DELAYED, JobState
+from disque_trio.core.job import FLAG_DELAYED, FLAG_DELIVERED, JobState
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
@@ -222,6 +222,51 @@ def test_a_holder_queueing_the_job_during_the_delay_is_told_the_delay_again() ->
     elapse(node, clock, 100)
     assert job(node, job_id).state == JobState.QUEUED
     check_invariants(node)
+
+
+def test_two_holders_delayed_by_two_clients_queue_once_at_the_later_end() -> None:
+    """Simulator seed 12 (6 nodes, the calm coda): coda-1 was delivered by
+    n0 and, moved by YOURJOBS, by n2; each consumer sent NACK DELAY 2 to
+    its node. Each node, told POSTPONE by the other, stood by the other's
+    delay plus RETRY, still waiting for its own; each WILLQUEUE was answered
+    with a POSTPONE of what was left of the other's pushed time, so each
+    pushed the other further at every round, and the job was never queued
+    again. Now the per-job comparison of node IDs picks one of the two: it
+    queues the job at the later end, the other stands by (no longer
+    delayed, so it answers no WILLQUEUE with a POSTPONE)."""
+    job_id = ""
+    nodes: dict[str, tuple[Node, FakeClock]] = {}
+    for node_id in (NODE_ID, OTHER_ID):
+        node, clock = _in_cluster(node_id)
+        if not job_id:
+            job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID,))
+        else:
+            data = cj.job_data(job(nodes[NODE_ID][0], job_id), clock.ms)
+            cj.receive(node, NODE_ID, bus.ReplJob(data, True))
+            node.jobs[job_id].flags |= FLAG_DELIVERED
+        nodes[node_id] = node, clock
+        run(node, "NACK", job_id, "DELAY", 2 if node_id == NODE_ID else 3)
+        node.effects.clear()
+    winner, loser = sorted(nodes, key=lambda n: cj.compare_ids_by_job(n, OTHER_ID, job_id))[::-1]
+    # Each hears the other's POSTPONE (a second after the first NACK).
+    for me, other in ((winner, loser), (loser, winner)):
+        node, clock = nodes[me]
+        clock.ms += 1_000
+        left = job(nodes[other][0], job_id).qtime - nodes[other][1].ms
+        cj.receive(node, other, bus.Postpone(job_id, left, bus.FLAG_INCR_NACKS))
+    won, lost = job(nodes[winner][0], job_id), job(nodes[loser][0], job_id)
+    assert won.flags & FLAG_DELAYED and not lost.flags & FLAG_DELAYED
+    winner_node, winner_clock = nodes[winner]
+    end = won.qtime
+    # The loser's WILLQUEUE is answered with what is left; the winner's is not.
+    winner_clock.ms = end - 500
+    cj.receive(winner_node, loser, bus.WillQueue(job_id))
+    assert [m.delay_ms for _, m in _postpones(winner_node)] == [500]
+    cj.receive(nodes[loser][0], winner, bus.WillQueue(job_id))
+    assert not _postpones(nodes[loser][0])
+    elapse(winner_node, winner_clock, 500)
+    assert won.state == JobState.QUEUED
+    check_invariants(winner_node)
 
 
 def test_a_queued_from_a_holder_after_the_delay_is_a_retry_again() -> None:
