@@ -37,6 +37,8 @@ sampling monitor (``World.violations``):
   answered 1 in a healthy cluster, no other holder has the job queued, and
   each holds its copy at least d + RETRY from the command (the POSTPONE;
   d for one that waits for its own client's delay and queues it then).
+* ``nack-delay-timed``: then too, the node that took the delay has the
+  job's timer (SHOW's next-awake-within) no later than its queue time.
 * ``aof-keeps-delay``: a job a restarted node loads back while still
   within a client's NACK or ENQUEUE DELAY (by its own clock) keeps that
   queue time and is not queued (``appendfsync always``; ``everysec`` for
@@ -947,6 +949,20 @@ class World:
         if any(t > t0 for t in self.commands_at.get(job_id, ())):
             return
         now = trio.current_time()
+        mine = self.nodes[index].server.node.jobs.get(job_id)
+        # Its timer (SHOW's next-awake-within) comes by its queue time
+        # (next-requeue-within): the node looks at the job by then.
+        if (
+            mine is not None
+            and mine.state == JobState.ACTIVE
+            and mine.flags & FLAG_DELAYED
+            and not 0 < mine.awake <= mine.qtime
+        ):
+            self._violate(
+                f"nack-delay-timed: n{index} delays {job_id} to "
+                f"{(mine.qtime - self.nodes[index].server.node.now_ms()) / 1000:.2f}s "
+                f"from now, its timer is {(mine.awake - mine.qtime) / 1000:.2f}s later"
+            )
         for n in self.nodes:
             job = n.server.node.jobs.get(job_id)
             if n.index == index or job is None or not job.retry:
