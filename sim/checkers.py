@@ -13,7 +13,16 @@ Here, over the client history:
 - ``nack-prompt``: a NACKed job is queued again within 1 s, absent faults;
 - ``working-holds``: no re-queue or re-delivery while WORKING keeps coming;
 - ``ack-final``: an ack in a calm cluster (dummy acks included) is final;
-- ``answered``: every pipelined ADDJOB gets its reply once faults heal.
+- ``answered``: every pipelined ADDJOB gets its reply once faults heal;
+- ``nack-delay-holds``: no node delivers a job NACKed/ENQUEUEd with DELAY d
+  before d (less the clock allowance) after the answer, absent faults;
+- ``nack-delay-ends``: such a job, not acked, is queued again within d plus
+  an allowance, absent faults, consumers on;
+- ``retry0-refused``: NACK/ENQUEUE (DELAY or not) of a delivered RETRY 0 job
+  is never answered 1;
+- ``waitjob-true``: WAITJOB says ``acked`` only after some ACKJOB/FASTACK was
+  sent, never ``gone`` for a job acked before the call (calm), and a call
+  blocked on the jobs' creator answers within 1 s of their acks' replies.
 
 Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``acked-absorbing``: a node that acked a job never queues it again;
@@ -31,6 +40,10 @@ Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``replication-counts-nodes``: a sync ADDJOB's wait ends at REPLICATE nodes;
 - ``fail-detected``: a node cut off past the node timeout is FAIL for the
   majority within a bound;
+- ``nack-delay-told``: shortly after a NACK/ENQUEUE DELAY (healthy cluster)
+  no other holder has the job queued, each holds it past d + RETRY;
+- ``nack-delay-timed``: the node that took the delay has its timer by then;
+- ``aof-keeps-delay``: a job reloaded within its client's delay keeps it;
 - ``message-storm``, ``run-finishes``: the bus and the run stay bounded.
 
 At the end of a run, in ``sim/runner.py``: ``acked-collected`` (acks, dummy
