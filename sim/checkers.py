@@ -449,6 +449,9 @@ POSTPONE_RACE_S = 0.2
 # WAITJOB blocked on a job's creator answers within this of an ack the
 # cluster knows of (the reply of the ACKJOB/FASTACK back at its client).
 WAITJOB_ACK_S = 1.0
+# A job's creator expires it this long after its TTL at most (its timer
+# fires a second past the expire time, a second-granular one).
+WAITJOB_TTL_S = 3.0
 DELAYED_OPS = ("nack", "enqueue")
 
 
@@ -598,8 +601,9 @@ def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: f
     never ``gone`` for a job whose ack was answered before the call (calm
     from the ack to the answer, the ack well inside the job's TTL); and a
     call blocked on the node that created each of its jobs answers within
-    ``WAITJOB_ACK_S`` (plus ``net_s`` of network) of the last of their acks
-    coming back to its client, while calm."""
+    ``WAITJOB_ACK_S`` (plus ``net_s`` of network) of the last of them being
+    done, while calm: its first ack's reply back at its client, or its TTL
+    run out (``WAITJOB_TTL_S`` after)."""
     sent: dict[str, list[float]] = {}  # job -> ACKJOB/FASTACK send times
     done: dict[str, list[tuple[float, float]]] = {}  # job -> (sent, answered), answered acks
     added: dict[str, tuple[float, int]] = {}
@@ -631,17 +635,29 @@ def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: f
                 out.append(
                     f"waitjob-true: {jid} answered gone ({where}), acked at t={before[0][1]:.2f}"
                 )
-        if not all(e.data.get("creator", ())) or not all(jid in done for jid in ids):
+        if not all(e.data.get("creator", ())):
             continue
-        first = min(t0 for jid in ids for t0, _ in done[jid])
-        last = max(min(t for _, t in done[jid]) for jid in ids)
+        # When each job was done for its creator: its first ack's reply, or
+        # its TTL's end (expired there, a timer's second and a sample late).
+        ends: dict[str, tuple[float, float]] = {}  # job -> (done at, since)
+        for jid in ids:
+            ok_t, ttl = added.get(jid, (0.0, 0))
+            known = [(t, t0) for t0, t in done.get(jid, ())]
+            if ttl and jid in added:
+                known.append((ok_t + ttl + WAITJOB_TTL_S, ok_t))
+            if known:
+                ends[jid] = min(known)
+        if len(ends) < len(ids):
+            continue
+        first = min(since for _, since in ends.values())
+        last = max(at for at, _ in ends.values())
         due = max(last, start) + WAITJOB_ACK_S + net_s
         timeout = int(e.data.get("timeout") or 0)
         if timeout and start + timeout / 1000 <= due:
             continue  # its timeout came first
         if e.t > due and calm(first, due):
             out.append(
-                f"waitjob-true: {where} answered {replies}, the last ack of {ids} came back "
-                f"at t={last:.2f} (bound {WAITJOB_ACK_S}s on the creator)"
+                f"waitjob-true: {where} answered {replies}, the last of {ids} was acked or "
+                f"expired by t={last:.2f} (bound {WAITJOB_ACK_S}s on the creator)"
             )
     return out

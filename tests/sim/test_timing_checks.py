@@ -259,3 +259,7 @@ def test_waitjob_true_answers_within_a_second_of_the_ack() -> None:
     assert check_waitjob(elsewhere, calm, 0.5, 0.0) == []
     short = [*base, ack(1.5, 1.6), wait(1.2, 1.5, ["pending"], timeout=300)]
     assert check_waitjob(short, calm, 0.5, 0.0) == []
+    # Expired (TTL 5): gone by its creator within the bound, not pending.
+    ttl = [*added(ttl=5), wait(2.0, 10.5, ["pending"], timeout=9000)]
+    assert "acked or expired by t=8.00" in check_waitjob(ttl, calm, 0.5, 0.0)[0]
+    assert check_waitjob([*ttl[:-1], wait(2.0, 8.2, ["gone"])], calm, 0.5, 0.0) == []
