@@ -70,6 +70,7 @@ from .job import (
     STATE_ACTIVE,
     STATE_QUEUED,
     STATE_WAIT_REPL,
+    TIME_ERROR_MS,
     Job,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
@@ -438,7 +439,16 @@ def _postpone_requeue(node: JobHost, job: Job, sender: str | None = None) -> Non
     job.flags &= ~FLAG_DELAYED
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
-        node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
+        now = node.now_ms()
+        again = now + job.retry * 1000 + node.time_error()
+        # A time further than any RETRY push (a stand-by for another node's
+        # client delay, told by POSTPONE) is kept (simulator seed 300633: a
+        # QUEUED sent before the POSTPONE reached its sender arrived after
+        # it here, and cut this holder's stand-by to a RETRY).
+        if job.qtime <= now + job.retry * 1000 + TIME_ERROR_MS:
+            node.set_requeue_time(job, again)
+        else:
+            node.update_awake(job)
 
 
 def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:

@@ -269,6 +269,29 @@ def test_two_holders_delayed_by_two_clients_queue_once_at_the_later_end() -> Non
     check_invariants(winner_node)
 
 
+def test_a_queued_that_crossed_the_postpone_does_not_cut_a_stand_by() -> None:
+    """Simulator seed 300633 (3 nodes, healthy): n1 delivered the job, n2
+    had queued its copy at RETRY 1 and announced it (QUEUED) to n0 just
+    before n1's client sent NACK DELAY 2; n1's POSTPONE reached n0 first
+    (stand by 2 s + RETRY), then n2's QUEUED, which set n0's re-queue a
+    RETRY from then: 1 s after the command. n0's WILLQUEUE, answered by
+    n1, held it on; now the QUEUED pushes a stand-by, never shortens it."""
+    node, _ = _in_cluster()
+    job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID, THIRD_ID))
+    other, clock = _holder_of(node, job_id)
+    copy = job(other, job_id)
+    cj.receive(other, NODE_ID, bus.Postpone(job_id, 2_000, bus.FLAG_INCR_NACKS))
+    stand_by = copy.qtime
+    assert stand_by >= clock.ms + 3_000 - 250
+    clock.ms += 40
+    cj.receive(other, THIRD_ID, bus.Queued(job_id, 0))
+    assert copy.qtime == stand_by
+    # A QUEUED past it pushes it, as ever.
+    clock.ms = stand_by
+    cj.receive(other, THIRD_ID, bus.Queued(job_id, 0))
+    assert copy.qtime >= clock.ms + 1_000 - 250
+
+
 def test_a_queued_from_a_holder_after_the_delay_is_a_retry_again() -> None:
     node, clock = _in_cluster()
     job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
