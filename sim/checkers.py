@@ -598,7 +598,9 @@ def _ack_done(e: Event) -> bool:
 def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: float) -> list[str]:
     """waitjob-true: WAITJOB answers ``acked`` only for a job some client
     sent ACKJOB or FASTACK for before the answer (a lost reply still acks);
-    never ``gone`` for a job whose ack was answered before the call (calm
+    of jobs whose ADDJOB answered OK (a job whose ADDJOB failed is gone for
+    its creator, though its copies may live on and be acked elsewhere:
+    seed 309453187), never ``gone`` for a job whose ack was answered before the call (calm
     from the ack to the answer, the ack well inside the job's TTL); and a
     call blocked on the node that created each of its jobs answers within
     ``WAITJOB_ACK_S`` (plus ``net_s`` of network) of the last of them being
@@ -626,6 +628,8 @@ def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: f
             if value != "gone":
                 continue
             ok_t, ttl = added.get(jid, (0.0, 0))
+            if jid not in added:
+                continue  # ADDJOB not answered OK: its creator may say gone
             before = [
                 (t0, t)
                 for t0, t in done.get(jid, ())
@@ -647,7 +651,7 @@ def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: f
                 known.append((ok_t + ttl + WAITJOB_TTL_S, ok_t))
             if known:
                 ends[jid] = min(known)
-        if len(ends) < len(ids):
+        if len(ends) < len(ids) or not all(jid in added for jid in ids):
             continue
         first = min(since for _, since in ends.values())
         last = max(at for at, _ in ends.values())

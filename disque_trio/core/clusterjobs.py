@@ -422,7 +422,9 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     _postpone_requeue(node, job)
 
 
-def _postpone_requeue(node: JobHost, job: Job, sender: str | None = None) -> None:
+def _postpone_requeue(
+    node: JobHost, job: Job, sender: str | None = None, working: bool = False
+) -> None:
     """Another holder queued its copy: ours waits a whole RETRY again, and
     announces WILLQUEUE before it re-queues (a client's delay here is
     over: the job was queued elsewhere, so a re-queue here is a retry).
@@ -435,6 +437,13 @@ def _postpone_requeue(node: JobHost, job: Job, sender: str | None = None) -> Non
     here, and the job was queued again at its RETRY, 1 s later)."""
     if sender is not None and (postpone := postpone_left(job, node.now_ms())) is not None:
         node.effects.send(sender, postpone)
+        if working:
+            # A client works on a copy there (a duplicate delivery): no
+            # re-queue here while WORKING comes either, delay or not
+            # (simulator seed 309453107: queued at the end of a NACK DELAY
+            # 5 while another consumer held the job with WORKING).
+            again = node.now_ms() + job.retry * 1000 + node.time_error()
+            node.set_requeue_time(job, max(job.qtime, again))
         return
     job.flags &= ~FLAG_DELAYED
     if job.retry:
@@ -549,7 +558,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
         node.effects.send(sender, bus.Queued(job.id, 0))
-    _postpone_requeue(node, job, sender)
+    _postpone_requeue(node, job, sender, working)
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1

@@ -292,6 +292,26 @@ def test_a_queued_that_crossed_the_postpone_does_not_cut_a_stand_by() -> None:
     assert copy.qtime >= clock.ms + 1_000 - 250
 
 
+def test_a_holder_s_working_holds_a_delayed_job_past_the_delay() -> None:
+    """Simulator seed 309453107 (3 nodes, the calm coda): c1 held coda-16
+    from n1 sending WORKING (RETRY 3); c2, with a duplicate from n2, sent
+    NACK DELAY 5 there. n2 kept its delay through c1's WORKINGs and queued
+    the job at its end, 0.16 s before c1 acked it (working-holds). WORKING
+    from a holder pushes a delayed job's time too (never brings it
+    forward), the delay kept."""
+    node, clock = _in_cluster()
+    job_id = _delivered(node, "RETRY", 3, holders=(OTHER_ID,))
+    run(node, "NACK", job_id, "DELAY", 5)
+    end = job(node, job_id).qtime
+    clock.ms += 4_000
+    cj.receive(node, OTHER_ID, bus.Working(job_id))
+    pushed = job(node, job_id).qtime
+    assert pushed >= clock.ms + 3_000 - 250 > end
+    assert job(node, job_id).flags & FLAG_DELAYED
+    elapse(node, clock, 1_500)  # past the delay's end: WORKING holds it
+    assert job(node, job_id).state == JobState.ACTIVE
+
+
 def test_a_queued_from_a_holder_after_the_delay_is_a_retry_again() -> None:
     node, clock = _in_cluster()
     job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
