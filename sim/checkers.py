@@ -13,7 +13,16 @@ Here, over the client history:
 - ``nack-prompt``: a NACKed job is queued again within 1 s, absent faults;
 - ``working-holds``: no re-queue or re-delivery while WORKING keeps coming;
 - ``ack-final``: an ack in a calm cluster (dummy acks included) is final;
-- ``answered``: every pipelined ADDJOB gets its reply once faults heal.
+- ``answered``: every pipelined ADDJOB gets its reply once faults heal;
+- ``nack-delay-holds``: no node delivers a job NACKed/ENQUEUEd with DELAY d
+  before d (less the clock allowance) after the answer, absent faults;
+- ``nack-delay-ends``: such a job, not acked, is queued again within d plus
+  an allowance, absent faults, consumers on;
+- ``retry0-refused``: NACK/ENQUEUE (DELAY or not) of a delivered RETRY 0 job
+  is never answered 1;
+- ``waitjob-true``: WAITJOB says ``acked`` only after some ACKJOB/FASTACK was
+  sent, never ``gone`` for a job acked before the call (calm), and a call
+  blocked on the jobs' creator answers within 1 s of their acks' replies.
 
 Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``acked-absorbing``: a node that acked a job never queues it again;
@@ -31,6 +40,10 @@ Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``replication-counts-nodes``: a sync ADDJOB's wait ends at REPLICATE nodes;
 - ``fail-detected``: a node cut off past the node timeout is FAIL for the
   majority within a bound;
+- ``nack-delay-told``: shortly after a NACK/ENQUEUE DELAY (healthy cluster)
+  no other holder has the job queued, each holds it past d + RETRY;
+- ``nack-delay-timed``: the node that took the delay has its timer by then;
+- ``aof-keeps-delay``: a job reloaded within its client's delay keeps it;
 - ``message-storm``, ``run-finishes``: the bus and the run stay bounded.
 
 At the end of a run, in ``sim/runner.py``: ``acked-collected`` (acks, dummy
@@ -274,13 +287,20 @@ def check_requeue(
     added: dict[str, tuple[float, dict[str, Any]]] = {}
     last_get: dict[str, float] = {}
     answered: set[str] = set()  # ack attempted (answered or not)
+    # A NACK or ENQUEUE DELAY after the last delivery: not due back before
+    # the delay's end (the other holders stand by that long plus RETRY).
+    delayed_to: dict[str, float] = {}
     for e in history:
         if e.op == "add" and e.data["ok"] and e.data["retry"] > 0:
             added[e.data["reply"]] = (e.t, e.data)
         elif e.op == "get":
             last_get[e.data["id"]] = e.t
+            delayed_to.pop(e.data["id"], None)
         elif e.op == "ack":
             answered.add(e.data["id"])
+        elif _delayed(e):
+            end = e.t + int(e.data["delay"])
+            delayed_to[e.data["id"]] = max(end, delayed_to.get(e.data["id"], end))
     out: list[str] = []
     excused: list[str] = []
     for job_id, (ok_t, spec) in sorted(added.items()):
@@ -290,7 +310,7 @@ def check_requeue(
             # ack may reach the holders after a later delivery).
             continue
         retry = _int_option(spec, "retry", 1)
-        due = max(got, healed) + retry + REQUEUE_SLACK_S + allowance_s
+        due = max(got, healed, delayed_to.get(job_id, 0.0)) + retry + REQUEUE_SLACK_S + allowance_s
         ttl = _int_option(spec, "ttl", 0)
         if ttl and ok_t + ttl <= due + allowance_s:
             continue  # may have expired first
@@ -324,8 +344,8 @@ def check_nack(
             gets.setdefault(e.data["id"], []).append((e.t, e.client))
     out = []
     for e in history:
-        if e.op != "nack" or e.data.get("reply") != "1":
-            continue
+        if e.op != "nack" or e.data.get("reply") != "1" or e.data.get("delay"):
+            continue  # a NACK with DELAY: nack-delay-holds and nack-delay-ends
         end = e.t + NACK_PROMPT_S
         if stopped is not None and end >= stopped:
             continue
@@ -419,3 +439,229 @@ def check_answered(history: list[Event]) -> list[str]:
         for e in history
         if e.op == "unanswered"
     ]
+
+
+# ------------------------------------- NACK/ENQUEUE with DELAY, and WAITJOB
+
+# A POSTPONE reaches the other holders within a network delay of the
+# command's answer: a copy queued there may go out until then.
+POSTPONE_RACE_S = 0.2
+# WAITJOB blocked on a job's creator answers within this of an ack the
+# cluster knows of (the reply of the ACKJOB/FASTACK back at its client).
+WAITJOB_ACK_S = 1.0
+# A job's creator expires it this long after its TTL at most (its timer
+# fires a second past the expire time, a second-granular one).
+WAITJOB_TTL_S = 3.0
+DELAYED_OPS = ("nack", "enqueue")
+
+
+def _delayed(e: Event) -> bool:
+    """A NACK or ENQUEUE with a DELAY that the node took (answered 1)."""
+    return e.op in DELAYED_OPS and bool(e.data.get("delay")) and e.data.get("reply") == "1"
+
+
+def _commands_at(history: list[Event]) -> dict[str, list[float]]:
+    """Job id -> when a client sent NACK, ENQUEUE or WORKING for it."""
+    out: dict[str, list[float]] = {}
+    for e in history:
+        if e.op in (*DELAYED_OPS, "working"):
+            out.setdefault(e.data["id"], []).append(float(e.data.get("t0", e.t)))
+    return out
+
+
+def _paused_windows(history: list[Event]) -> list[tuple[float, float]]:
+    """When a node may have had the queue paused in (the workload's PAUSE
+    q in; an admin call that failed may have applied): a delayed job's
+    re-queue waits there."""
+    out: list[tuple[float, float]] = []
+    since: float | None = None
+    for e in history:
+        if e.client != "admin":
+            continue
+        if e.op in ("pause", "error") and since is None:
+            since = e.t - RACE_S
+        elif e.op == "resume" and since is not None:
+            out.append((since, e.t))
+            since = None
+    if since is not None:
+        out.append((since, float("inf")))
+    return out
+
+
+def check_delay_holds(
+    history: list[Event],
+    calm: Calm,
+    allowance_s: float,
+    delivered_at: Mapping[str, list[float]] | None = None,
+) -> list[str]:
+    """nack-delay-holds: a job NACKed or ENQUEUEd with DELAY d (answered 1)
+    is delivered by no node (a GETJOB reply sent, ``delivered_at``; the
+    clients' reads when unknown) from a network delay after the command's
+    answer until d less ``allowance_s`` after it, while no fault is in force
+    and no other client sent NACK, ENQUEUE or WORKING for it meanwhile (a
+    duplicate delivery's own say)."""
+    sent = delivered_at if delivered_at is not None else _delivery_times(history)
+    commands = _commands_at(history)
+    out = []
+    for e in history:
+        if not _delayed(e):
+            continue
+        jid, delay, t0 = e.data["id"], int(e.data["delay"]), float(e.data["t0"])
+        start, end = e.t + POSTPONE_RACE_S, e.t + delay - allowance_s
+        early = [t for t in sent.get(jid, ()) if start < t < end]
+        if not early or not calm(t0, e.t + delay):
+            continue
+        if any(t0 < t <= early[0] for t in commands.get(jid, ())):
+            continue
+        out.append(
+            f"nack-delay-holds: {jid} {e.op.upper()} DELAY {delay} answered at t={e.t:.2f} "
+            f"on n{e.data['node']}, delivered again at t={early[0]:.2f}"
+        )
+    return out
+
+
+def check_delay_ends(
+    history: list[Event],
+    calm: Calm,
+    allowance_s: float,
+    queued_at: Mapping[str, list[float]] | None = None,
+    crashes: Crashes | None = None,
+) -> list[str]:
+    """nack-delay-ends: a job NACKed or ENQUEUEd with DELAY d (answered 1)
+    and not acked is queued again (a node says so, ``queued_at``) or
+    delivered again within d plus ``NACK_PROMPT_S`` and ``allowance_s``
+    after the answer, while no fault is in force and consumers are on; not
+    if its TTL may run out first (a delay past the TTL means expiry), a
+    queue paused in holds it, another client sent NACK, ENQUEUE or WORKING
+    for it meanwhile, or the node that took the delay forgot the job (a
+    DEBUG FLUSHALL, ``Crashes.amnesia``: the others stand by longer)."""
+    _healed, stopped = _phase_times(history)
+    off = _consumers_off(history)
+    paused = _paused_windows(history)
+    commands = _commands_at(history)
+    gets = _delivery_times(history)
+    added: dict[str, tuple[float, int]] = {}
+    acks: dict[str, list[float]] = {}
+    for e in history:
+        if e.op == "add" and e.data["ok"]:
+            added[e.data["reply"]] = (e.t, _int_option(e.data, "ttl", 0))
+        elif e.op == "ack" and "t0" in e.data:
+            acks.setdefault(e.data["id"], []).append(float(e.data["t0"]))
+    out = []
+    for e in history:
+        if not _delayed(e):
+            continue
+        jid, delay, t0 = e.data["id"], int(e.data["delay"]), float(e.data["t0"])
+        end = e.t + delay + NACK_PROMPT_S + allowance_s
+        ok_t, ttl = added.get(jid, (0.0, 0))
+        if stopped is not None and end >= stopped:
+            continue
+        if ttl and ok_t + ttl <= end + allowance_s + 1:
+            continue
+        if any(a <= end and t0 <= b for a, b in off + paused) or not calm(t0, end):
+            continue
+        if any(t0 < t <= end for t in acks.get(jid, []) + commands.get(jid, [])):
+            continue
+        if f"n{e.data['node']}" in (crashes or Crashes()).amnesia.get(jid, ()):
+            continue
+        again = [t for t in (queued_at or {}).get(jid, ()) if t0 < t <= end]
+        again += [t for t in gets.get(jid, ()) if e.t < t <= end]
+        if not again:
+            later = [t for t in gets.get(jid, ()) if t > end]
+            when = f"at t={later[0]:.2f}" if later else "never"
+            out.append(
+                f"nack-delay-ends: {jid} {e.op.upper()} DELAY {delay} answered at t={e.t:.2f} "
+                f"on n{e.data['node']}, not queued again by t={end:.2f}, delivered again {when}"
+            )
+    return out
+
+
+def check_retry0_refused(history: list[Event]) -> list[str]:
+    """retry0-refused: a NACK or ENQUEUE (with a DELAY or not) of a RETRY 0
+    job its client got is never answered 1 (at most once: the node must not
+    queue it again)."""
+    return [
+        f"retry0-refused: RETRY 0 job {e.data['id']} {e.op.upper()}"
+        f"{' DELAY ' + str(e.data['delay']) if e.data.get('delay') else ''} "
+        f"answered 1 at t={e.t:.2f} on n{e.data['node']}"
+        for e in history
+        if e.op in DELAYED_OPS and e.data.get("retry") == 0 and e.data.get("reply") == "1"
+    ]
+
+
+def _ack_done(e: Event) -> bool:
+    """An ack answered by a node that acked something with it (dummy acks
+    included; not a leaving or lone node's ACKJOB 0)."""
+    return _acked(e) and not _acked_nothing_leaving(e) and not e.data.get("noop")
+
+
+def check_waitjob(history: list[Event], calm: Calm, allowance_s: float, net_s: float) -> list[str]:
+    """waitjob-true: WAITJOB answers ``acked`` only for a job some client
+    sent ACKJOB or FASTACK for before the answer (a lost reply still acks);
+    of jobs whose ADDJOB answered OK (a job whose ADDJOB failed is gone for
+    its creator, though its copies may live on and be acked elsewhere:
+    seed 309453187), never ``gone`` for a job whose ack was answered before the call (calm
+    from the ack to the answer, the ack well inside the job's TTL); and a
+    call blocked on the node that created each of its jobs answers within
+    ``WAITJOB_ACK_S`` (plus ``net_s`` of network) of the last of them being
+    done, while calm: its first ack's reply back at its client, or its TTL
+    run out (``WAITJOB_TTL_S`` after)."""
+    sent: dict[str, list[float]] = {}  # job -> ACKJOB/FASTACK send times
+    done: dict[str, list[tuple[float, float]]] = {}  # job -> (sent, answered), answered acks
+    added: dict[str, tuple[float, int]] = {}
+    for e in history:
+        if e.op == "add" and e.data["ok"]:
+            added[e.data["reply"]] = (e.t, _int_option(e.data, "ttl", 0))
+        elif e.op == "ack" and "t0" in e.data:
+            sent.setdefault(e.data["id"], []).append(float(e.data["t0"]))
+            if _ack_done(e):
+                done.setdefault(e.data["id"], []).append((float(e.data["t0"]), e.t))
+    out = []
+    for e in history:
+        if e.op != "waitjob" or not isinstance(e.data.get("reply"), list):
+            continue
+        start, ids, replies = float(e.data["t0"]), e.data["ids"], e.data["reply"]
+        where = f"WAITJOB on n{e.data['node']} from t={start:.2f} to t={e.t:.2f}"
+        for jid, value in zip(ids, replies, strict=True):
+            if value == "acked" and not any(t < e.t for t in sent.get(jid, ())):
+                out.append(f"waitjob-true: {jid} answered acked ({where}), no client acked it")
+            if value != "gone":
+                continue
+            ok_t, ttl = added.get(jid, (0.0, 0))
+            if jid not in added:
+                continue  # ADDJOB not answered OK: its creator may say gone
+            before = [
+                (t0, t)
+                for t0, t in done.get(jid, ())
+                if t + RACE_S < start and not (ttl and t > ok_t + ttl - allowance_s - 1)
+            ]
+            if before and calm(before[0][0], e.t):
+                out.append(
+                    f"waitjob-true: {jid} answered gone ({where}), acked at t={before[0][1]:.2f}"
+                )
+        if not all(e.data.get("creator", ())):
+            continue
+        # When each job was done for its creator: its first ack's reply, or
+        # its TTL's end (expired there, a timer's second and a sample late).
+        ends: dict[str, tuple[float, float]] = {}  # job -> (done at, since)
+        for jid in ids:
+            ok_t, ttl = added.get(jid, (0.0, 0))
+            known = [(t, t0) for t0, t in done.get(jid, ())]
+            if ttl and jid in added:
+                known.append((ok_t + ttl + WAITJOB_TTL_S, ok_t))
+            if known:
+                ends[jid] = min(known)
+        if len(ends) < len(ids) or not all(jid in added for jid in ids):
+            continue
+        first = min(since for _, since in ends.values())
+        last = max(at for at, _ in ends.values())
+        due = max(last, start) + WAITJOB_ACK_S + net_s
+        timeout = int(e.data.get("timeout") or 0)
+        if timeout and start + timeout / 1000 <= due:
+            continue  # its timeout came first
+        if e.t > due and calm(first, due):
+            out.append(
+                f"waitjob-true: {where} answered {replies}, the last of {ids} was acked or "
+                f"expired by t={last:.2f} (bound {WAITJOB_ACK_S}s on the creator)"
+            )
+    return out

@@ -18,14 +18,22 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import attrs
+
 from disque_trio.core import clusterjobs as cj
-from disque_trio.core import jobcmds, queuecmds
+from disque_trio.core import jobcmds, jobwaits, queuecmds
 from disque_trio.core import node as core_node
 from disque_trio.core import records as core_records
 from disque_trio.core.cluster import FAIL, PFAIL, ClusterTable, PeerNode
 from disque_trio.core.commands import CORE_COMMANDS, Command
 from disque_trio.core.effects import Persist
-from disque_trio.core.job import FLAG_BCAST_WILLQUEUE, FLAG_DELIVERED, Job, JobState
+from disque_trio.core.job import (
+    FLAG_BCAST_WILLQUEUE,
+    FLAG_DELAYED,
+    FLAG_DELIVERED,
+    Job,
+    JobState,
+)
 from disque_trio.core.node import Node
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
@@ -547,6 +555,142 @@ def pipelined_run_stalls() -> contextlib.AbstractContextManager[None]:
     return patched(_Connection, "_settle_at_end", settle_at_end)
 
 
+# ---------------------------------- NACK/ENQUEUE with DELAY, and WAITJOB
+
+
+def postpone_not_broadcast() -> contextlib.AbstractContextManager[None]:
+    """NACK/ENQUEUE DELAY holds the job on the node asked, but the other
+    holders are never told (no POSTPONE): they re-queue at their RETRY
+    (nack-delay-told; nack-delay-holds when a consumer takes it early)."""
+    return patched(cj, "broadcast_postpone", lambda node, job, delay_ms, flags: None)
+
+
+def postpone_keeps_timer() -> contextlib.AbstractContextManager[None]:
+    """A holder told POSTPONE dequeues its copy and counts, but does not
+    push its re-queue time past the delay (nack-delay-told)."""
+    original = cj._on_postpone
+
+    def on_postpone(node: Node, sender: str, msg: bus.Postpone) -> None:
+        job = node.jobs.get(msg.job_id)
+        qtime = job.qtime if job is not None else 0
+        original(node, sender, msg)
+        if job is not None and job.state == JobState.ACTIVE and job.qtime != qtime:
+            node.set_requeue_time(job, qtime)
+
+    return handler(bus.Postpone, on_postpone)
+
+
+def postpone_skips_queued() -> contextlib.AbstractContextManager[None]:
+    """POSTPONE is handled for active copies only: a copy queued there
+    (a QUEUED lost, a holder that re-queued at its RETRY) stays queued and
+    goes to the next consumer before the delay (nack-delay-told)."""
+    original = cj._on_postpone
+
+    def on_postpone(node: Node, sender: str, msg: bus.Postpone) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.state == JobState.QUEUED:
+            return
+        original(node, sender, msg)
+
+    return handler(bus.Postpone, on_postpone)
+
+
+def delay_timer_not_rescheduled() -> contextlib.AbstractContextManager[None]:
+    """NACK/ENQUEUE DELAY sets the queue time but leaves the job's timer
+    where it was (its RETRY): a delay shorter than the RETRY left ends
+    late (nack-delay-ends)."""
+    original = Node.enqueue_later
+
+    def enqueue_later(self: Node, job: Job, delay_ms: int, nack: bool) -> bool:
+        with patched(self, "update_awake", lambda job, at=0, now=0: None):
+            return original(self, job, delay_ms, nack)
+
+    return patched(Node, "enqueue_later", enqueue_later)
+
+
+def delay_lost_on_reload() -> contextlib.AbstractContextManager[None]:
+    """The AOF reload ignores the delay flag: a job within a client's NACK
+    or ENQUEUE DELAY comes back as any re-queue, its queue time capped at
+    its RETRY after the load (aof-keeps-delay)."""
+    original = core_records.job_from_record
+
+    def job_from_record(node: Any, rec: Any, now: int) -> Job | None:
+        return original(node, attrs.evolve(rec, flags=rec.flags & ~FLAG_DELAYED), now)
+
+    return patched(core_records, "job_from_record", job_from_record)
+
+
+def delay_answers_retry0() -> contextlib.AbstractContextManager[None]:
+    """NACK/ENQUEUE DELAY of a delivered RETRY 0 job leaves it alone but
+    counts it as taken (the refusal's return value inverted): the client
+    is told it will come back, against the at-most-once rule it never will
+    (retry0-refused)."""
+    original = Node.enqueue_later
+
+    def enqueue_later(self: Node, job: Job, delay_ms: int, nack: bool) -> bool:
+        if job.retry == 0 and job.state == JobState.ACTIVE and job.flags & FLAG_DELIVERED:
+            return True
+        return original(self, job, delay_ms, nack)
+
+    return patched(Node, "enqueue_later", enqueue_later)
+
+
+def waitjob_tombstone_acked() -> contextlib.AbstractContextManager[None]:
+    """WAITJOB reads every tombstone as an ack (expired jobs included)
+    (waitjob-true)."""
+    original = jobwaits.outcome
+
+    def outcome(node: Any, job_id: str) -> str | None:
+        value = original(node, job_id)
+        return jobwaits.ACKED if value == jobwaits.GONE else value
+
+    return patched(jobwaits, "outcome", outcome)
+
+
+def waitjob_deaf_to_tombstones() -> contextlib.AbstractContextManager[None]:
+    """WAITJOB wakes on an ack held here only: a job deleted while a client
+    waits (FASTACK elsewhere and its DELJOB, a collection, an expiry) leaves
+    it blocked until its timeout (waitjob-true's bound)."""
+    original = Node.remember_deleted
+
+    def remember_deleted(
+        self: Node, job_id: str, acked: bool = False, handed: int | None = None
+    ) -> None:
+        with patched(self, "job_waiters", {}):
+            original(self, job_id, acked, handed)
+
+    return patched(Node, "remember_deleted", remember_deleted)
+
+
+def deljob_forgets_ack() -> contextlib.AbstractContextManager[None]:
+    """A holder deleting its copy on a DELJOB (FASTACK, collection) keeps
+    a tombstone that does not say acked: WAITJOB there answers gone for an
+    acked job (waitjob-true)."""
+    original = cj._on_deljob
+
+    def on_deljob(node: Node, sender: str, msg: bus.DelJob) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.state not in (JobState.WAIT_REPL, JobState.ACKED):
+            node.unregister(job)
+            return
+        original(node, sender, msg)
+
+    return handler(bus.DelJob, on_deljob)
+
+
+DELAY_WAIT_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "postpone-not-broadcast": postpone_not_broadcast,
+    "postpone-keeps-timer": postpone_keeps_timer,
+    "postpone-skips-queued": postpone_skips_queued,
+    "delay-timer-not-rescheduled": delay_timer_not_rescheduled,
+    "delay-lost-on-reload": delay_lost_on_reload,
+    "delay-answers-retry0": delay_answers_retry0,
+    "waitjob-tombstone-acked": waitjob_tombstone_acked,
+    "waitjob-deaf-to-tombstones": waitjob_deaf_to_tombstones,
+    "deljob-forgets-ack": deljob_forgets_ack,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -574,6 +718,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pipelined-run-stalls": pipelined_run_stalls,
 }
 MUTANTS.update(EXPLORER_MUTANTS)
+MUTANTS.update(DELAY_WAIT_MUTANTS)
 
 
 @contextlib.contextmanager

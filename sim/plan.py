@@ -78,6 +78,13 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("pinned_producers", 1),  # 1: one more producer on each node
     ("long_cut", 2),  # one more fault: 1 isolates, 2 freezes the last node from +0.5 s to the end
     ("coda", 1),  # 1: after the drain, a few seconds of jobs in a cluster without faults
+    # NACK/ENQUEUE with DELAY and WAITJOB (the fields of this group are 0 in
+    # plans saved before they existed, which then replay as they did):
+    ("nack_delay_pct", 30),  # deliveries NACKed with a DELAY of 1..5 s
+    ("enqueue_delay_pct", 30),  # deliveries ENQUEUEd with a DELAY (RETRY 0 ones refused)
+    ("late_delay_pct", 60),  # of those, sent after a think time past RETRY
+    ("waiters", 2),  # clients calling WAITJOB on jobs added (0: none)
+    ("wait_other_pct", 50),  # WAITJOBs sent to a node other than the job's creator
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -142,6 +149,11 @@ class Plan:
     pinned_producers: int = 0
     long_cut: int = 0
     coda: int = 0
+    nack_delay_pct: int = 0
+    enqueue_delay_pct: int = 0
+    late_delay_pct: int = 0
+    waiters: int = 0
+    wait_other_pct: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -300,7 +312,7 @@ class Plan:
             faults=tuple(faults[:MAX_FAULTS]),
         )
         # Drawn after the fields above, so that those stay what they were.
-        return attrs.evolve(
+        plan = attrs.evolve(
             plan,
             node_timeout=rng.randint(1, 6) if rng.random() < 0.6 else 0,
             fault_stretch=rng.choice((0, 0, 0, 1, 1, 2, 3)),
@@ -312,6 +324,17 @@ class Plan:
             pinned_producers=rng.choice((0, 1)),
             long_cut=rng.choice((0, 0, 0, 0, 1, 2)),
             coda=rng.choice((0, 1, 1)),
+        )
+        # NACK/ENQUEUE DELAY and WAITJOB from a generator of their own, as
+        # the explorer's: every field above stays what it was.
+        late = random.Random(f"delays-{seed}")
+        return attrs.evolve(
+            plan,
+            nack_delay_pct=late.randint(1, 30) if late.random() < 0.6 else 0,
+            enqueue_delay_pct=late.randint(1, 20) if late.random() < 0.5 else 0,
+            late_delay_pct=late.randint(10, 50) if late.random() < 0.6 else 0,
+            waiters=late.choice((0, 1, 2, 2)),
+            wait_other_pct=late.randint(5, 40) if late.random() < 0.5 else 0,
         )
 
 

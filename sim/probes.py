@@ -47,3 +47,17 @@ COMMAND_PROBES = (
     "admin-flushall",
     "admin-shutdown-restart",
 )
+
+# NACK/ENQUEUE with DELAY and WAITJOB, counted by the workload (sim/workload.py)
+# and the World's checks (sim/world.py); the node's own (POSTPONE's) are
+# in sim/world.py's CORE_PROBES.
+DELAY_WAIT_PROBES = (
+    "nack-delay-sent",  # a NACK DELAY answered 1
+    "enqueue-delay-sent",  # an ENQUEUE DELAY answered 1
+    "retry0-delay-refused",  # NACK/ENQUEUE DELAY of a delivered RETRY 0 job refused
+    "aof-reload-kept-delay",  # a restart reloaded a job within its client's delay (checked)
+    "waitjob-acked",
+    "waitjob-gone",
+    "waitjob-unknown",
+    "waitjob-pending",
+)

@@ -20,8 +20,12 @@ from .checkers import (
     check,
     check_acked,
     check_answered,
+    check_delay_ends,
+    check_delay_holds,
     check_nack,
     check_requeue,
+    check_retry0_refused,
+    check_waitjob,
     check_working,
 )
 from .plan import Plan
@@ -142,6 +146,14 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
         + check_working(workload.history, world.calm, world.queued_at)
         + check_acked(workload.history, world.calm)
         + check_answered(workload.history)
+        + check_delay_holds(workload.history, world.calm, allowance_s(world), world.delivered_at)
+        + check_delay_ends(
+            workload.history, world.calm, allowance_s(world), world.queued_at, crashes
+        )
+        + check_retry0_refused(workload.history)
+        + check_waitjob(
+            workload.history, world.calm, allowance_s(world), 2 * plan.latency_ms / 1000
+        )
     )
     violations = report.violations + world.violations + end_checks(world, workload) + timing
     return Outcome(plan, world, workload, report, violations)

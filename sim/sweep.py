@@ -11,6 +11,11 @@ as ``python -m sim run --seed N`` processes of their own
 (``run_seed_process``). The checkout's root and commit live here too, for
 the worker processes' working directory and for ``ci_seeds``.
 
+Sweeps run for the record are kept as data in ``sim/sweeps.jsonl``, one
+JSON object a line: the seeds, the commit and workers, passed and failed,
+wall seconds, probes hit, each failure's first violation and a note on what
+came of it (the fix, the plan kept in ``sim/regressions/``).
+
 Nothing here imports the run machinery (sim/runs.py) or the mutants: they
 import this module, and the workers run them.
 """

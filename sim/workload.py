@@ -7,8 +7,10 @@
   consumers GETJOB then ACKJOB / FASTACK / NACK / WORKING or forget the
   job; some hold a job past its RETRY sending WORKING, ack on another node
   or over a fresh connection, hand a job to another consumer who acks it,
-  or drop their connection with the job unacked; the plan's faults run
-  meanwhile;
+  or drop their connection with the job unacked; some NACK or ENQUEUE a job
+  with a DELAY (RETRY 0 ones too: refused), maybe after holding it past its
+  RETRY; waiters call WAITJOB on jobs added (mostly on the job's creator);
+  the plan's faults run meanwhile;
 * liveness: every fault undone, every node back, membership must converge;
 * drain and settle: consumers take every job still owed until each one's
   last delivery is acked (with ``plan.coda``, then a few seconds of new
@@ -27,6 +29,7 @@ from typing import Any
 import attrs
 import trio
 
+from disque_trio.core.ids import creator_prefix
 from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.server.connections import READER_GRACE_REPL_S
 from disque_trio.testing import RespClient
@@ -54,6 +57,7 @@ CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
 # fault is healed and every node is back (its ADDJOBs time out in 1 s).
 PIPELINE_GAP_S = 2 * READER_GRACE_REPL_S
 UNANSWERED_S = 5.0
+WAITJOB_ANSWERS = {"acked", "gone", "unknown", "pending"}
 # What a client sees when its node crashes or refuses it.
 CONN_ERRORS = (
     EOFError,
@@ -135,6 +139,9 @@ class Workload:
     _nursery: trio.Nursery | None = None  # the consumers' (hold tasks run there)
     _coda: bool = False  # the calm coda is on: consumers act as in the safety phase
     _healed: trio.Event = attrs.field(factory=trio.Event)  # faults undone, nodes back
+    _added_ids: list[str] = attrs.field(factory=list)  # job ids ADDJOB answered, in order
+    _in_hand: dict[str, None] = attrs.field(factory=dict)  # delivered, no ack yet (in order)
+    _acked_order: list[str] = attrs.field(factory=list)  # ack attempts, in order
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -142,8 +149,13 @@ class Workload:
         self._world.trace.record(client, "client", {"op": op, **data})
         if self.explorer is not None:
             self.explorer.on_record(op, data)
+        if op in ("nack", "enqueue", "working"):
+            self._world.commands_at.setdefault(data["id"], []).append(
+                data.get("t0", self.history[-1].t)
+            )
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
+            self._added_ids.append(data["reply"])
             if data["retry"] and not data.get("ttl"):
                 self._tracked.add(data["reply"])
                 if data["reply"] not in self._acked_ids:
@@ -154,6 +166,8 @@ class Workload:
             if data["body"] not in self._delivered:
                 self._undelivered.add(data["body"])
         elif op == "get":
+            self._in_hand.pop(data["id"], None)
+            self._in_hand[data["id"]] = None
             self._delivered.add(data["body"])
             if data["body"] in self._undelivered:
                 self._undelivered.discard(data["body"])
@@ -161,6 +175,8 @@ class Workload:
             if data["id"] in self._tracked and data["id"] not in self._acked_ids:
                 self._owed.add(data["id"])
         elif op == "ack" and not data.get("noop"):
+            self._in_hand.pop(data["id"], None)
+            self._acked_order.append(data["id"])
             if data["id"] in self._owed:
                 self._owed.discard(data["id"])
                 self._paid += 1
@@ -196,6 +212,10 @@ class Workload:
                         rng = world.child_rng()
                         producers.start_soon(self._producer, world, f"pn{i}", rng, i)
                 producers.start_soon(self._pipeliner, world, "pp", world.child_rng())
+                for i in range(plan.waiters):
+                    # Until the consumers stop: the drain's acks, in a
+                    # healed cluster, are where WAITJOB's bound is checked.
+                    nursery.start_soon(self._waiter, world, f"w{i}", world.child_rng())
                 if plan.consumer_pause:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
@@ -546,6 +566,13 @@ class Workload:
             self.record(name, "vanish", {"node": index, "id": jid})
             world.probes["consumer-vanished"] += 1
             return True
+        for cmd, pct in (("NACK", plan.nack_delay_pct), ("ENQUEUE", plan.enqueue_delay_pct)):
+            # RETRY 0 jobs more often: each must be refused (at most once).
+            share = pct if again else min(100, 3 * pct)
+            if pct and jid in self._retry_of and not draining and rng.randrange(100) < share:
+                if await self._delayed(world, client, name, index, jid, rng, cmd):
+                    return False
+                break  # refused (a delivered RETRY 0 job, or queued again meanwhile)
         if again and not draining and rng.randrange(100) < plan.nack_pct:
             called = trio.current_time()
             reply = await client.call("NACK", jid)
@@ -610,6 +637,88 @@ class Workload:
             return False
         await self._ack(world, client, name, index, jid, fast)
         return False
+
+    async def _delayed(
+        self,
+        world: World,
+        client: RespClient,
+        name: str,
+        index: int,
+        jid: str,
+        rng: random.Random,
+        cmd: str,
+    ) -> bool:
+        """NACK or ENQUEUE the job with a DELAY of 1..5 s (longer than its
+        RETRY at times), maybe after holding it past its RETRY first (a copy
+        may be queued elsewhere by then: the POSTPONE takes it out). True if
+        the node took it (it comes back after the delay); a delivered RETRY
+        0 job must be refused (at most once)."""
+        retry = self._retry_of[jid]
+        if retry and self.plan.late_delay_pct and rng.randrange(100) < self.plan.late_delay_pct:
+            await trio.sleep(rng.uniform(0.8, 2.0) * retry)
+        delay = rng.randint(1, 5)
+        called = trio.current_time()
+        reply = await client.call(cmd, jid, "DELAY", delay)
+        op = cmd.lower()
+        data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "delay": delay}
+        self.record(name, op, {**data, "retry": retry})
+        if _text(reply) != "1":
+            if retry == 0:
+                world.probes["retry0-delay-refused"] += 1
+            return False
+        world.probes[f"{op}-delay-sent"] += 1
+        world.watch_postpone(jid, index, called, delay)
+        return True
+
+    async def _waiter(self, world: World, name: str, rng: random.Random) -> None:
+        """WAITJOB on 1..3 jobs (delivered and not acked yet, added lately,
+        or acked lately), on the node that created the first one (its ID
+        names it), or now and then on another node; a TIMEOUT of 0.3..4 s.
+        Each reply is recorded with the call's start (``t0``) and whether
+        each job's creator was asked (``creator``), for sim/checkers.py's
+        check_waitjob. Runs until the consumers stop."""
+        clients: dict[int, RespClient] = {}
+        while True:
+            await trio.sleep(rng.uniform(0.05, 0.3))
+            r = rng.random()
+            if r < 0.5 and self._in_hand:
+                recent = list(self._in_hand)[-20:]
+            elif r < 0.8 or not self._acked_order:
+                recent = self._added_ids[-40:]
+            else:
+                recent = self._acked_order[-40:]
+            if not recent:
+                continue
+            ids = rng.sample(recent, min(len(recent), rng.randint(1, 3)))
+            creators = {node.server.node.node_id[:8]: node.index for node in world.nodes}
+            index = creators.get(creator_prefix(ids[0]), -1)
+            other = self.plan.wait_other_pct and rng.randrange(100) < self.plan.wait_other_pct
+            if index < 0 or other:
+                index = rng.randrange(world.count)
+            timeout = rng.choice((300, 1000, 2000, 4000))
+            data: dict[str, Any] = {
+                "node": index,
+                "id": ids[0],
+                "ids": ids,
+                "timeout": timeout,
+                "creator": [creators.get(creator_prefix(j)) == index for j in ids],
+            }
+            data["t0"] = trio.current_time()
+            try:
+                client = clients.get(index)
+                if client is None:
+                    client = clients[index] = await world.client(index)
+                reply: Any = await client.call("WAITJOB", *ids, "TIMEOUT", timeout)
+            except CONN_ERRORS as e:
+                clients.pop(index, None)
+                reply = f"connection error: {type(e).__name__}"
+            if isinstance(reply, list):
+                data["reply"] = [_text(x) for x in reply]
+                for value in sorted(set(data["reply"]) & WAITJOB_ANSWERS):
+                    world.probes[f"waitjob-{value}"] += 1
+            else:
+                data["reply"] = _text(reply)
+            self.record(name, "waitjob", data)
 
     async def _ack(
         self, world: World, client: RespClient, name: str, index: int, jid: str, fast: bool

@@ -33,6 +33,16 @@ sampling monitor (``World.violations``):
 * ``everysec-window``: see ``World._check_everysec``.
 * ``expired-stays-expired``: a node (one incarnation) that expired a job
   never takes a copy of it again from a peer (a late REPLJOB, YOURJOBS).
+* ``nack-delay-told``: shortly after a NACK or ENQUEUE with DELAY d was
+  answered 1 in a healthy cluster, no other holder has the job queued, and
+  each holds its copy at least d + RETRY from the command (the POSTPONE;
+  d for one that waits for its own client's delay and queues it then).
+* ``nack-delay-timed``: then too, the node that took the delay has the
+  job's timer (SHOW's next-awake-within) no later than its queue time.
+* ``aof-keeps-delay``: a job a restarted node loads back while still
+  within a client's NACK or ENQUEUE DELAY (by its own clock) keeps that
+  queue time and is not queued (``appendfsync always``; ``everysec`` for
+  a command older than the crash's window).
 * ``aof-keeps-ttl``: a job a restarted node loads back from its AOF has
   the expire time it had when the node crashed (or, when the records of
   its last moves with the clock's backward steps died with the crash, a
@@ -60,7 +70,7 @@ import trio.testing
 
 from disque_trio.config import Config
 from disque_trio.core import cluster as cluster_flags
-from disque_trio.core.job import Job, JobState
+from disque_trio.core.job import FLAG_DELAYED, TIME_ERROR_MS, Job, JobState
 from disque_trio.core.queue import PAUSED_IN
 from disque_trio.env import Env
 from disque_trio.protocol import bus
@@ -71,7 +81,7 @@ from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
-from .probes import COMMAND_PROBES
+from .probes import COMMAND_PROBES, DELAY_WAIT_PROBES
 from .trace import Trace
 
 BASE_PORT = 7711
@@ -82,6 +92,8 @@ CORE_PROBES = (
     "willqueue-answered-queued",
     "yourjobs-moved-a-job",
     "ack-collected",
+    "postpone-caused-dequeue",  # a POSTPONE took a queued copy out (NACK/ENQUEUE DELAY)
+    "willqueue-answered-postpone",  # a holder that missed the POSTPONE was told again
 )
 PROBES: tuple[str, ...] = (
     *CORE_PROBES,
@@ -111,7 +123,7 @@ TIMING_PROBES = (
     "consumer-vanished",
     "everysec-crash-checked",  # an everysec crash with writes older than its window
 )
-PROBES = (*PROBES, *TIMING_PROBES)
+PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES)
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
 # everysec: a write is fsynced by the next cron second, and the writer does
@@ -209,8 +221,15 @@ class SimNode:
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
         self.held_at_crash: dict[str, int] = {}  # job id -> etime (s)
+        # job id -> (queue time ms, etime s, when its client asked) of the
+        # jobs within a client's NACK or ENQUEUE DELAY asked of this node at
+        # the crash (aof-keeps-delay)
+        self.delayed_at_crash: dict[str, tuple[int, int, float]] = {}
         self.shifted_at_crash = 0  # s its expire times moved with clock steps
         self.loaded: set[str] = set()  # job ids loaded from the AOF by this incarnation
+        # job id -> (state, flags, queue time) as the AOF load made it (the
+        # last record's: a later LOADJOB replaces a job)
+        self.loaded_as: dict[str, tuple[JobState, int, int]] = {}
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
@@ -302,6 +321,12 @@ class World:
         self.delivered_at: dict[str, list[float]] = {}
         # job id -> virtual times a node queued it (nack-prompt's evidence)
         self.queued_at: dict[str, list[float]] = {}
+        # job id -> when a workload client sent NACK, ENQUEUE or WORKING for
+        # it (a reason for a holder to move its timer: nack-delay-told)
+        self.commands_at: dict[str, list[float]] = {}
+        # job id -> (sent at, delay s, node index) of the last NACK or
+        # ENQUEUE DELAY a node took for it (aof-keeps-delay)
+        self.delays_at: dict[str, tuple[float, int, int]] = {}
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
@@ -412,6 +437,7 @@ class World:
         node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
+        node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
         server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
@@ -478,6 +504,21 @@ class World:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
+        node.delayed_at_crash = {}
+        for job in node.server.node.jobs.values():
+            asked = self.delays_at.get(job.id)
+            if job.flags & FLAG_DELAYED and job.state == JobState.ACTIVE and asked:
+                t0, delay, index = asked
+                if index == i and node.clock is not None:
+                    # The queue time the command recorded: the node's clock
+                    # at the command plus the delay (a POSTPONE or WORKING
+                    # since may have moved it later in memory only).
+                    at = (
+                        node.clock.base_ms
+                        + node.clock.offset_ms
+                        + int(t0 * 1000 * node.clock.rate)
+                    )
+                    node.delayed_at_crash[job.id] = (at + delay * 1000, job.etime, t0)
         # Seconds its expire times moved back with clock steps: the AOF
         # records of the last moves may die with the crash.
         node.shifted_at_crash = node.server.node.etime_shift_s
@@ -554,12 +595,42 @@ class World:
                     f"aof-keeps-ttl: {node.name} reloaded {job_id} expiring at "
                     f"{loaded}, not {held}"
                 )
+        if self.appendfsync != "no" and not node.wiped:
+            self._check_kept_delay(node)
         if node.wiped:
             # A new identity: split from the others until its MEET's
             # handshake is through (seed 4298: the MEET met a partition).
             split = self.split_begin(i)
             await self.introduce(i)
             self.split_watch(split)
+
+    def _check_kept_delay(self, node: SimNode) -> None:
+        """aof-keeps-delay: a job reloaded while still within a client's
+        NACK or ENQUEUE DELAY (its queue time ahead of the node's clock)
+        waits for it: as the load made it (what happens after is the bus's
+        business), active, still delayed, its queue time the recorded one
+        (capped by its expire time). Under ``everysec``, only for a delay
+        asked for before the crash's window (its record on the disk)."""
+        core = node.server.node
+        now = core.now_ms()
+        synced = math.inf if self.appendfsync == "always" else node.crashed_at - EVERYSEC_WINDOW_S
+        for job_id in sorted(node.loaded & node.delayed_at_crash.keys()):
+            qtime, etime, asked = node.delayed_at_crash[job_id]
+            job = core.jobs.get(job_id)
+            if job is None or job.state == JobState.ACKED or qtime <= now or asked >= synced:
+                continue  # acked in the file, or since
+            state, flags, loaded_qtime = node.loaded_as[job_id]
+            if self.last_jump_at >= asked - 1:
+                continue  # its clock jumped since: the frame of the record moved
+            self.probes["aof-reload-kept-delay"] += 1
+            want = min(qtime, etime * 1000)
+            if state != JobState.ACTIVE or not flags & FLAG_DELAYED or loaded_qtime < want - 5:
+                self._violate(
+                    f"aof-keeps-delay: {node.name} reloaded {job_id} within its client's "
+                    f"delay ({(qtime - now) / 1000:.2f}s left) as {state.name}, "
+                    f"delayed {bool(flags & FLAG_DELAYED)}, queue time "
+                    f"{(loaded_qtime - now) / 1000:.2f}s from now"
+                )
 
     def _check_everysec(self, node: SimNode, forgot: list[str]) -> None:
         """everysec-window: with ``appendfsync everysec`` a crash loses at
@@ -773,6 +844,7 @@ class World:
                     node.loaded.add(job.id)
                     node.reloaded.add(job.id)
                     self.ever_reloaded.add(job.id)
+                    node.loaded_as[job.id] = (job.state, job.flags, job.qtime)
                 q = server.node.queues.get(job.queue)
                 if node.handling is bus.ReplJob and q is not None and q.pause & PAUSED_IN:
                     self._violate(f"pause-in: {name} stored a copy of {job.id} while paused in")
@@ -851,6 +923,71 @@ class World:
         missed a node would not tell it about an ack)."""
         if self._nursery is not None and self.healthy(True):
             self._nursery.start_soon(self._check_holders, job_id, trio.current_time())
+
+    def watch_postpone(self, job_id: str, index: int, t0: float, delay: int) -> None:
+        """nack-delay-told: a NACK or ENQUEUE DELAY sent to node ``index``
+        at ``t0`` was answered 1; in a healthy cluster, once the POSTPONE
+        had time to arrive, no other holder has the job queued and each
+        holds it at least the delay plus RETRY from the command, as
+        docs/commands.md says (a copy queued there would be delivered
+        before the delay: nack-delay-holds sees that only if a consumer
+        asks in time)."""
+        self.delays_at[job_id] = (t0, delay, index)
+        if self._nursery is not None and self.healthy(True):
+            self._nursery.start_soon(self._check_postpone, job_id, index, t0, delay)
+
+    async def _check_postpone(self, job_id: str, index: int, t0: float, delay: int) -> None:
+        disturbed = (self.net.resets, self.probes["crash"])
+        await trio.sleep(HOLDERS_SETTLE_S)
+        if (
+            not self.healthy()
+            or self.net.changed_at >= t0
+            or (self.net.resets, self.probes["crash"]) != disturbed
+            or self.last_jump_at >= t0 - 1
+        ):
+            return
+        # Another client's NACK, ENQUEUE or WORKING since (a duplicate
+        # delivery's) may queue or time the job its own way.
+        if any(t > t0 for t in self.commands_at.get(job_id, ())):
+            return
+        now = trio.current_time()
+        mine = self.nodes[index].server.node.jobs.get(job_id)
+        # Its timer (SHOW's next-awake-within) comes by its queue time
+        # (next-requeue-within): the node looks at the job by then.
+        if (
+            mine is not None
+            and mine.state == JobState.ACTIVE
+            and mine.flags & FLAG_DELAYED
+            and not 0 < mine.awake <= mine.qtime
+        ):
+            self._violate(
+                f"nack-delay-timed: n{index} delays {job_id} to "
+                f"{(mine.qtime - self.nodes[index].server.node.now_ms()) / 1000:.2f}s "
+                f"from now, its timer is {(mine.awake - mine.qtime) / 1000:.2f}s later"
+            )
+        for n in self.nodes:
+            job = n.server.node.jobs.get(job_id)
+            if n.index == index or job is None or not job.retry:
+                continue
+            if job.state == JobState.QUEUED:
+                self._violate(
+                    f"nack-delay-told: {n.name} has {job_id} queued {now - t0:.2f}s after "
+                    f"a DELAY {delay} on n{index}"
+                )
+            elif job.state == JobState.ACTIVE:
+                assert n.clock is not None
+                # The node's wall clock at t0 (it runs at its drift's rate).
+                sent = n.server.node.now_ms() - (now - t0) * 1000 * n.clock.rate
+                # A holder delayed by its own client's command (a duplicate
+                # delivery) queues the job itself at the later end.
+                retry = 0 if job.flags & FLAG_DELAYED else job.retry
+                due = sent + (delay + retry) * 1000 - TIME_ERROR_MS // 2
+                if job.qtime < due:
+                    self._violate(
+                        f"nack-delay-told: {n.name} re-queues {job_id} "
+                        f"{(job.qtime - sent) / 1000:.2f}s after a DELAY {delay} on "
+                        f"n{index} (RETRY {job.retry})"
+                    )
 
     async def _check_holders(self, job_id: str, ok_at: float) -> None:
         await trio.sleep(HOLDERS_SETTLE_S)

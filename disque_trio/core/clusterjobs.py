@@ -41,7 +41,10 @@ Rules, one per message:
   no sooner than the delay plus RETRY (the sender queues it; we stand by
   in case it cannot). A holder that missed it announces WILLQUEUE at its
   own RETRY: the sender, still waiting, answers POSTPONE again, as it
-  does to holders it learns of.
+  does to holders it learns of, and to a holder's QUEUED or WORKING (which
+  may have crossed the POSTPONE) instead of ending its delay. A holder
+  waiting for a delay of its own client's too queues the job at the later
+  end if it wins the per-job comparison of node IDs, else stands by.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -67,6 +70,7 @@ from .job import (
     STATE_ACTIVE,
     STATE_QUEUED,
     STATE_WAIT_REPL,
+    TIME_ERROR_MS,
     Job,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
@@ -418,14 +422,42 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     _postpone_requeue(node, job)
 
 
-def _postpone_requeue(node: JobHost, job: Job) -> None:
+def _postpone_requeue(
+    node: JobHost, job: Job, sender: str | None = None, working: bool = False
+) -> None:
     """Another holder queued its copy: ours waits a whole RETRY again, and
     announces WILLQUEUE before it re-queues (a client's delay here is
-    over: the job was queued elsewhere, so a re-queue here is a retry)."""
+    over: the job was queued elsewhere, so a re-queue here is a retry).
+    But a job still waiting here for its client's delay keeps it when the
+    ``sender`` (QUEUED, WORKING) can be told POSTPONE again, as at its
+    WILLQUEUE: its QUEUED most often crossed our POSTPONE, which took its
+    copy out of the queue (simulator seed 171: two holders queued the job
+    at RETRY, one delivered it and its client asked for a DELAY 4; the
+    other's QUEUED, sent before our POSTPONE reached it, ended the delay
+    here, and the job was queued again at its RETRY, 1 s later)."""
+    if sender is not None and (postpone := postpone_left(job, node.now_ms())) is not None:
+        node.effects.send(sender, postpone)
+        if working:
+            # A client works on a copy there (a duplicate delivery): no
+            # re-queue here while WORKING comes either, delay or not
+            # (simulator seed 309453107: queued at the end of a NACK DELAY
+            # 5 while another consumer held the job with WORKING).
+            again = node.now_ms() + job.retry * 1000 + node.time_error()
+            node.set_requeue_time(job, max(job.qtime, again))
+        return
     job.flags &= ~FLAG_DELAYED
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
-        node.set_requeue_time(job, node.now_ms() + job.retry * 1000 + node.time_error())
+        now = node.now_ms()
+        again = now + job.retry * 1000 + node.time_error()
+        # A time further than any RETRY push (a stand-by for another node's
+        # client delay, told by POSTPONE) is kept (simulator seed 300633: a
+        # QUEUED sent before the POSTPONE reached its sender arrived after
+        # it here, and cut this holder's stand-by to a RETRY).
+        if job.qtime <= now + job.retry * 1000 + TIME_ERROR_MS:
+            node.set_requeue_time(job, again)
+        else:
+            node.update_awake(job)
 
 
 def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
@@ -526,7 +558,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         # have queued after our QUEUED reached it) keeps its copy queued too.
         # It loses the same comparison, so it dequeues and does not answer.
         node.effects.send(sender, bus.Queued(job.id, 0))
-    _postpone_requeue(node, job)
+    _postpone_requeue(node, job, sender, working)
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1
@@ -605,7 +637,20 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         node.probe("postpone-caused-dequeue", job)
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
-        standby = node.now_ms() + msg.delay_ms + job.retry * 1000 + node.time_error()
+        now = node.now_ms()
+        if job.flags & FLAG_DELAYED and compare_ids_by_job(sender, node.node_id, job.id) < 0:
+            # Waiting for a delay of our own client's too (two consumers got
+            # the job, each asked a holder for a delay): one of the two
+            # queues it, at the later of the two ends; the other stands by.
+            # Both standing by, each holder's WILLQUEUE, answered with a
+            # POSTPONE, pushed the other a RETRY further, for ever
+            # (simulator seed 12: coda-1, NACK DELAY 2 on n0 and on n2,
+            # never queued again). The per-job comparison picks the one,
+            # as for two queued copies.
+            standby = now + msg.delay_ms
+        else:
+            job.flags &= ~FLAG_DELAYED  # the sender queues it
+            standby = now + msg.delay_ms + job.retry * 1000 + node.time_error()
         node.set_requeue_time(job, max(job.qtime, standby))
     if msg.flags & bus.FLAG_INCR_NACKS:
         job.nacks += 1

@@ -91,6 +91,15 @@ def test_swarm_varies_cluster_size_faults_and_job_options() -> None:
     assert {p.appendfsync for p in plans} == {"always", "everysec", "no"}
     assert any(p.retry0_pct for p in plans) and any(p.async_pct for p in plans)
     assert any(p.nack_pct for p in plans) and any(p.ttl_pct for p in plans)
+    assert any(p.nack_delay_pct for p in plans) and any(p.enqueue_delay_pct for p in plans)
+    assert any(p.waiters for p in plans) and any(p.wait_other_pct for p in plans)
+
+
+def test_plans_saved_before_delays_and_waits_load_with_them_off() -> None:
+    """The regression corpus predates NACK/ENQUEUE DELAY and WAITJOB in the
+    workload: its plans load with those fields 0 and replay as they did."""
+    plan, _ = load_plan(str(REGRESSIONS / "seed-180270.json"))
+    assert (plan.nack_delay_pct, plan.enqueue_delay_pct, plan.waiters) == (0, 0, 0)
 
 
 def test_restarted_node_keeps_its_id_and_fsynced_jobs() -> None:

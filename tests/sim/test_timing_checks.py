@@ -9,8 +9,12 @@ from sim.checkers import (
     check,
     check_acked,
     check_answered,
+    check_delay_ends,
+    check_delay_holds,
     check_nack,
     check_requeue,
+    check_retry0_refused,
+    check_waitjob,
     check_working,
 )
 from sim.workload import Event
@@ -150,3 +154,112 @@ def test_answered_reports_pipelined_adds_left_without_a_reply() -> None:
     ]
     [violation] = check_answered(left)
     assert violation.startswith("answered: 1 pipelined ADDJOB(s) to n2 (pp-7)")
+
+
+def delayed(t: float, delay: int, op: str = "nack", reply: str = "1", **data: Any) -> Event:
+    return ev(t, op, node=0, id=JOB, reply=reply, t0=t - 0.01, delay=delay, retry=2, **data)
+
+
+def test_nack_delay_holds() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), delayed(1.1, 4)]
+    early = [*base, ev(2.5, "get", node=1, id=JOB, body="b")]
+    [violation] = check_delay_holds(early, calm, allowance_s=0.5)
+    assert violation.startswith("nack-delay-holds:")
+    assert check_delay_holds(early, never_calm, allowance_s=0.5) == []
+    # After the delay (less the allowance), or judged by the node's side.
+    late = [*base, ev(4.7, "get", node=1, id=JOB, body="b")]
+    assert check_delay_holds(late, calm, allowance_s=0.5) == []
+    assert check_delay_holds(early, calm, 0.5, {JOB: [1.0, 4.8]}) == []
+    # Another client's plain NACK (a duplicate delivery) queues it its way.
+    other = [*base, ev(2.0, "nack", node=1, id=JOB, reply="1", t0=1.99), early[-1]]
+    assert check_delay_holds(other, calm, allowance_s=0.5) == []
+    # Refused (0): no delay promised; and nack-prompt leaves a DELAY alone.
+    refused = [*base[:-1], delayed(1.1, 4, reply="0"), early[-1]]
+    assert check_delay_holds(refused, calm, allowance_s=0.5) == []
+    assert check_nack([*early, *phases(0.0, 60.0)], calm) == []
+
+
+def test_nack_delay_ends() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), delayed(1.1, 2, op="enqueue")]
+    never = [*base, *phases(0.0, 60.0)]
+    [violation] = check_delay_ends(never, calm, allowance_s=0.5)
+    assert violation.startswith("nack-delay-ends:") and "ENQUEUE DELAY 2" in violation
+    assert check_delay_ends(never, never_calm, allowance_s=0.5) == []
+    assert check_delay_ends(never, calm, 0.5, {JOB: [0.0, 3.1]}) == []
+    assert check_delay_ends(never, calm, 0.5, {JOB: [0.0, 5.0]})  # queued too late
+    acked = [*base, ev(2.0, "ack", node=1, id=JOB, reply="1", t0=1.9), *phases(0.0, 60.0)]
+    assert check_delay_ends(acked, calm, allowance_s=0.5) == []
+    # Forgotten by the node that took the delay (DEBUG FLUSHALL, seed 120).
+    flushed = Crashes(amnesia={JOB: {"n0"}})
+    assert check_delay_ends(never, calm, 0.5, crashes=flushed) == []
+    # A TTL that runs out first, or the consumers stopped first.
+    ttl = [*added(ttl=3), *base[2:], *phases(0.0, 60.0)]
+    assert check_delay_ends(ttl, calm, allowance_s=0.5) == []
+    assert check_delay_ends([*base, *phases(0.0, 3.0)], calm, allowance_s=0.5) == []
+
+
+def test_requeue_timely_waits_for_a_delay() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), delayed(1.1, 5)]
+    # Due at the delay's end plus RETRY and the slack, not from the delivery.
+    back = [*base, ev(12.0, "get", node=0, id=JOB, body="b"), ev(12.1, "ack", node=0, id=JOB)]
+    assert check_requeue([*back, *phases(2.0, 60.0)], allowance_s=0.5) == ([], [])
+    late, _ = check_requeue([*base, *phases(2.0, 60.0)], allowance_s=0.5)
+    assert late and "not delivered again by t=13.60" in late[0]
+
+
+def test_retry0_refused() -> None:
+    base = [*added(retry=0), ev(1.0, "get", node=0, id=JOB, body="b")]
+    refused = [*base, ev(1.1, "enqueue", node=0, id=JOB, reply="0", delay=3, retry=0)]
+    assert check_retry0_refused(refused) == []
+    taken = [*base, ev(1.1, "nack", node=0, id=JOB, reply="1", delay=3, retry=0)]
+    [violation] = check_retry0_refused(taken)
+    assert violation.startswith("retry0-refused: RETRY 0 job") and "NACK DELAY 3" in violation
+
+
+def wait(
+    t0: float, t: float, reply: list[str], creator: bool = True, timeout: int = 4000
+) -> Event:
+    data = {"node": 0, "id": JOB, "ids": [JOB], "timeout": timeout, "creator": [creator]}
+    return Event(t, "w0", "waitjob", {**data, "t0": t0, "reply": reply})
+
+
+def ack(t0: float, t: float, reply: str = "1", **data: Any) -> Event:
+    return ev(t, "ack", node=1, id=JOB, fast=False, t0=t0, reply=reply, **data)
+
+
+def test_waitjob_true_acked_only_after_an_ack_was_sent() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b")]
+    [violation] = check_waitjob([*base, wait(1.5, 2.0, ["acked"])], calm, 0.5, 0.0)
+    assert violation.startswith("waitjob-true:") and "no client acked it" in violation
+    # Sent before the answer, its reply lost or read later: it acked.
+    lost = ack(1.8, 2.5, reply="connection error: EOFError")
+    assert check_waitjob([*base, lost, wait(1.5, 2.0, ["acked"])], calm, 0.5, 0.0) == []
+
+
+def test_waitjob_true_never_gone_for_an_acked_job() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), ack(1.1, 1.2)]
+    [violation] = check_waitjob([*base, wait(3.0, 3.0, ["gone"])], calm, 0.5, 0.0)
+    assert "answered gone" in violation
+    assert check_waitjob([*base, wait(3.0, 3.0, ["gone"])], never_calm, 0.5, 0.0) == []
+    # An ACKJOB 0 that acked nothing (a leaving node): gone may be right.
+    noop = [*base[:2], ack(1.1, 1.2, reply="0", leaving=True)]
+    assert check_waitjob([*noop, wait(3.0, 3.0, ["gone"])], calm, 0.5, 0.0) == []
+
+
+def test_waitjob_true_answers_within_a_second_of_the_ack() -> None:
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b")]
+    slow = [*base, ack(1.5, 1.6), wait(1.2, 5.2, ["pending"])]
+    [violation] = check_waitjob(slow, calm, 0.5, 0.0)
+    assert "bound 1.0s on the creator" in violation
+    assert check_waitjob(slow, never_calm, 0.5, 0.0) == []
+    quick = [*base, ack(1.5, 1.6), wait(1.2, 1.61, ["acked"])]
+    assert check_waitjob(quick, calm, 0.5, 0.0) == []
+    # Not the creator, or its timeout came first: no bound.
+    elsewhere = [*base, ack(1.5, 1.6), wait(1.2, 5.2, ["pending"], creator=False)]
+    assert check_waitjob(elsewhere, calm, 0.5, 0.0) == []
+    short = [*base, ack(1.5, 1.6), wait(1.2, 1.5, ["pending"], timeout=300)]
+    assert check_waitjob(short, calm, 0.5, 0.0) == []
+    # Expired (TTL 5): gone by its creator within the bound, not pending.
+    ttl = [*added(ttl=5), wait(2.0, 10.5, ["pending"], timeout=9000)]
+    assert "acked or expired by t=8.00" in check_waitjob(ttl, calm, 0.5, 0.0)[0]
+    assert check_waitjob([*ttl[:-1], wait(2.0, 8.2, ["gone"])], calm, 0.5, 0.0) == []

@@ -10,7 +10,7 @@ import pytest
 
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core import records
-from disque_trio.core.job import FLAG_DELAYED, JobState
+from disque_trio.core.job import FLAG_DELAYED, FLAG_DELIVERED, JobState
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
 from disque_trio.protocol import bus
@@ -211,12 +211,131 @@ def test_the_end_of_the_delay_announces_queued_counting_nothing() -> None:
     assert job(node, job_id).nacks == 1
 
 
-def test_another_holder_queueing_the_job_ends_the_delay_here() -> None:
+def test_a_holder_queueing_the_job_during_the_delay_is_told_the_delay_again() -> None:
+    """Simulator seed 171 (a calm coda, 5 nodes): n1 and n3 held the job
+    and both queued it at RETRY 1; n1 delivered it and its client asked
+    ENQUEUE DELAY 4; n3's QUEUED (its answer to n1's, keeping its own copy
+    queued) crossed n1's POSTPONE, which then took n3's copy out. The QUEUED
+    ended the delay on n1, which queued the job again at its RETRY: a
+    delivery 0.8 s after a 4 s delay, in a healthy cluster. The delay stays
+    and the sender hears POSTPONE again (as for its WILLQUEUE)."""
+    node, clock = _in_cluster()
+    job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID,))
+    run(node, "ENQUEUE", job_id, "DELAY", 4)
+    qtime = job(node, job_id).qtime
+    node.effects.clear()
+    clock.ms += 5
+    for msg in (bus.Queued(job_id, 0), bus.Working(job_id)):
+        cj.receive(node, OTHER_ID, msg)
+        assert job(node, job_id).flags & FLAG_DELAYED and job(node, job_id).qtime == qtime
+        [(to, again)] = _postpones(node)
+        assert to == OTHER_ID and again == bus.Postpone(job_id, qtime - clock.ms, 0)
+        node.effects.clear()
+    elapse(node, clock, 3_900)
+    assert job(node, job_id).state == JobState.ACTIVE  # not at its RETRY
+    elapse(node, clock, 100)
+    assert job(node, job_id).state == JobState.QUEUED
+    check_invariants(node)
+
+
+def test_two_holders_delayed_by_two_clients_queue_once_at_the_later_end() -> None:
+    """Simulator seed 12 (6 nodes, the calm coda): coda-1 was delivered by
+    n0 and, moved by YOURJOBS, by n2; each consumer sent NACK DELAY 2 to
+    its node. Each node, told POSTPONE by the other, stood by the other's
+    delay plus RETRY, still waiting for its own; each WILLQUEUE was answered
+    with a POSTPONE of what was left of the other's pushed time, so each
+    pushed the other further at every round, and the job was never queued
+    again. Now the per-job comparison of node IDs picks one of the two: it
+    queues the job at the later end, the other stands by (no longer
+    delayed, so it answers no WILLQUEUE with a POSTPONE)."""
+    job_id = ""
+    nodes: dict[str, tuple[Node, FakeClock]] = {}
+    for node_id in (NODE_ID, OTHER_ID):
+        node, clock = _in_cluster(node_id)
+        if not job_id:
+            job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID,))
+        else:
+            data = cj.job_data(job(nodes[NODE_ID][0], job_id), clock.ms)
+            cj.receive(node, NODE_ID, bus.ReplJob(data, True))
+            node.jobs[job_id].flags |= FLAG_DELIVERED
+        nodes[node_id] = node, clock
+        run(node, "NACK", job_id, "DELAY", 2 if node_id == NODE_ID else 3)
+        node.effects.clear()
+    winner, loser = sorted(nodes, key=lambda n: cj.compare_ids_by_job(n, OTHER_ID, job_id))[::-1]
+    # Each hears the other's POSTPONE (a second after the first NACK).
+    for me, other in ((winner, loser), (loser, winner)):
+        node, clock = nodes[me]
+        clock.ms += 1_000
+        left = job(nodes[other][0], job_id).qtime - nodes[other][1].ms
+        cj.receive(node, other, bus.Postpone(job_id, left, bus.FLAG_INCR_NACKS))
+    won, lost = job(nodes[winner][0], job_id), job(nodes[loser][0], job_id)
+    assert won.flags & FLAG_DELAYED and not lost.flags & FLAG_DELAYED
+    winner_node, winner_clock = nodes[winner]
+    end = won.qtime
+    # The loser's WILLQUEUE is answered with what is left; the winner's is not.
+    winner_clock.ms = end - 500
+    cj.receive(winner_node, loser, bus.WillQueue(job_id))
+    assert [m.delay_ms for _, m in _postpones(winner_node)] == [500]
+    cj.receive(nodes[loser][0], winner, bus.WillQueue(job_id))
+    assert not _postpones(nodes[loser][0])
+    elapse(winner_node, winner_clock, 500)
+    assert won.state == JobState.QUEUED
+    check_invariants(winner_node)
+
+
+def test_a_queued_that_crossed_the_postpone_does_not_cut_a_stand_by() -> None:
+    """Simulator seed 300633 (3 nodes, healthy): n1 delivered the job, n2
+    had queued its copy at RETRY 1 and announced it (QUEUED) to n0 just
+    before n1's client sent NACK DELAY 2; n1's POSTPONE reached n0 first
+    (stand by 2 s + RETRY), then n2's QUEUED, which set n0's re-queue a
+    RETRY from then: 1 s after the command. n0's WILLQUEUE, answered by
+    n1, held it on; now the QUEUED pushes a stand-by, never shortens it."""
     node, _ = _in_cluster()
+    job_id = _delivered(node, "RETRY", 1, holders=(OTHER_ID, THIRD_ID))
+    other, clock = _holder_of(node, job_id)
+    copy = job(other, job_id)
+    cj.receive(other, NODE_ID, bus.Postpone(job_id, 2_000, bus.FLAG_INCR_NACKS))
+    stand_by = copy.qtime
+    assert stand_by >= clock.ms + 3_000 - 250
+    clock.ms += 40
+    cj.receive(other, THIRD_ID, bus.Queued(job_id, 0))
+    assert copy.qtime == stand_by
+    # A QUEUED past it pushes it, as ever.
+    clock.ms = stand_by
+    cj.receive(other, THIRD_ID, bus.Queued(job_id, 0))
+    assert copy.qtime >= clock.ms + 1_000 - 250
+
+
+def test_a_holder_s_working_holds_a_delayed_job_past_the_delay() -> None:
+    """Simulator seed 309453107 (3 nodes, the calm coda): c1 held coda-16
+    from n1 sending WORKING (RETRY 3); c2, with a duplicate from n2, sent
+    NACK DELAY 5 there. n2 kept its delay through c1's WORKINGs and queued
+    the job at its end, 0.16 s before c1 acked it (working-holds). WORKING
+    from a holder pushes a delayed job's time too (never brings it
+    forward), the delay kept."""
+    node, clock = _in_cluster()
+    job_id = _delivered(node, "RETRY", 3, holders=(OTHER_ID,))
+    run(node, "NACK", job_id, "DELAY", 5)
+    end = job(node, job_id).qtime
+    clock.ms += 4_000
+    cj.receive(node, OTHER_ID, bus.Working(job_id))
+    pushed = job(node, job_id).qtime
+    assert pushed >= clock.ms + 3_000 - 250 > end
+    assert job(node, job_id).flags & FLAG_DELAYED
+    elapse(node, clock, 1_500)  # past the delay's end: WORKING holds it
+    assert job(node, job_id).state == JobState.ACTIVE
+
+
+def test_a_queued_from_a_holder_after_the_delay_is_a_retry_again() -> None:
+    node, clock = _in_cluster()
     job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
-    run(node, "NACK", job_id, "DELAY", 30)
+    run(node, "NACK", job_id, "DELAY", 3)
+    elapse(node, clock, 3_000)
+    assert get(node, "q")[0][1] == job_id
+    node.effects.clear()
     cj.receive(node, OTHER_ID, bus.Queued(job_id, 0))
     assert not job(node, job_id).flags & FLAG_DELAYED
+    assert not _postpones(node)
 
 
 def test_a_reload_keeps_a_delay_not_over() -> None:
