@@ -507,6 +507,14 @@ PEERS = (
         DISQUE_PROBE,
     ),
     Peer(
+        "disque-batch",
+        "the same (info), the producer adding 100 jobs a call (Client.add_jobs)",
+        "disque_trio_batch_app",
+        "disque",
+        disque_worker("info"),
+        DISQUE_PROBE,
+    ),
+    Peer(
         "dramatiq-50",
         "Dramatiq, 1 process x 50 threads (Redis)",
         "dramatiq_app",
@@ -543,6 +551,7 @@ PEERS = (
 # The distribution whose version each peer's row depends on.
 DISTRIBUTIONS = {
     "disque_trio_app": ["disque-trio"],
+    "disque_trio_batch_app": ["disque-trio"],
     "dramatiq_app": ["dramatiq", "redis"],
     "celery_app": ["celery", "kombu", "redis"],
     "arq_app": ["arq", "redis"],
@@ -680,7 +689,7 @@ def cpu_table(ours: Sequence[Summary]) -> str:
 def report(summaries: Sequence[Summary]) -> str:
     by_name = {s.peer.name: s for s in summaries}
     parts = [figures_table(summaries)]
-    ours = [by_name[n] for n in ("disque", "disque-warning") if n in by_name]
+    ours = [by_name[n] for n in ("disque", "disque-warning", "disque-batch") if n in by_name]
     others = [s for s in summaries if not s.peer.name.startswith("disque")]
     parts += [ratios_table(o, others) for o in ours if others]
     if ours:

@@ -2,7 +2,8 @@
 
 Enqueues WARMUP jobs, prints ``ready``, waits for a line on stdin (the
 benchmark's go, sent once it has read the worker's CPU time), then
-enqueues COUNT jobs with the framework's own call, one after the other,
+enqueues COUNT jobs with the framework's own call, one after the other
+(or, for an app with ``open_batch_producer``, BATCH at a time),
 and prints one JSON line: the monotonic times of the first and last
 enqueue (CLOCK_MONOTONIC is one clock for every process of the machine,
 so the benchmark compares them with its own samples).
@@ -18,6 +19,19 @@ import time
 def report(first: float, count: int) -> None:
     last = time.monotonic()
     print(json.dumps({"first": first, "last": last, "count": count}), flush=True)
+
+
+def run_batches(enqueue_many, batch: int, warmup: int, count: int) -> None:
+    """A producer that adds ``batch`` jobs per call (the app's
+    ``open_batch_producer``)."""
+    if warmup:
+        enqueue_many(warmup)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    first = time.monotonic()
+    for start in range(0, count, batch):
+        enqueue_many(min(batch, count - start))
+    report(first, count)
 
 
 def run_sync(enqueue, warmup: int, count: int) -> None:
@@ -46,7 +60,9 @@ async def run_async(open_producer, warmup: int, count: int) -> None:
 def main(argv: list[str]) -> None:
     app, warmup, count = argv[0], int(argv[1]), int(argv[2])
     module = importlib.import_module(f"worker_peers.{app}")
-    if hasattr(module, "open_async_producer"):
+    if hasattr(module, "open_batch_producer"):
+        run_batches(module.open_batch_producer(), module.BATCH, warmup, count)
+    elif hasattr(module, "open_async_producer"):
         asyncio.run(run_async(module.open_async_producer, warmup, count))
     else:
         run_sync(module.open_producer(), warmup, count)

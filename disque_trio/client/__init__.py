@@ -24,6 +24,7 @@ from . import commands
 from .aio import AsyncClient
 from .cluster import Backoff, ProducerTracker, Router, Seeds, parse_nodes
 from .errors import (
+    AddJobsError,
     AuthenticationError,
     BadIdError,
     ConnectionLostError,
@@ -49,6 +50,7 @@ from .types import Address, HelloInfo, Job, JobInfo, NodeInfo, QueueStats, ScanP
 
 __all__ = [
     "NEED_DATA",
+    "AddJobsError",
     "Address",
     "AsyncClient",
     "AuthenticationError",

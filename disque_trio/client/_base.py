@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from .cluster import Backoff, ProducerTracker, Router, parse_nodes
-from .commands import Command, block_seconds
+from .commands import Command, addjob, block_seconds
+from .errors import AddJobsError, DisqueError
+from .protocol import Response
 from .types import Address
 
 T = TypeVar("T")
@@ -107,3 +109,43 @@ def schedule_delay(delay: float | None, eta: datetime | None, now: datetime) -> 
 
 def encode_text(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode("utf-8")
+
+
+# add_jobs sends its ADDJOBs in pipelined runs of at most this many: one
+# write and one read for them all (the node replicates a run together),
+# with a bounded buffer and wait per run.
+ADD_JOBS_RUN = 1000
+
+
+def job_ids_of(responses: list[Response[str]]) -> list[str]:
+    """add_jobs: the IDs of a batch's ADDJOBs, or AddJobsError naming
+    the failed ones."""
+    ids: list[str | None] = []
+    errors: dict[int, DisqueError] = {}
+    for i, response in enumerate(responses):
+        if response.error is not None:
+            errors[i] = response.error
+            ids.append(None)
+        else:
+            ids.append(response.value)
+    if errors:
+        raise AddJobsError(ids, errors)
+    return [job_id for job_id in ids if job_id is not None]
+
+
+def addjob_commands(
+    options: ClientOptions,
+    queue: str,
+    bodies: Iterable[bytes | str],
+    timeout_ms: int | None,
+    job_options: dict[str, Any],
+) -> list[Command[str]]:
+    """add_jobs' ADDJOBs: ``add_job``'s options for each body, ``eta``
+    read once for the batch."""
+    delay = schedule_delay(
+        job_options.pop("delay", None), job_options.pop("eta", None), datetime.now(UTC)
+    )
+    timeout = options.addjob_timeout_ms(timeout_ms)
+    return [
+        addjob(queue, encode_text(body), timeout, delay=delay, **job_options) for body in bodies
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -19,7 +19,16 @@ import anyio
 import anyio.abc
 
 from . import commands as cmds
-from ._base import ClientOptions, NodesSpec, combine, encode_text, schedule_delay
+from ._base import (
+    ADD_JOBS_RUN,
+    ClientOptions,
+    NodesSpec,
+    addjob_commands,
+    combine,
+    encode_text,
+    job_ids_of,
+    schedule_delay,
+)
 from .cluster import Router
 from .commands import Command
 from .errors import (
@@ -30,7 +39,7 @@ from .errors import (
     LeavingError,
     NoNodeAvailableError,
 )
-from .protocol import NEED_DATA, ClientProtocol
+from .protocol import NEED_DATA, ClientProtocol, Response
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
 from .waits import JobWait
@@ -83,6 +92,26 @@ class _Connection:
             self.proto.receive_data(b"")
             raise ConnectionLostError(f"connection to {_fmt(self.address)} lost: {e}") from e
         return cast(T, event.result())
+
+    async def call_many(self, commands: list[Command[T]]) -> list[Response[T]]:
+        """Pipelined: every command in one write, then every reply. A
+        connection that breaks answers what is left with
+        ConnectionLostError (those commands may have run)."""
+        data = self.proto.send(*commands)
+        responses: list[Response[T]] = []
+        try:
+            await self.stream.send(data)
+            while len(responses) < len(commands):
+                event = self.proto.next_event()
+                if event is NEED_DATA:
+                    self.proto.receive_data(await self.stream.receive(65536))
+                else:
+                    responses.append(cast(Response[T], event))
+        except (anyio.EndOfStream, *_NETWORK_ERRORS):
+            self.proto.receive_data(b"")
+            while len(responses) < len(commands):
+                responses.append(cast(Response[T], self.proto.next_event()))
+        return responses
 
     async def aclose(self) -> None:
         await anyio.aclose_forcefully(self.stream)
@@ -400,6 +429,37 @@ class AsyncClient:
                 resend=resend,
             )
         )
+
+    async def add_jobs(
+        self,
+        queue: str,
+        bodies: Iterable[bytes | str],
+        *,
+        timeout_ms: int | None = None,
+        **options: Any,
+    ) -> list[str]:
+        """ADDJOB for every body, pipelined in runs on one connection to
+        the current node (``add_job``'s options apply to each, ``eta``
+        too): their IDs, in order. Much faster than one ``add_job`` call
+        each (one write and one read per run; the node replicates a run
+        together). Raises AddJobsError when some failed (its ``ids`` has
+        the others'); none is sent again after a lost connection."""
+        commands = addjob_commands(self.options, queue, bodies, timeout_ms, options)
+        responses: list[Response[str]] = []
+        for start in range(0, len(commands), ADD_JOBS_RUN):
+            run = commands[start : start + ADD_JOBS_RUN]
+            budget = self.options.call_timeout(run[0])
+            try:
+                with anyio.fail_after(None if math.isinf(budget) else budget):
+                    pool = self._pool(await self._current())
+                    conn = await pool.acquire()
+                    try:
+                        responses += await conn.call_many(run)
+                    finally:
+                        await pool.release(conn)
+            except TimeoutError:
+                raise DisqueTimeoutError(f"{len(run)} ADDJOBs did not complete in time") from None
+        return job_ids_of(responses)
 
     async def get_jobs(
         self,

@@ -112,6 +112,19 @@ class NoNodeAvailableError(DisqueConnectionError):
     """No node of the cluster could be reached."""
 
 
+class AddJobsError(DisqueError):
+    """Some ADDJOBs of an ``add_jobs`` batch failed: ``ids`` has the job ID
+    of each body, in order, or None where it failed; ``errors`` the error
+    of each failed one, by position. A ConnectionLostError means that
+    ADDJOB's outcome is unknown (the job may exist)."""
+
+    def __init__(self, ids: list[str | None], errors: dict[int, DisqueError]) -> None:
+        first = errors[min(errors)]
+        super().__init__(f"{len(errors)} of {len(ids)} ADDJOBs failed; the first: {first}")
+        self.ids = ids
+        self.errors = errors
+
+
 class JobNodeUnavailableError(DisqueError):
     """A job's outcome cannot be told: the node that created it is out of
     reach, and the node asked instead knows nothing of the job."""

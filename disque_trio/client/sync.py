@@ -12,13 +12,22 @@ import logging
 import math
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
 from . import commands as cmds
-from ._base import ClientOptions, NodesSpec, combine, encode_text, schedule_delay
+from ._base import (
+    ADD_JOBS_RUN,
+    ClientOptions,
+    NodesSpec,
+    addjob_commands,
+    combine,
+    encode_text,
+    job_ids_of,
+    schedule_delay,
+)
 from .cluster import Router
 from .commands import Command
 from .errors import (
@@ -29,7 +38,7 @@ from .errors import (
     LeavingError,
     NoNodeAvailableError,
 )
-from .protocol import NEED_DATA, ClientProtocol
+from .protocol import NEED_DATA, ClientProtocol, Response
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
 from .waits import JobWait
@@ -102,6 +111,31 @@ class _Connection:
             self.close()
             raise ConnectionLostError(f"connection to {_fmt(self.address)} lost: {e}") from e
         return cast(T, event.result())
+
+    def call_many(self, commands: list[Command[T]], deadline: _Deadline) -> list[Response[T]]:
+        """Pipelined: every command in one write, then every reply. A
+        connection that breaks answers what is left with
+        ConnectionLostError (those commands may have run)."""
+        data = self.proto.send(*commands)
+        responses: list[Response[T]] = []
+        try:
+            self.sock.settimeout(deadline.socket_timeout())
+            self.sock.sendall(data)
+            while len(responses) < len(commands):
+                event = self.proto.next_event()
+                if event is NEED_DATA:
+                    self.sock.settimeout(deadline.socket_timeout())
+                    self.proto.receive_data(self.sock.recv(65536))
+                else:
+                    responses.append(cast(Response[T], event))
+        except TimeoutError:
+            self.close()
+            raise TimeoutError from None
+        except OSError:
+            self.close()
+            while len(responses) < len(commands):
+                responses.append(cast(Response[T], self.proto.next_event()))
+        return responses
 
     def close(self) -> None:
         self.proto.receive_data(b"")
@@ -323,6 +357,27 @@ class Client:
                 resend=resend,
             )
         )
+
+    def add_jobs(
+        self,
+        queue: str,
+        bodies: Iterable[bytes | str],
+        *,
+        timeout_ms: int | None = None,
+        **options: Any,
+    ) -> list[str]:
+        """See AsyncClient.add_jobs."""
+        commands = addjob_commands(self.options, queue, bodies, timeout_ms, options)
+        responses: list[Response[str]] = []
+        for start in range(0, len(commands), ADD_JOBS_RUN):
+            run = commands[start : start + ADD_JOBS_RUN]
+            deadline = _Deadline(self.options.call_timeout(run[0]))
+            try:
+                conn = self._connection(self._current(deadline), deadline)
+                responses += conn.call_many(run, deadline)
+            except TimeoutError:
+                raise DisqueTimeoutError(f"{len(run)} ADDJOBs did not complete in time") from None
+        return job_ids_of(responses)
 
     def get_jobs(
         self, *queues: str, count: int = 1, timeout: float | None = None, nohang: bool = False

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from disque_trio.client import (
+    AddJobsError,
     AsyncClient,
     AuthenticationError,
     BadIdError,
     Client,
     DisqueTimeoutError,
+    MaxLenError,
     NoNodeAvailableError,
     PausedError,
 )
@@ -272,6 +274,32 @@ async def test_against_the_original_disque(flavour: str, c_disque: int) -> None:
     do, close = make(flavour, f"disque://127.0.0.1:{c_disque}")
     try:
         await scenario(do)
+    finally:
+        result = close()
+        if result is not None:
+            await result
+
+
+@pytest.mark.anyio
+async def test_add_jobs_pipelines_a_batch(flavour: str, node: NodeProcess) -> None:
+    """2,500 bodies in three pipelined runs: every ID, in order; then a
+    batch some of whose ADDJOBs are refused (MAXLEN): AddJobsError says
+    which, with the others' IDs."""
+    do, close = make(flavour, url(node))
+    try:
+        bodies = [f"job {i}".encode() for i in range(2500)]
+        ids = await do("add_jobs", "batch", bodies, retry=60)
+        assert len(ids) == len(set(ids)) == 2500
+        peek = await do("qpeek", "batch", 3)
+        assert [(j.id, j.body) for j in peek] == [(ids[i], bodies[i]) for i in range(3)]
+        assert await do("qlen", "batch") == 2500
+        assert await do("add_jobs", "batch", []) == []
+        with pytest.raises(AddJobsError) as refused:
+            await do("add_jobs", "capped", ["a", "b", "c"], maxlen=2)
+        assert [i is not None for i in refused.value.ids] == [True, True, False]
+        assert isinstance(refused.value.errors[2], MaxLenError)
+        later = await do("add_jobs", "later", ["x"], delay=60)
+        assert (await do("show", later[0])).state == "active"  # not queued before its delay
     finally:
         result = close()
         if result is not None:
