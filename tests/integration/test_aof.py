@@ -758,14 +758,21 @@ async def test_unwritable_aof_never_acknowledges_a_job(
         c = await node.client()
         assert isinstance(await c.call("ADDJOB", "q", "ok", 0), Status)
         disk.full = True
-        await c.send("ADDJOB", "q", "lost", 0)
-        assert await c.closed()  # no job ID for a job that is not on disk
+        await c.send("ADDJOB", "q", "waits", 0)
+        with trio.move_on_after(5):  # five retries, virtual seconds
+            await c.read()
+            raise AssertionError("a job ID for a job that is not on disk")
         other = await node.client()
         refused = await other.call("ADDJOB", "q", "x", 0)
         assert isinstance(refused, ReplyError) and refused.code == "MISCONF"
         assert "No space left" in refused.message
-        assert await other.call("QLEN", "q") >= 1  # reads still work
+        assert await other.call("QLEN", "q") == 2  # reads still work; the refused one is not in
+        disk.full = False  # space again: the next retry writes it, and the ID goes out
+        with trio.fail_after(1.5):
+            assert isinstance(await c.read(), Status)
+        assert isinstance(await other.call("ADDJOB", "q", "x", 0), Status)
         disk.close(node.server.aof.path)
+    assert (tmp_path / AOF).read_bytes().count(b"waits") == 1  # written once, whole
 
 
 async def test_a_rewrite_keeps_the_dummy_acks(
