@@ -909,7 +909,23 @@ class Bus:
     # ---------------------------------------------------------------- meet
 
     async def meet(self, ip: str, cport: int) -> str:
-        """CLUSTER MEET: learn who listens at ip:cport, introduce ourselves."""
+        """CLUSTER MEET: learn who listens at ip:cport, introduce ourselves.
+        A node of an older release closes the connection on an offer it
+        does not know: the MEET is tried again offering one version less,
+        as a link is."""
+        offer = bus.PROTOCOL_VERSION
+        while (peer := await self._meet_once(ip, cport, offer)) is None:
+            if offer == bus.MIN_PROTOCOL_VERSION:
+                raise OSError("the node closed the connection during the handshake")
+            offer -= 1
+        if peer.node_id != self.table.node_id:
+            self.table.add(peer.node_id, peer.ip or ip, peer.port, peer.cluster_port)
+            self.sync_links()
+        return peer.node_id
+
+    async def _meet_once(self, ip: str, cport: int, offer: int) -> bus.Handshake | None:
+        """One MEET connection: the peer's handshake (None if it closed
+        the connection first), our MEET sent after it."""
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             stream = await self.server.env.net.connect(ip, cport)
         if self.server.tls.bus_client is not None:
@@ -919,17 +935,13 @@ class Bus:
                 raise OSError(f"TLS handshake failed: {e}") from None
         async with stream:
             try:
-                peer, _ = await self._handshake(stream, initiator=True)
+                peer, _ = await self._handshake(stream, initiator=True, offer=offer)
             except HandshakeRefused as e:
                 raise OSError(f"the node refused the link: {e}") from None
-            if peer is None:
-                raise OSError("the node closed the connection during the handshake")
-            await stream.send_all(bus.encode_frame(self.table.heartbeat(bus.Meet)))  # type: ignore[arg-type]
-            self.sent_by_type[bus.Meet] = self.sent_by_type.get(bus.Meet, 0) + 1
-        if peer.node_id != self.table.node_id:
-            self.table.add(peer.node_id, peer.ip or ip, peer.port, peer.cluster_port)
-            self.sync_links()
-        return peer.node_id
+            if peer is not None:
+                await stream.send_all(bus.encode_frame(self.table.heartbeat(bus.Meet)))  # type: ignore[arg-type]
+                self.sent_by_type[bus.Meet] = self.sent_by_type.get(bus.Meet, 0) + 1
+        return peer
 
 
 async def _close_on_eof(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
