@@ -82,7 +82,7 @@ async def test_cluster_view_with_a_node_killed(node_factory: Any) -> None:
         assert await c.recv() == {"id": sub, "result": "OK"}
         data = await cluster_event(c, all_counted)
         seen = rows(data)
-        assert [n["addr"] for n in data["nodes"]][0] == addr(nodes[0])  # itself first
+        assert data["nodes"][0]["addr"] == addr(nodes[0])  # itself first
         assert seen[addr(nodes[0])]["myself"] and seen[addr(nodes[0])]["link"] == "self"
         for node, node_id in zip(nodes, ids, strict=True):
             row = seen[addr(node)]
