@@ -73,19 +73,21 @@ def state_of(flags: Iterable[str]) -> str:
     return next((name for name in _STATE_ORDER if name in have), "ok")
 
 
-def missing_figures(member: Member, heard: Heard | None, now_ms: int) -> str | None:
-    """Why a row shows no figures, or None when it shows ``heard``."""
+def missing_figures(
+    member: Member, heard: Heard | None, now_ms: int, asked_ms: int | None = None
+) -> str | None:
+    """Why a row shows no figures, or None when it shows ``heard``.
+    ``asked_ms``: when this node first asked it (since someone watches)."""
     if member.link == "self":
         return None
     if member.link != "connected":
         return NO_LINK
     if 0 < member.bus_version < FIGURES_SINCE:
         return OLDER
-    if heard is None:
-        return ASKING
-    if not 0 <= now_ms - heard.at_ms <= FRESH_MS:
+    since = heard.at_ms if heard is not None else asked_ms
+    if since is not None and not 0 <= now_ms - since <= FRESH_MS:
         return NO_ANSWER
-    return None
+    return ASKING if heard is None else None
 
 
 def figures_json(stats: bus.NodeStats) -> dict[str, Any]:
@@ -109,8 +111,10 @@ def figures_json(stats: bus.NodeStats) -> dict[str, Any]:
     }
 
 
-def node_row(member: Member, heard: Heard | None, now_ms: int) -> dict[str, Any]:
-    missing = missing_figures(member, heard, now_ms)
+def node_row(
+    member: Member, heard: Heard | None, now_ms: int, asked_ms: int | None = None
+) -> dict[str, Any]:
+    missing = missing_figures(member, heard, now_ms, asked_ms)
     shown = heard if missing is None else None
     return {
         "id": member.node_id,
@@ -140,14 +144,14 @@ def sum_queues(
     counts the jobs of queues not listed (by a node, or here), so that the
     totals and it add up to every job waiting on these nodes."""
     lengths: dict[str, dict[str, int]] = {}
-    omitted = 0
+    unlisted = 0  # jobs of queues the nodes did not list
     for node_id, stats in figures.items():
-        omitted += stats.omitted_jobs
+        unlisted += stats.omitted_jobs
         for q in stats.lengths:
             lengths.setdefault(q.name, {})[node_id] = q.length
     totals = sorted(((sum(n.values()), name) for name, n in lengths.items()), key=_longest)
-    for total, _name in totals[limit:]:
-        omitted += total
+    listed = sum(total for total, _ in totals)
+    omitted = unlisted + sum(total for total, _ in totals[limit:])
     rows = [
         {"name": text_json(name), "total": total, "lengths": lengths[name]}
         for total, name in totals[:limit]
@@ -155,7 +159,7 @@ def sum_queues(
     return {
         "rows": rows,
         "nodes": sorted(figures),
-        "total": sum(t for t, _ in totals) + omitted,
+        "total": listed + unlisted,
         "omitted_jobs": omitted,
     }
 
@@ -165,12 +169,19 @@ def _longest(item: tuple[int, str]) -> tuple[int, str]:
 
 
 def cluster_event(
-    now_ms: int, members: Iterable[Member], heard: Mapping[str, Heard]
+    now_ms: int,
+    members: Iterable[Member],
+    heard: Mapping[str, Heard],
+    asked: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The ``cluster`` event's data (docs/websocket.md): a row per node of
     the table, the queues summed over the nodes whose figures are shown,
-    and cluster-wide totals of those figures."""
-    rows = [node_row(m, heard.get(m.node_id), now_ms) for m in ordered(members)]
+    and cluster-wide totals of those figures. ``asked``: when each node
+    was first asked (one that never answered says so after FRESH_MS)."""
+    asked = asked or {}
+    rows = [
+        node_row(m, heard.get(m.node_id), now_ms, asked.get(m.node_id)) for m in ordered(members)
+    ]
     shown = {r["id"]: heard[r["id"]].stats for r in rows if r["figures"] is not None}
     jobs = [r["figures"]["jobs"] for r in rows if r["figures"] is not None]
     return {

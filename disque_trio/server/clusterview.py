@@ -105,6 +105,9 @@ class ClusterView:
         self.server = server
         self.view = view
         self.heard: dict[str, Heard] = {}  # node id -> its last NODESTATS
+        # Node id -> when it was first asked (wall ms) since someone watches:
+        # one that never answers is shown so, not as being asked for ever.
+        self.asked: dict[str, int] = {}
         self.lookups: dict[int, _Lookup] = {}  # request -> lookup waiting
         self._request = 0  # numbers GETSTATS rounds and lookups
         self._own: tuple[float, bus.NodeStats] | None = None
@@ -202,8 +205,12 @@ class ClusterView:
         table = self.server.node.cluster
         for node_id in [n for n in self.heard if n not in table.nodes]:
             del self.heard[node_id]  # forgotten nodes
+        for node_id in [n for n in self.asked if n not in table.nodes]:
+            del self.asked[node_id]
+        wall = self.server.env.clock.wall_ms()
         for peer in table.others():
             if peer.link_up and peer.bus_version >= clustersnap.FIGURES_SINCE:
+                self.asked.setdefault(peer.node_id, wall)
                 self.server.bus.send(peer.node_id, bus.GetStats(self._request))
         self.server.bus.flush()
 
@@ -213,12 +220,13 @@ class ClusterView:
         now = self.server.env.clock.wall_ms()
         heard = dict(self.heard)
         heard[self.server.node.node_id] = Heard(self.own_stats(), now)
-        return clustersnap.cluster_event(now, self.members(), heard)
+        return clustersnap.cluster_event(now, self.members(), heard, self.asked)
 
     def forget(self) -> None:
         """Nobody watches any more: drop the figures (stale when someone
         watches again)."""
         self.heard.clear()
+        self.asked.clear()
 
     # ------------------------------------------------------------ job lookup
 

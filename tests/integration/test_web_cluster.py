@@ -19,14 +19,16 @@ import trio
 import trio_websocket
 
 from disque_trio.client import Client
+from disque_trio.server import clustersnap, clusterview
 
 from .conftest import NodeProcess, form_cluster
-from .test_web import WsClient, basic, http_request, ws_handshake
+from .test_web import WsClient, basic, http_request, web_cluster, ws_handshake
 
 pytestmark = pytest.mark.slow
 
 NODE_TIMEOUT_S = 1.0  # form_cluster's cluster-node-timeout
 WAIT_S = 10
+UNKNOWN_JOB = "D-00000000-" + "0" * 24 + "-0000"  # a valid ID no node holds
 
 
 @asynccontextmanager
@@ -145,7 +147,7 @@ async def test_cluster_view_needs_the_serving_nodes_password_only(node_factory: 
     b: NodeProcess = node_factory("--requirepass", "bravo")
     _meet(a, b, "alpha")
     async with ws(a) as c:
-        for request in ({"subscribe": ["cluster"]}, {"findjob": "D-" + "0" * 38}):
+        for request in ({"subscribe": ["cluster"]}, {"findjob": UNKNOWN_JOB}):
             sent = await c.send(**request)
             assert await c.recv() == {"id": sent, "error": "NOAUTH Authentication required."}
     async with ws(a, extra_headers=basic("alpha")) as c:
@@ -157,3 +159,64 @@ async def test_cluster_view_needs_the_serving_nodes_password_only(node_factory: 
     # The other node's password is no key to this one.
     refused = await http_request(a.port + 1000, "GET", "/ws", ws_handshake(*basic("bravo")))
     assert refused[0] == 401
+
+
+async def test_a_node_of_an_older_release_is_shown_without_figures(
+    node_factory: Any, previous_release: str
+) -> None:
+    """A node of the release before bus protocol 4 (it speaks 3): linked
+    and ok, never asked, its row says why it has no figures."""
+    old: NodeProcess = node_factory("--cluster-node-timeout", "1000", python=previous_release)
+    new: NodeProcess = node_factory("--cluster-node-timeout", "1000")
+    # From the old node: a MEET's handshake offers the newest version only,
+    # which the old release refuses (test_rolling_upgrade.py does the same).
+    with Client(f"127.0.0.1:{old.port}") as c:
+        c.call("CLUSTER", "MEET", "127.0.0.1", new.port)
+    async with ws(new) as c:
+        await c.send(subscribe=["cluster"])
+        await c.recv()
+        data = await cluster_event(
+            c, lambda d: rows(d).get(addr(old), {}).get("link") == "connected"
+        )
+        row = rows(data)[addr(old)]
+        assert (row["state"], row["bus_version"], row["figures"]) == ("ok", 3, None)
+        assert row["no_figures"] == "older release"
+        found = (await find_job(c, UNKNOWN_JOB))["result"]
+        statuses = {copy["addr"]: copy["status"] for copy in found["copies"]}
+        assert statuses == {addr(new): "not held", addr(old): "older release"}
+
+
+async def test_a_node_that_never_answers_holds_up_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process (the bus over memory streams): a node whose link is
+    up but which answers nothing is shown so, and a lookup waits for it
+    FIND_TIMEOUT_S at most; lookups beyond MAX_LOOKUPS are refused."""
+    monkeypatch.setattr(clusterview, "FIND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(clustersnap, "FRESH_MS", 500)
+    async with web_cluster(2) as (a, b), a.ws() as c:
+        assert await c.result("CLUSTER", "MEET", "127.0.0.1", 7712) == "OK"
+        # It hangs: it takes its bus messages and answers none of them.
+        monkeypatch.setattr(b.server.web.cluster, "on_message", lambda sender, msg: None)
+        await c.send(subscribe=["cluster"])
+        await c.recv()
+        b_id = b.server.node.node_id
+        data = await cluster_event(
+            c,
+            lambda d: any(n["id"] == b_id and n["no_figures"] == "no answer" for n in d["nodes"]),
+        )
+        assert next(n for n in data["nodes"] if n["id"] == b_id)["link"] == "connected"
+        started = time.monotonic()
+        lookups = [await c.send(findjob=UNKNOWN_JOB) for _ in range(clusterview.MAX_LOOKUPS + 4)]
+        replies = {}
+        while len(replies) < len(lookups):
+            message = await c.recv()
+            if message.get("id") in lookups:
+                replies[message["id"]] = message
+        assert time.monotonic() - started < 0.5 + 2
+        busy = [r for r in replies.values() if r.get("error", "").startswith("BUSY")]
+        assert len(busy) == 4
+        answered = [r["result"] for r in replies.values() if "result" in r]
+        assert len(answered) == clusterview.MAX_LOOKUPS
+        for result in answered:
+            statuses = {copy["node"]: copy["status"] for copy in result["copies"]}
+            assert statuses[b_id] == "no answer"
+        assert not a.server.web.cluster.lookups  # nothing left waiting
