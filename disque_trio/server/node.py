@@ -720,7 +720,9 @@ class NodeServer:
         elif isinstance(msg, bus.Fail):
             table.on_fail(msg, self.env.clock.wall_ms())
         elif type(msg) in _OBSERVING:  # a dashboard's questions and answers
-            if sender in table.nodes:
+            peer = table.nodes.get(sender)
+            if peer is not None:
+                table.heard_from(peer)  # as any message: it is alive
                 self.web.cluster.on_message(sender, msg)
         else:  # job traffic, by the thousand a second: no clock read
             peer = table.nodes.get(sender)
