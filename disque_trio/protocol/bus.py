@@ -18,7 +18,9 @@ WILLQUEUE, GOTJOB...) in one frame, ``[102, [type_code, [body, ...]]]``;
 the receiver handles them one by one, in order, as if they came as frames
 of their own (see ``encode_batch``). POSTPONE (103), ours, tells a job's
 holders that the sender queues it after a client's delay (NACK or ENQUEUE
-with DELAY: a message the original never had). ``body`` is
+with DELAY: a message the original never had). GETSTATS/NODESTATS and
+FINDJOB/JOBCOPY (104-107, ours, version 5) ask a node for its figures and
+for its copy of a job, for a dashboard that shows the whole cluster. ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -113,12 +115,15 @@ __all__ = [
     "DelJob",
     "Enqueue",
     "Fail",
+    "FindJob",
     "FrameDecoder",
+    "GetStats",
     "GossipEntry",
     "GotAck",
     "GotJob",
     "Handshake",
     "Heartbeat",
+    "JobCopy",
     "JobData",
     "JobId",
     "Meet",
@@ -126,11 +131,13 @@ __all__ = [
     "MsgType",
     "NeedJobs",
     "NodeId",
+    "NodeStats",
     "Pause",
     "Ping",
     "Pong",
     "Port",
     "Postpone",
+    "QueueLength",
     "Queued",
     "ReplJob",
     "Seconds",
@@ -145,9 +152,10 @@ __all__ = [
 ]
 
 # The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
-# PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE). Two nodes speak the
-# highest both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 4
+# PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
+# FINDJOB, JOBCOPY for the cluster dashboard). Two nodes speak the highest
+# both know (``negotiate``): a cluster is upgraded node by node.
+PROTOCOL_VERSION: Final = 5
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -218,6 +226,10 @@ class MsgType(enum.IntEnum):
     AUTH = 101  # ours: proof of the cluster secret, right after the handshakes
     BATCH = 102  # ours: several messages of one BATCHABLE type in one frame
     POSTPONE = 103  # ours: I queue this job after a delay (NACK/ENQUEUE DELAY)
+    GETSTATS = 104  # ours: send me your figures (a dashboard shows the cluster)
+    NODESTATS = 105  # ours: GETSTATS answered
+    FINDJOB = 106  # ours: tell me about your copy of this job
+    JOBCOPY = 107  # ours: FINDJOB answered
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -452,6 +464,82 @@ class Pause:
     flags: int  # the queue's new pause bits: 1 = in, 2 = out
 
 
+@attrs.frozen
+class GetStats:
+    """Send me your figures (NODESTATS): a dashboard open on the sender
+    shows the whole cluster (server/clusterview.py). ``request`` comes
+    back in the answer."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GETSTATS
+
+    request: int
+
+
+@attrs.frozen
+class QueueLength:
+    """One queue of a NODESTATS: its name and the jobs waiting in it."""
+
+    name: str
+    length: int
+
+
+@attrs.frozen
+class NodeStats:
+    """GETSTATS answered: what the sender's own dashboard shows of it.
+    ``lengths`` lists its longest queues (a bounded number, see
+    clusterview.py); ``omitted_jobs`` are the jobs waiting in the others,
+    so that the lengths and it add up to every job queued there."""
+
+    TYPE: ClassVar[MsgType] = MsgType.NODESTATS
+
+    request: int
+    uptime: int  # seconds
+    used_memory: int  # bytes
+    clients: int
+    ops_per_sec: int
+    queued: int  # jobs held, by state
+    active: int
+    acked: int
+    wait_repl: int
+    queues: int  # queues held, listed or not
+    lengths: tuple[QueueLength, ...]
+    omitted_jobs: int
+    aof: str  # off, on, rewriting, failing (writes fail), wait-rewrite (turning on)
+    aof_size: int  # bytes
+
+
+@attrs.frozen
+class FindJob:
+    """Tell me about your copy of this job (JOBCOPY)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.FINDJOB
+
+    request: int
+    job_id: JobId
+
+
+@attrs.frozen
+class JobCopy:
+    """FINDJOB answered: the sender's copy of the job as SHOW sees it, or
+    why it holds none. ``state`` is SHOW's (``queued``, ``active``,
+    ``acked``, ``wait-repl``), empty without a copy; then ``gone`` says
+    what the sender remembers of it lately (``acked``, ``expired``,
+    ``moved``, ``deleted``), empty when nothing."""
+
+    TYPE: ClassVar[MsgType] = MsgType.JOBCOPY
+
+    request: int
+    job_id: JobId
+    state: str
+    gone: str
+    queue: str
+    nacks: int
+    deliveries: int  # additional deliveries
+    requeue_ms: int  # until the copy is queued again (0: no requeue planned)
+    ttl: int  # seconds left
+    nodes_delivered: tuple[NodeId, ...]
+
+
 Message: TypeAlias = (
     Handshake
     | Auth
@@ -472,6 +560,10 @@ Message: TypeAlias = (
     | Working
     | Pause
     | Postpone
+    | GetStats
+    | NodeStats
+    | FindJob
+    | JobCopy
 )
 
 
@@ -814,7 +906,9 @@ BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
 )
 # The first protocol version that has each message (the others are in
 # every version this node speaks): never sent on a link that speaks less.
-SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType({Postpone: 4})
+SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
+    {Postpone: 4, GetStats: 5, NodeStats: 5, FindJob: 5, JobCopy: 5}
+)
 
 # At most this many messages in one BATCH: under 100 KB, far below any
 # frame limit (PENDING_MAX_FRAME in peers.py is 256 KB).

@@ -10,6 +10,7 @@ Requests (one JSON object per text frame)::
     {"id": <any JSON>, "cmd": ["ADDJOB", "q", "body", 0]}
     {"id": <any JSON>, "subscribe": ["stats", "nodes", "jobs:<queue>"]}
     {"id": <any JSON>, "unsubscribe": ["stats"]}       ([] means all)
+    {"id": <any JSON>, "findjob": "D-..."}              (a job across the cluster)
 
 Arguments are strings (sent as their UTF-8 bytes), numbers (sent as their
 decimal text) or ``{"base64": "..."}`` for bytes that are not text.
@@ -46,8 +47,9 @@ JsonValue: TypeAlias = Any  # what json.loads returns: no finer type helps here
 
 TOPIC_STATS = "stats"
 TOPIC_NODES = "nodes"
+TOPIC_CLUSTER = "cluster"
 TOPIC_JOBS_PREFIX = "jobs:"
-_REQUEST_KINDS = ("cmd", "subscribe", "unsubscribe")
+_REQUEST_KINDS = ("cmd", "subscribe", "unsubscribe", "findjob")
 MAX_ID_DEPTH = 32  # arrays and objects nested in a request's id
 
 
@@ -69,7 +71,16 @@ class UnsubscribeRequest:
     topics: tuple[str, ...]  # empty: every topic of the socket
 
 
-Request: TypeAlias = CommandRequest | SubscribeRequest | UnsubscribeRequest
+@attrs.frozen
+class FindJobRequest:
+    """A job looked up on every node that may hold a copy (the node asks
+    them over the cluster bus: server/clusterview.py)."""
+
+    id: JsonValue
+    job_id: str
+
+
+Request: TypeAlias = CommandRequest | SubscribeRequest | UnsubscribeRequest | FindJobRequest
 
 
 class BadRequest(Exception):
@@ -127,12 +138,21 @@ def parse_request(text: str) -> Request:
     kinds = [k for k in _REQUEST_KINDS if k in obj]
     if len(kinds) != 1:
         raise BadRequest(
-            request_id, "ERR a request needs exactly one of 'cmd', 'subscribe', 'unsubscribe'"
+            request_id,
+            "ERR a request needs exactly one of 'cmd', 'subscribe', 'unsubscribe', 'findjob'",
         )
-    kind = kinds[0]
+    return _request(request_id, kinds[0], obj[kinds[0]])
+
+
+def _request(request_id: JsonValue, kind: str, value: JsonValue) -> Request:
+    """The request of one kind, from the value its field holds."""
     if kind == "cmd":
-        return CommandRequest(request_id, _argv(request_id, obj["cmd"]))
-    topics = _topics(request_id, kind, obj[kind])
+        return CommandRequest(request_id, _argv(request_id, value))
+    if kind == "findjob":
+        if not isinstance(value, str):
+            raise BadRequest(request_id, "ERR 'findjob' must be a job ID (a string)")
+        return FindJobRequest(request_id, value)
+    topics = _topics(request_id, kind, value)
     if kind == "subscribe":
         if not topics:
             raise BadRequest(request_id, "ERR 'subscribe' needs at least one topic")
@@ -176,13 +196,13 @@ def _topics(request_id: JsonValue, kind: str, topics: JsonValue) -> tuple[str, .
     for topic in topics:
         if not is_topic(topic):
             raise BadRequest(
-                request_id, f"ERR unknown topic '{topic}' (stats, nodes or jobs:<queue>)"
+                request_id, f"ERR unknown topic '{topic}' (stats, nodes, cluster or jobs:<queue>)"
             )
     return tuple(dict.fromkeys(topics))  # deduplicated, in order
 
 
 def is_topic(topic: str) -> bool:
-    return topic in (TOPIC_STATS, TOPIC_NODES) or (
+    return topic in (TOPIC_STATS, TOPIC_NODES, TOPIC_CLUSTER) or (
         topic.startswith(TOPIC_JOBS_PREFIX) and len(topic) > len(TOPIC_JOBS_PREFIX)
     )
 
@@ -195,6 +215,11 @@ def reply_message(request_id: JsonValue, reply: Reply) -> str:
     if isinstance(reply, ReplyError):
         return error_message(request_id, reply.line)
     return dumps({"id": request_id, "result": to_json(reply)})
+
+
+def result_message(request_id: JsonValue, result: JsonValue) -> str:
+    """The frame answering a request with data that is JSON already."""
+    return dumps({"id": request_id, "result": result})
 
 
 def error_message(request_id: JsonValue, message: str) -> str:

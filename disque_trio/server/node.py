@@ -55,7 +55,7 @@ from ..core.waiters import Waiter
 from ..env import Env
 from ..protocol import bus
 from ..protocol.replies import Reply, ReplyError, err
-from . import admin, tls
+from . import admin, clusterview, tls
 from .aof import AppendOnlyFile
 from .client import Client
 from .connections import DRAIN_S, MONITOR_BUFFER, Connections
@@ -72,6 +72,9 @@ from .web import WebServer
 # Bus messages that are not held until the records of their commit are
 # written (NodeServer._apply).
 _HEARTBEATS: frozenset[type] = frozenset({bus.Ping, bus.Pong, bus.Meet, bus.Fail})
+# Bus messages for the cluster dashboard (server/clusterview.py): none of
+# the core's business.
+_OBSERVING: frozenset[type] = frozenset(clusterview.MESSAGES)
 
 log = logging.getLogger("disque_trio")
 
@@ -716,6 +719,11 @@ class NodeServer:
             self.bus.sync_links_if_moved()
         elif isinstance(msg, bus.Fail):
             table.on_fail(msg, self.env.clock.wall_ms())
+        elif type(msg) in _OBSERVING:  # a dashboard's questions and answers
+            peer = table.nodes.get(sender)
+            if peer is not None:
+                table.heard_from(peer)  # as any message: it is alive
+                self.web.cluster.on_message(sender, msg)
         else:  # job traffic, by the thousand a second: no clock read
             peer = table.nodes.get(sender)
             if peer is None:

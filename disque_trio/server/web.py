@@ -58,6 +58,7 @@ import trio_websocket
 import wsproto.utilities
 
 from . import metrics
+from .clusterview import ClusterView
 from .http import HttpConnection, HttpError, ReplayStream, header, linger
 from .listen import Throttle, accept_loop
 from .observe import NodeView
@@ -125,7 +126,10 @@ class WebServer:
     def __init__(self, server: ServerHost) -> None:
         self.server = server
         self.view = NodeView(server)
-        self.hub = Hub(server, self.view)
+        # The other nodes' figures and job copies, over the bus; it also
+        # answers their questions, web port or not.
+        self.cluster = ClusterView(server, self.view)
+        self.hub = Hub(server, self.view, self.cluster)
         # Errors a connection ends on that the peer cannot cause (bugs) are
         # logged with their traceback, at most once every 10 s.
         self._throttle = Throttle()

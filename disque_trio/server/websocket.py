@@ -28,7 +28,9 @@ Rules:
 
 The hub (:class:`Hub`) knows which sessions listen to which topic: ``stats``
 (sent once a second), ``nodes`` (sent on subscribe and whenever a node's
-address, flags or link change; looked at once a second), and
+address, flags or link change; looked at once a second), ``cluster`` (every
+node's figures, gathered over the bus by ``clusterview.py``: sent once a
+second, each tick asking the other nodes for the next one), and
 ``jobs:<queue>`` (fed by the core's job observers, attached only while some
 session listens, so the job hot path pays nothing otherwise).
 """
@@ -36,8 +38,8 @@ session listens, so the job hot path pays nothing otherwise).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 import trio_websocket
@@ -46,6 +48,7 @@ from ..core.waiters import Waiter
 from ..protocol import wsjson
 from ..protocol.replies import Reply, ReplyError, err
 from .client import Client
+from .clusterview import ClusterView, LookupRefused
 from .listen import Throttle
 from .observe import NodeView
 
@@ -85,6 +88,7 @@ _HELLO_PROTO = err(
     "(use AUTH to authenticate)"
 )
 NOAUTH = ReplyError("NOAUTH", "Authentication required.")
+_R = TypeVar("_R", wsjson.CommandRequest, wsjson.FindJobRequest)
 
 
 class Session:
@@ -142,15 +146,11 @@ class Session:
 
     async def _dispatch(self, request: wsjson.Request) -> None:
         if isinstance(request, wsjson.CommandRequest):
-            if self.in_flight >= MAX_IN_FLIGHT:
-                message = f"ERR too many requests in flight (limit {MAX_IN_FLIGHT})"
-                await self._send(wsjson.error_message(request.id, message))
-                return
-            self.in_flight += 1
-            assert self._nursery is not None
-            self._nursery.start_soon(self._command, request)
+            await self._start(self._command, request)
         elif not self.client.authenticated:
             await self._send(wsjson.error_message(request.id, NOAUTH.line))
+        elif isinstance(request, wsjson.FindJobRequest):
+            await self._start(self._find_job, request)
         elif isinstance(request, wsjson.SubscribeRequest):
             new = [t for t in request.topics if t not in self.topics]
             if len(self.topics) + len(new) > MAX_TOPICS:
@@ -163,6 +163,16 @@ class Session:
             topics = request.topics or tuple(self.topics)
             self.hub.unsubscribe(self, topics)
             await self._send(wsjson.reply_message(request.id, "OK"))
+
+    async def _start(self, run: Callable[[_R], Awaitable[None]], request: _R) -> None:
+        """Run a request in a task of its own (rule 1: a bounded number)."""
+        if self.in_flight >= MAX_IN_FLIGHT:
+            message = f"ERR too many requests in flight (limit {MAX_IN_FLIGHT})"
+            await self._send(wsjson.error_message(request.id, message))
+            return
+        self.in_flight += 1
+        assert self._nursery is not None
+        self._nursery.start_soon(run, request)
 
     # ---------------------------------------------------------- commands
 
@@ -181,6 +191,19 @@ class Session:
                 self._close_now()
                 return
             await self._send(wsjson.reply_message(request.id, reply), last)
+        finally:
+            self.in_flight -= 1
+
+    async def _find_job(self, request: wsjson.FindJobRequest) -> None:
+        """A job's copies across the cluster: the node asks the others over
+        the bus (server/clusterview.py), for a bounded time."""
+        try:
+            try:
+                result = await self.hub.cluster.find_job(request.job_id)
+            except LookupRefused as e:
+                await self._send(wsjson.error_message(request.id, str(e)))
+                return
+            await self._send(wsjson.result_message(request.id, result))
         finally:
             self.in_flight -= 1
 
@@ -263,12 +286,14 @@ class Hub:
     """Topic subscriptions of every session of one node, and the task that
     sends the periodic events."""
 
-    def __init__(self, server: ServerHost, view: NodeView) -> None:
+    def __init__(self, server: ServerHost, view: NodeView, cluster: ClusterView) -> None:
         self.server = server
         self.view = view
+        self.cluster = cluster
         # Sessions by topic, in subscription order (a dict as an ordered set).
         self.stats: dict[Session, None] = {}
         self.nodes: dict[Session, None] = {}
+        self.watching: dict[Session, None] = {}  # the cluster topic
         self.jobs: dict[str, dict[Session, None]] = {}  # by queue name
         self._nodes_key: list[tuple[Any, ...]] = []
         self._observer: Callable[[str, Job], None] | None = None
@@ -282,6 +307,10 @@ class Hub:
             elif topic == wsjson.TOPIC_NODES:
                 self.nodes[session] = None
                 session.push_event(topic, wsjson.event_message("nodes", self.view.nodes()))
+            elif topic == wsjson.TOPIC_CLUSTER:
+                self.watching[session] = None
+                session.push_event(topic, wsjson.event_message("cluster", self.cluster.event()))
+                self.cluster.ask()  # figures for the next tick
             else:
                 queue = topic[len(wsjson.TOPIC_JOBS_PREFIX) :]
                 self.jobs.setdefault(queue, {})[session] = None
@@ -294,6 +323,8 @@ class Hub:
                 self.stats.pop(session, None)
             elif topic == wsjson.TOPIC_NODES:
                 self.nodes.pop(session, None)
+            elif topic == wsjson.TOPIC_CLUSTER:
+                self._stop_watching(session)
             else:
                 queue = topic[len(wsjson.TOPIC_JOBS_PREFIX) :]
                 listeners = self.jobs.get(queue)
@@ -302,6 +333,12 @@ class Hub:
                     if not listeners:
                         del self.jobs[queue]
         self._update_observer()
+
+    def _stop_watching(self, session: Session) -> None:
+        if session in self.watching:
+            del self.watching[session]
+            if not self.watching:
+                self.cluster.forget()
 
     def leave(self, session: Session) -> None:
         self.unsubscribe(session, tuple(session.topics))
@@ -352,6 +389,12 @@ class Hub:
             for session in list(self.stats):
                 session.push_event(wsjson.TOPIC_STATS, frame)
         self._check_nodes()
+        if self.watching:
+            # What arrived since the last tick, then the next questions.
+            frame = wsjson.event_message("cluster", self.cluster.event())
+            for session in list(self.watching):
+                session.push_event(wsjson.TOPIC_CLUSTER, frame)
+            self.cluster.ask()
 
     def _check_nodes(self) -> None:
         rows = self.view.nodes()

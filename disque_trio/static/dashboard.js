@@ -4,8 +4,11 @@
 // matches replies by id (the node answers them concurrently, in any order),
 // hands "event" frames to the page, and reconnects with a growing, jittered
 // delay when the socket closes. On every (re)connection the page
-// authenticates if it knows a password, subscribes to "stats" and "nodes"
-// (and "jobs:<queue>" for the queue being watched), then refreshes INFO.
+// authenticates if it knows a password, subscribes to "stats", "nodes" and
+// "cluster" (and "jobs:<queue>" for the queue being watched), then
+// refreshes INFO. The cluster panel and the queues summed across nodes are
+// redrawn from each "cluster" event; "Find a job" sends a findjob request,
+// which this node answers after asking the others over the cluster bus.
 // Each stats event (one a second) updates the overview and the queue table
 // in place: rows are keyed by queue name and never rebuilt, so buttons keep
 // their identity and rates can be computed from successive counters.
@@ -254,7 +257,7 @@
     setConnState("connecting", "Connected · starting…");
     try {
       if (password !== null) await authenticate();
-      await conn.request({ subscribe: ["stats", "nodes"] });
+      await conn.request({ subscribe: ["stats", "nodes", "cluster"] });
     } catch (e) {
       if (isNoAuth(e) || /password/i.test(e.message)) askPassword(password === null ? "" : e.message);
       else if (e.message !== "connection lost") toast("Could not subscribe: " + e.message, true);
@@ -306,6 +309,7 @@
   function onServerEvent(name, data) {
     if (name === "stats") onStats(data);
     else if (name === "nodes") onNodes(data);
+    else if (name === "cluster") onCluster(data);
     else if (name === "job") onJobEvent(data);
     else if (name === "error") onStreamDropped(data);
   }
@@ -317,7 +321,7 @@
     toast((d && d.error) || "a subscription was dropped", true);
     if (topic === null) return;
     setTimeout(() => {
-      const wanted = topic === "stats" || topic === "nodes" || topic === "jobs:" + watched;
+      const wanted = ["stats", "nodes", "cluster", "jobs:" + watched].includes(topic);
       if (wanted) conn.request({ subscribe: [topic] }).catch(() => {});
     }, 2000);
   }
@@ -357,7 +361,6 @@
     setText("stat-aof-size", aof.enabled ? fmtBytes(aof.size) : "append-only file disabled");
     showJobStates(d.jobs || {});
     updateQueues(Array.isArray(d.queues) ? d.queues : [], d.time);
-    if (nodeList.length > 1) renderNodes();
   }
 
   function showJobStates(j) {
@@ -709,7 +712,10 @@
   function fillDetail(job) {
     const id = String(job.id);
     setText("detail-id", id);
-    $("detail-actions").replaceChildren(...actionButtons(id, job.state));
+    const find = el("button", { className: "btn btn-small", type: "button", dataset: { action: "find" },
+      on: { click: () => { findJob(id); $("find-card").scrollIntoView({ block: "nearest" }); } } },
+    "Find in cluster");
+    $("detail-actions").replaceChildren(...actionButtons(id, job.state), find);
     const dl = $("detail-fields");
     dl.replaceChildren();
     for (const [key, value] of Object.entries(job)) {
@@ -823,64 +829,165 @@
 
   $("events-clear").addEventListener("click", clearEvents);
 
-  // ---------------------------------------------------------------- nodes
+  // ---------------------------------------------------------------- cluster
 
-  const FLAG_LOOK = { myself: "badge-neutral", pfail: "badge-warn", fail: "badge-bad",
-    leaving: "badge-warn", handshake: "badge-warn", noaddr: "badge-warn" };
-  const LINK_LOOK = { self: "badge-neutral", connected: "badge-ok", disconnected: "badge-bad" };
-
-  // The nodes event comes on membership, flag or link changes only, so the
-  // ping/pong times it carries age: refreshNodeTimes() reads fresh ones
-  // from CLUSTER NODES with every INFO refresh, and every stats event
-  // redraws the table so "ago" keeps counting.
-  let nodeList = [];
-
+  // The "nodes" event (membership, flag or link changes) only names this
+  // node's address now: the cluster panel draws from the "cluster" event,
+  // which carries the same table, with each node's figures, every second.
   function onNodes(list) {
     if (!Array.isArray(list)) return;
-    nodeList = [...list].sort((a, b) => Number(b.link === "self") - Number(a.link === "self"));
-    renderNodes();
-    const self = nodeList.find((n) => n.link === "self");
+    const self = list.find((n) => n && n.link === "self");
     if (self) setText("node-addr", self.addr || "");
   }
 
-  function renderNodes() {
-    $("nodes-body").replaceChildren(...nodeList.map(nodeRow));
-    const count = nodeList.length;
-    setText("nodes-count", count ? "(" + count + (count === 1 ? " node)" : " nodes)") : "");
+  const STATE_LOOK = { ok: ["ok", "badge-ok"], pfail: ["PFAIL", "badge-warn"], fail: ["FAIL", "badge-bad"],
+    leaving: ["LEAVING", "badge-warn"], handshake: ["handshake", "badge-warn"], noaddr: ["no address", "badge-warn"] };
+  const LINK_LOOK = { self: "badge-neutral", connected: "badge-ok", disconnected: "badge-bad" };
+  const AOF_LOOK = { off: "badge-neutral", on: "badge-ok", rewriting: "badge-warn",
+    "wait-rewrite": "badge-warn", failing: "badge-bad" };
+  // Why a node has no figures (clustersnap.py), as the panel words it.
+  const NO_FIGURES = { unreachable: "unreachable", "older release": "older release: no figures",
+    "no answer": "no answer", asking: "asking…" };
+
+  const badge = (text, look) => el("span", { className: "badge " + look }, text);
+  const isDown = (n) => n.state === "pfail" || n.state === "fail";
+  const dash = () => el("span", { className: "muted" }, "—");
+
+  function onCluster(d) {
+    if (!d || !Array.isArray(d.nodes)) return;
+    $("cluster-body").replaceChildren(...d.nodes.map((n) => clusterRow(n, d.time)));
+    const failing = d.nodes.filter(isDown).length;
+    setText("cluster-count", "(" + d.nodes.length + (d.nodes.length === 1 ? " node" : " nodes") +
+      (failing ? " · " + failing + " failing" : "") + ")");
+    $("cluster-count").classList.toggle("bad", failing > 0);
+    clusterTotals(d);
+    clusterQueues(d.queues || {}, d.nodes);
   }
 
-  async function refreshNodeTimes() {
-    let text;
-    try { text = await conn.call("CLUSTER", "NODES"); } catch (e) { return; }
-    if (typeof text !== "string") return;
-    const times = new Map();
-    for (const line of text.split("\n")) {
-      const f = line.trim().split(" ");
-      if (f.length >= 6) times.set(f[0], [Number(f[3]), Number(f[4])]);
-    }
-    for (const n of nodeList) {
-      const t = times.get(n.id);
-      if (t !== undefined) [n.last_ping, n.last_pong] = t;
-    }
-    renderNodes();
-  }
-
-  function nodeRow(n) {
-    const flags = Array.isArray(n.flags) ? n.flags : [];
-    return el("tr", { dataset: { node: String(n.id) } },
-      el("td", null, el("code", { title: String(n.id) }, shortId(n.id))),
+  function clusterRow(n, now) {
+    const f = n.figures;
+    const state = STATE_LOOK[n.state] || [String(n.state), "badge-neutral"];
+    const cells = f ? [
+      el("td", { className: "num", title: jobBreakdown(f.jobs) }, fmtInt(f.jobs.total)),
+      el("td", { className: "num" }, fmtInt(f.jobs.queued)),
+      el("td", { className: "num" }, fmtInt(f.queues)),
+      el("td", { className: "num" }, fmtBytes(f.used_memory)),
+      el("td", { title: f.aof.state === "off" ? "" : fmtBytes(f.aof.size) },
+        badge(f.aof.state, AOF_LOOK[f.aof.state] || "badge-neutral")),
+    ] : [0, 1, 2, 3, 4].map((i) => el("td", { className: i < 4 ? "num" : "" }, dash()));
+    const age = f ? (n.figures_age_ms < 1500 ? "live" : fmtDuration(n.figures_age_ms / 1000) + " old") : null;
+    const why = NO_FIGURES[n.no_figures] || display(n.no_figures);
+    const look = isDown(n) ? "node-down" : n.state === "ok" ? "" : "node-warn";
+    return el("tr", { className: look, dataset: { node: String(n.id), state: String(n.state) } },
+      el("td", null, el("code", { title: String(n.id) }, shortId(n.id)),
+        n.myself ? el("span", { className: "tag" }, "this node") : null),
       el("td", null, el("code", null, display(n.addr))),
-      el("td", null, el("div", { className: "flags" },
-        ...flags.map((f) => el("span", { className: "badge " + (FLAG_LOOK[f] || "badge-neutral") }, f)))),
-      el("td", null, el("span", { className: "badge " + (LINK_LOOK[n.link] || "badge-neutral") }, display(n.link))),
-      el("td", { className: "num" }, n.link === "self" ? "—" : ago(n.last_pong)));
+      el("td", null, badge(state[0], state[1])),
+      el("td", null, badge(display(n.link), LINK_LOOK[n.link] || "badge-neutral")),
+      ...cells,
+      el("td", { className: "num" }, n.myself ? "—" : ago(n.last_pong, now)),
+      el("td", { dataset: { field: "figures" } }, f ? el("span", { className: "muted" }, age)
+        : el("span", { className: isDown(n) || n.no_figures === "unreachable" ? "why bad" : "why" }, why)));
   }
 
-  function ago(ms) {
-    if (typeof ms !== "number" || ms <= 0) return "never";
-    const now = serverNow || Date.now();
-    return fmtDuration((now - ms) / 1000) + " ago";
+  function jobBreakdown(j) {
+    return "queued " + fmtInt(j.queued) + " · active " + fmtInt(j.active) + " · acked " + fmtInt(j.acked) +
+      " · wait-repl " + fmtInt(j.wait_repl);
   }
+
+  function clusterTotals(d) {
+    const t = d.totals || {};
+    const jobs = t.jobs || {};
+    const label = "Cluster · figures from " + fmtInt(t.with_figures) + " of " + fmtInt(t.nodes) + " nodes";
+    $("cluster-foot").replaceChildren(el("tr", null,
+      el("td", { colSpan: 4 }, label),
+      el("td", { className: "num", title: jobBreakdown(jobs) }, fmtInt(jobs.total)),
+      el("td", { className: "num" }, fmtInt(jobs.queued)),
+      el("td", null), el("td", { className: "num" }, fmtBytes(t.used_memory)),
+      el("td", { colSpan: 3 })));
+  }
+
+  // One column per node, in the panel's order: a node without figures
+  // shows "–" (not counted), one with figures and no such queue 0.
+  function clusterQueues(q, nodes) {
+    const rows = Array.isArray(q.rows) ? q.rows : [];
+    const counted = new Set(Array.isArray(q.nodes) ? q.nodes : []);
+    $("cqueues-head").replaceChildren(el("th", null, "Queue"), el("th", { className: "num" }, "Total"),
+      ...nodes.map((n) => el("th", { className: "num nodecol" + (counted.has(n.id) ? "" : " uncounted"),
+        title: n.addr + (counted.has(n.id) ? "" : " · not counted") }, shortId(n.id))));
+    $("cqueues-body").replaceChildren(...rows.map((r) => el("tr", { dataset: { queue: display(r.name) } },
+      el("td", null, el("span", { className: "qlabel" }, display(r.name))),
+      el("td", { className: "num total" }, fmtInt(r.total)),
+      ...nodes.map((n) => el("td", { className: "num" + (counted.has(n.id) ? "" : " uncounted"), dataset: { node: n.id } },
+        counted.has(n.id) ? fmtInt((r.lengths || {})[n.id] || 0) : "–")))));
+    $("cqueues-empty").hidden = rows.length > 0;
+    setText("cqueues-count", rows.length ? "(" + rows.length + ", " + fmtInt(q.total) + " jobs waiting)" : "");
+    const missing = nodes.filter((n) => !counted.has(n.id)).map((n) => n.addr);
+    let note = "summed over " + counted.size + " of " + nodes.length + " nodes";
+    if (missing.length) note += " · not counted: " + missing.join(", ");
+    if (q.omitted_jobs) note += " · " + fmtInt(q.omitted_jobs) + " jobs in queues not listed";
+    setText("cqueues-note", note);
+  }
+
+  function ago(ms, now) {
+    if (typeof ms !== "number" || ms <= 0) return "never";
+    return fmtDuration(((now || serverNow || Date.now()) - ms) / 1000) + " ago";
+  }
+
+  // ---------------------------------------------------------------- find a job
+
+  // {findjob: id}: this node asks the nodes that may hold a copy over the
+  // bus and answers with one row per node (a down node is not asked).
+  async function findJob(id) {
+    if (!id) return;
+    $("find-id").value = id;
+    const submit = $("find-submit");
+    submit.disabled = true;
+    const summary = $("find-summary");
+    summary.className = "result";
+    setText(summary, "Asking the cluster…");
+    try {
+      showCopies(await conn.request({ findjob: id }));
+    } catch (e) {
+      summary.className = "result err";
+      setText(summary, e.message);
+      $("find-table").hidden = true;
+    } finally {
+      submit.disabled = false;
+    }
+  }
+
+  function showCopies(r) {
+    const copies = Array.isArray(r.copies) ? r.copies : [];
+    const summary = $("find-summary");
+    summary.className = r.held ? "result ok" : "result";
+    summary.replaceChildren(el("code", null, String(r.id)), " · " + (r.held ? r.held + (r.held === 1 ?
+      " copy" : " copies") + " held" : "no copy held") + " · " + copies.length + " nodes looked at");
+    $("find-body").replaceChildren(...copies.map(copyRow));
+    $("find-table").hidden = copies.length === 0;
+  }
+
+  function copyRow(c) {
+    const state = STATE_LOOK[c.node_state] || ["unknown", "badge-neutral"];
+    const held = c.status === "held";
+    const what = held ? stateBadge(c.state) : el("span", { className: "why" + (c.status === "unreachable" ? " bad" : "") },
+      c.status === "gone" ? "gone: " + display(c.gone) : NO_FIGURES[c.status] === undefined ? display(c.status)
+        : c.status === "older release" ? "older release: not asked" : NO_FIGURES[c.status]);
+    const num = (v) => el("td", { className: "num" }, held ? v : "—");
+    return el("tr", { className: c.node_state === "pfail" || c.node_state === "fail" ? "node-down" : "",
+      dataset: { node: String(c.node), status: String(c.status) } },
+      el("td", null, el("code", { title: String(c.node) }, shortId(c.node)), " ",
+        el("span", { className: "muted small" }, display(c.addr)),
+        c.myself ? el("span", { className: "tag" }, "this node") : null),
+      el("td", null, badge(state[0], state[1])),
+      el("td", { dataset: { field: "copy" } }, what),
+      el("td", null, held ? display(c.queue) : "—"),
+      num(fmtInt(c.nacks)), num(fmtInt(c.deliveries)),
+      num(typeof c.requeue_in_ms === "number" ? "in " + fmtDuration(c.requeue_in_ms / 1000) : "—"),
+      num(fmtDuration(c.ttl)));
+  }
+
+  $("find-form").addEventListener("submit", (ev) => { ev.preventDefault(); findJob($("find-id").value.trim()); });
 
   // ---------------------------------------------------------------- INFO
 
@@ -907,7 +1014,6 @@
     try { text = await conn.call("INFO"); } catch (e) { return; }
     if (isBinary(text)) return;
     $("info-sections").replaceChildren(...parseInfo(text).map(infoSection));
-    if (nodeList.length > 1) refreshNodeTimes();
   }
 
   function infoSection({ name, fields }) {

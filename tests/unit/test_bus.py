@@ -22,21 +22,26 @@ from disque_trio.protocol.bus import (
     DelJob,
     Enqueue,
     Fail,
+    FindJob,
     FrameDecoder,
+    GetStats,
     GossipEntry,
     GotAck,
     GotJob,
     Handshake,
+    JobCopy,
     JobData,
     Meet,
     Message,
     MsgType,
     NeedJobs,
+    NodeStats,
     Pause,
     Ping,
     Pong,
     Postpone,
     Queued,
+    QueueLength,
     ReplJob,
     SetAck,
     WillQueue,
@@ -120,6 +125,40 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     Pause: st.builds(Pause, queue=queue_names, flags=st.integers(0, 3)),
     Postpone: st.builds(
         Postpone, job_id=job_ids, delay_ms=uints, flags=st.sampled_from([0, 2, 4])
+    ),
+    GetStats: st.builds(GetStats, request=uints),
+    NodeStats: st.builds(
+        NodeStats,
+        request=uints,
+        uptime=uints,
+        used_memory=uints,
+        clients=uints,
+        ops_per_sec=uints,
+        queued=uints,
+        active=uints,
+        acked=uints,
+        wait_repl=uints,
+        queues=uints,
+        lengths=st.lists(st.builds(QueueLength, name=queue_names, length=uints), max_size=5).map(
+            tuple
+        ),
+        omitted_jobs=uints,
+        aof=st.sampled_from(["off", "on", "rewriting", "failing", "wait-rewrite"]),
+        aof_size=uints,
+    ),
+    FindJob: st.builds(FindJob, request=uints, job_id=job_ids),
+    JobCopy: st.builds(
+        JobCopy,
+        request=uints,
+        job_id=job_ids,
+        state=st.sampled_from(["", "queued", "active", "acked", "wait-repl"]),
+        gone=st.sampled_from(["", "acked", "expired", "moved", "deleted"]),
+        queue=queue_names,
+        nacks=uints,
+        deliveries=uints,
+        requeue_ms=uints,
+        ttl=uints,
+        nodes_delivered=st.lists(node_ids, max_size=7).map(tuple),
     ),
 }
 messages = st.one_of(list(STRATEGIES.values()))
@@ -644,3 +683,20 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     assert bus.negotiate(2) is None and bus.negotiate(0) is None
     assert bus.negotiate(4, mine=3) == 3
     assert bus.SINCE_VERSION[Postpone] == 4 and bus.MIN_PROTOCOL_VERSION == 3
+    # 5: the cluster dashboard's questions and answers.
+    for cl in (GetStats, NodeStats, FindJob, JobCopy):
+        assert bus.SINCE_VERSION[cl] == 5 == PROTOCOL_VERSION
+
+
+def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:
+    """A job ID of the wrong shape or a negative count closes the link, as
+    for the job messages; a queue name is any bytes."""
+    copy = JobCopy(1, JOB_ID, "queued", "", "q\udcff", 0, 1, 500, 60, (NODE,))
+    assert decode_all([encode_frame(copy)]) == [copy]
+    body = wire_body(copy)
+    body[1] = b"D-short"
+    assert "job ID" in refused(packed([JobCopy.TYPE, body]))
+    stats = NodeStats(1, 5, 100, 1, 0, 2, 0, 0, 0, 1, (QueueLength("q", 2),), 0, "off", 0)
+    body = wire_body(stats)
+    body[5] = -1
+    assert refused(packed([NodeStats.TYPE, body]))

@@ -647,16 +647,18 @@ def test_a_link_that_speaks_an_older_protocol_gets_no_newer_message() -> None:
 
 
 def test_a_peer_that_closes_on_our_offer_is_offered_one_version_less() -> None:
-    """A node of the release before refuses a handshake of a version it does
-    not know by closing the connection: the next one offers less; once a
-    link is up, the one after offers our highest again."""
+    """A node of a release before version 4 refuses a handshake of a
+    version it does not know by closing the connection: each next one
+    offers one less (5, 4, then 3); once a link is up, the one after
+    offers our highest again."""
+    ours = bus_module.PROTOCOL_VERSION
 
     async def main() -> None:
         bus, link, _ = _bus_with_link(1 << 20)
         offers: list[int] = []
 
         async def closes_unless_3(
-            stream: trio.abc.Stream, initiator: bool, offer: int = 4
+            stream: trio.abc.Stream, initiator: bool, offer: int = ours
         ) -> tuple[Any, Any]:
             offers.append(offer)
             if offer != 3:
@@ -664,12 +666,14 @@ def test_a_peer_that_closes_on_our_offer_is_offered_one_version_less() -> None:
             return type("Peer", (), {"node_id": PEER, "version": 3})(), None
 
         bus._handshake = closes_unless_3  # type: ignore[method-assign]
-        await bus._serve_link(link, StreamPair(trio.testing.MemorySendStream()))
-        assert offers == [4] and link.offer == 3
+        for _ in range(ours - 3):
+            await bus._serve_link(link, StreamPair(trio.testing.MemorySendStream()))
+        assert offers == list(range(ours, 3, -1)) and link.offer == 3
         async with trio.open_nursery() as nursery:
             nursery.start_soon(bus._serve_link, link, StreamPair(trio.testing.MemorySendStream()))
             await trio.testing.wait_all_tasks_blocked()
-            assert offers == [4, 3] and link.version == 3 and link.offer == 4
+            assert offers == list(range(ours, 2, -1))
+            assert link.version == 3 and link.offer == ours
             assert bus.table.nodes[PEER].bus_version == 3
             nursery.cancel_scope.cancel()
 

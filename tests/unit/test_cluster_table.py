@@ -370,8 +370,9 @@ def test_gossip_picks_every_subset_of_a_small_cluster() -> None:
 def test_a_link_below_what_the_peer_speaks_is_reopened() -> None:
     """Our link to B came up at bus protocol 3 (B was of the release
     before, or closed on our offer once); B's heartbeats now say it speaks
-    4: the shell is asked for a new link. A node of the release before
-    says nothing of it (flags 0), and a link at 4 is left alone."""
+    our highest: the shell is asked for a new link. A node of the release
+    before says nothing of it (flags 0), and a link at our highest is left
+    alone."""
     table = with_peers(B, C)
     b = table.nodes[B]
     b.link_up, b.bus_version = True, 3
@@ -380,7 +381,7 @@ def test_a_link_below_what_the_peer_speaks_is_reopened() -> None:
     table.on_heartbeat(bus.Ping(B, VERSION_BITS, ()), START_MS)
     assert table.stuck_links == {B}
     table.stuck_links.clear()
-    b.bus_version = 4
+    b.bus_version = bus.PROTOCOL_VERSION
     table.on_heartbeat(bus.Ping(B, VERSION_BITS, ()), START_MS)
     assert table.stuck_links == set()
 

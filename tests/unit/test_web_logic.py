@@ -63,7 +63,8 @@ async def test_a_bug_in_periodic_events_is_logged_not_fatal(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     view = BrokenView()
-    hub = Hub(None, view)  # type: ignore[arg-type]  # _tick reads only the view
+    # _tick reads only the view (nobody watches the cluster topic)
+    hub = Hub(None, view, None)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="disque_trio.web"):
         with trio.move_on_after(25.5):
             await hub.run()

@@ -26,6 +26,16 @@ def test_subscription_requests() -> None:
     assert wsjson.parse_request('{"unsubscribe": []}') == wsjson.UnsubscribeRequest(None, ())
 
 
+def test_cluster_topic_and_findjob_requests() -> None:
+    request = wsjson.parse_request('{"id": 3, "subscribe": ["cluster"]}')
+    assert request == wsjson.SubscribeRequest(3, ("cluster",))
+    request = wsjson.parse_request('{"id": 4, "findjob": "D-1234"}')
+    assert request == wsjson.FindJobRequest(4, "D-1234")  # the node checks the ID
+    assert wsjson.result_message(4, {"id": "D-1", "copies": []}) == (
+        '{"id":4,"result":{"id":"D-1","copies":[]}}'
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "request_id", "message"),
     [
@@ -45,6 +55,8 @@ def test_subscription_requests() -> None:
         ('{"id": 7, "subscribe": []}', 7, "ERR 'subscribe' needs at least one topic"),
         ('{"id": 7, "subscribe": "stats"}', 7, "ERR 'subscribe' must be an array"),
         ('{"id": 7, "subscribe": ["jobs:"]}', 7, "ERR unknown topic 'jobs:'"),
+        ('{"id": 8, "findjob": ["D-1"]}', 8, "ERR 'findjob' must be a job ID"),
+        ('{"id": 8, "findjob": "D-1", "cmd": ["PING"]}', 8, "ERR a request needs exactly one"),
     ],
 )
 def test_bad_requests(text: str, request_id: object, message: str) -> None:
