@@ -302,9 +302,7 @@ class Acknowledger:
             log.info("WORKING %s failed (%s); trying again later", job_id, e)
 
 
-def add_dead_letter(
-    client: Client, queue: str, letter: DeadLetter, *, ttl: int | None
-) -> str:
+def add_dead_letter(client: Client, queue: str, letter: DeadLetter, *, ttl: int | None) -> str:
     """ADDJOB ``queue`` (a ``<queue>:dead``) with the letter as JSON, with
     the node's default replication; refused for that (-NOREPL: a node of
     the cluster is out), with fewer copies, down to one (a warning says
@@ -318,8 +316,7 @@ def add_dead_letter(
             if replicate < 1:
                 raise
             log.warning(
-                "dead letter for %s refused with the default replication: "
-                "trying %d cop%s",
+                "dead letter for %s refused with the default replication: trying %d cop%s",
                 letter.id,
                 replicate,
                 "y" if replicate == 1 else "ies",

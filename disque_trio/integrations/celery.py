@@ -44,13 +44,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from queue import Empty
-from typing import Any
+from typing import Any, cast
 
 from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
@@ -433,25 +432,23 @@ class Transport(virtual.Transport):
     separated, ``disque://:password@host:port,...``)."""
 
     Channel = Channel
-    channels: list[Channel]
     can_parse_url = True
-    default_port = 7711
+    default_port = 7711  # type: ignore[assignment]  # kombu types it as None
     driver_type = "disque"
     driver_name = "disque-trio"
-    polling_interval = None
     implements = virtual.Transport.implements.extend(
         asynchronous=False,
         exchange_type=frozenset(["direct"]),
         heartbeats=False,
     )
-    connection_errors = (
+    connection_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
         *virtual.Transport.connection_errors,
         DisqueConnectionError,
         DisqueTimeoutError,
     )
     # -NOREPL (not enough nodes reachable for REPLICATE right now): kombu's
     # publish retry policy sends it again.
-    channel_errors = (*virtual.Transport.channel_errors, NoReplError)
+    channel_errors = (*virtual.Transport.channel_errors, NoReplError)  # type: ignore[assignment]
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -484,7 +481,7 @@ class Transport(virtual.Transport):
             client.ping()  # a connection error here is kombu's to retry
         return super().establish_connection()
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
         """Deliver the next batch of jobs of some consuming channel, waiting
         at most ``timeout`` seconds (socket.timeout then). The wait is
         GETJOB's own (the node answers as soon as a job comes); while every
@@ -492,7 +489,7 @@ class Transport(virtual.Transport):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self.capacity.clear()
-            consuming = [c for c in self.channels if c._consumers]
+            consuming = [c for c in cast(list[Channel], self.channels) if c._consumers]
             ready = [c for c in consuming if c.qos.can_consume()]
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if ready:
@@ -506,7 +503,7 @@ class Transport(virtual.Transport):
             elif left is None or left > 0:
                 self.capacity.wait(1.0 if left is None else min(left, 1.0))
             if deadline is not None and time.monotonic() >= deadline:
-                raise socket.timeout()
+                raise TimeoutError()  # socket.timeout, which kombu expects
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)

@@ -191,7 +191,7 @@ class DisqueBroker(Broker):
                     asynchronous=self.asynchronous,
                 )
         except DisqueConnectionError as e:
-            raise ConnectionClosed(e) from None
+            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
         self.emit_after("enqueue", message, delay)
         plain = message._message if isinstance(message, MessageProxy) else message
         return plain.copy(options={JOB_ID: job_id})
@@ -254,7 +254,7 @@ class DisqueBroker(Broker):
             if left == 0:
                 return
             if deadline is not None and time.monotonic() >= deadline:
-                raise QueueJoinTimeout(queue_name)
+                raise QueueJoinTimeout(queue_name)  # type: ignore[no-untyped-call]
             time.sleep(interval / 1000)
 
     def close(self) -> None:
@@ -312,9 +312,7 @@ class _DisqueConsumer(Consumer):
     """Messages of one queue, fetched with GETJOB COUNT (up to ``prefetch``
     outstanding), through a client of this consumer's own."""
 
-    def __init__(
-        self, broker: DisqueBroker, queue_name: str, prefetch: int, timeout: int
-    ) -> None:
+    def __init__(self, broker: DisqueBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         self.broker = broker
         self.queue_name = queue_name
         self.prefetch = max(1, prefetch)
@@ -345,7 +343,7 @@ class _DisqueConsumer(Consumer):
                     self.queue_name, count=want, timeout=self.timeout / 1000
                 )
         except DisqueConnectionError as e:
-            raise ConnectionClosed(e) from None
+            raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
         if not jobs:
             return None
         self.broker.acks.track([j.id for j in jobs])
@@ -361,10 +359,10 @@ class _DisqueConsumer(Consumer):
         try:
             message = Message.decode(job.body)
         except Exception as e:  # Dramatiq's DecodeError, or whatever the encoder raised
-            log.error("job %s in %s is not a Dramatiq message (%s): burying it", job.id, job.queue, e)
-            bad = DisqueMessageProxy(
-                Message(job.queue, "", (), {}, {}, message_id=job.id), job
+            log.error(
+                "job %s in %s is not a Dramatiq message (%s): burying it", job.id, job.queue, e
             )
+            bad = DisqueMessageProxy(Message(job.queue, "", (), {}, {}, message_id=job.id), job)
             bad.stuff_exception(e)
             self.broker.bury(bad)
             return None
@@ -428,4 +426,3 @@ class _DisqueConsumer(Consumer):
         self.requeue(left)
         with self._client_lock:
             self.client.close()
-
