@@ -227,6 +227,12 @@ class Acknowledger:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        with self._cond:
+            if thread is None or not thread.is_alive():
+                # Usable again (kombu re-opens a closed connection on the
+                # same transport): the next ack starts a new thread.
+                self._thread = None
+                self._closed = False
 
     # ------------------------------------------------------------ the thread
 
