@@ -120,7 +120,8 @@ class Acknowledger:
     ACKJOB that fails is tried twice more; then the IDs are given up (the
     jobs come back after their RETRY: at least once, never lost) with a
     warning. ``flush()`` waits until everything handed in was sent;
-    ``close()`` flushes and stops the thread.
+    ``close()`` flushes and stops the thread (the next ``ack()`` starts
+    another).
 
     With ``keepalive`` seconds, jobs given to ``track()`` get a WORKING
     (their next re-queue postponed by RETRY) every ``keepalive`` seconds
@@ -252,6 +253,11 @@ class Acknowledger:
                         self._send_acks(client, batch)
                     for job_id in due:
                         self._working(client, job_id)
+                except Exception:
+                    # Never let the thread die: every later ack would wait
+                    # for ever. What was in hand comes back at its RETRY.
+                    self.lost += len(batch)
+                    log.exception("acknowledging thread: unexpected error (carrying on)")
                 finally:
                     with self._cond:
                         self._busy = False
