@@ -73,6 +73,7 @@ class PeerNode:
 
     __slots__ = (
         "added_ms",
+        "bus_version",
         "cport",
         "fail_reports",
         "fail_time",
@@ -99,6 +100,9 @@ class PeerNode:
         self.fail_reports: dict[str, int] = {}  # reporter id -> ms of the report
         self.fail_time = 0
         self.added_ms = 0  # when gossip taught us this node (handshake timeout)
+        # The bus protocol version our outbound link to it speaks (shell-
+        # owned fact; 0 until a link came up): features wait for it.
+        self.bus_version = 0
 
     @property
     def failing(self) -> bool:
@@ -168,6 +172,14 @@ class ClusterTable:
         """Other nodes that passed their handshake (failing or leaving ones
         included): what a cluster-wide broadcast reaches."""
         return [n for n in self.others() if not n.flags & HANDSHAKE]
+
+    def behind(self, version: int) -> PeerNode | None:
+        """A node our link to which is up and speaks a bus protocol older
+        than ``version`` (a rolling upgrade not finished), or None."""
+        for node in self.others():
+            if node.link_up and 0 < node.bus_version < version:
+                return node
+        return None
 
     def reachable(self) -> list[PeerNode]:
         """Other nodes worth sending jobs to: not failing, not leaving."""
@@ -298,6 +310,11 @@ class ClusterTable:
         if (sender.flags ^ msg.flags) & LEAVING:
             sender.flags ^= LEAVING
             self.version += 1  # nodes.conf records it
+        speaks = min(msg.flags >> bus.VERSION_SHIFT & 0xFF, bus.PROTOCOL_VERSION)
+        if 0 < sender.bus_version < speaks and sender.link_up:
+            # Our link to it came up at a lower version (it was an older
+            # release, or closed on our offer once): a new link speaks more.
+            self.stuck_links.add(sender.node_id)
         self._process_gossip(sender, msg.gossip, now)
         if isinstance(msg, bus.Ping | bus.Meet):
             self._send_heartbeat(sender, bus.Pong, now)
@@ -435,14 +452,15 @@ class ClusterTable:
     def _send_heartbeat(self, node: PeerNode, kind: type[bus.Heartbeat], now: int) -> None:
         if kind is not bus.Pong and not node.ping_sent:
             node.ping_sent = now
-        self.send(node.node_id, kind(self.node_id, self.myself.flags & LEAVING, self.gossip()))
+        self.send(node.node_id, self.heartbeat(kind))
 
     def send(self, node_id: str, msg: object) -> None:
         self.stats_sent += 1
         self.effects.send(node_id, msg)
 
     def heartbeat(self, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
-        return kind(self.node_id, self.myself.flags & LEAVING, self.gossip())
+        flags = self.myself.flags & LEAVING | bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
+        return kind(self.node_id, flags, self.gossip())
 
     def gossip(self) -> tuple[bus.GossipEntry, ...]:
         """A few random entries: about a tenth of the table, at least 3,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 
+from ..protocol import bus
 from ..protocol.limits import MAX_INT64, MAX_JOB_SECONDS
 from ..protocol.replies import SYNTAX_ERROR, Reply, ReplyError, Status, err
 from . import clusterjobs as cj
@@ -282,6 +283,7 @@ def fastack(node: Node, argv: list[bytes]) -> Reply:
 
 
 ENQUEUE_USAGE = "ENQUEUE id [id ...] [DELAY seconds]"
+DELAY_BUS_VERSION = bus.SINCE_VERSION[bus.Postpone]
 NACK_USAGE = "NACK id [id ...] [DELAY seconds]"
 
 
@@ -300,6 +302,13 @@ def nack(node: Node, argv: list[bytes]) -> Reply:
 def _enqueue_generic(node: Node, argv: list[bytes], nack: bool) -> Reply:
     ids, delay_arg = ids_and_option(argv, b"delay", NACK_USAGE if nack else ENQUEUE_USAGE)
     delay_ms = 0 if delay_arg is None else _delay_seconds(delay_arg) * 1000
+    if delay_ms and (old := node.cluster.behind(DELAY_BUS_VERSION)) is not None:
+        # Its holders would not hear POSTPONE, and queue the job at RETRY.
+        raise ReplyError(
+            "NOTSUPPORTED",
+            f"DELAY needs every node on bus protocol {DELAY_BUS_VERSION} or newer: "
+            f"{old.node_id[:8]} speaks {old.bus_version} (an upgrade in progress?)",
+        )
     count = 0
     for job_id in job_ids(ids):
         job = node.lookup(job_id)

@@ -10,7 +10,8 @@ the array ``[type_code, body]``. ``type_code`` is the original Disque's
 cluster.c stays a cross-reference; HANDSHAKE (100) and AUTH (101) are ours:
 the handshake is the first frame each side sends on a new link, and says who
 is talking, where its client and bus ports are, which protocol version it
-speaks, and a fresh random nonce; AUTH then proves, in both directions, that
+offers (the connector) or accepts (the acceptor: the highest both speak),
+and a fresh random nonce; AUTH then proves, in both directions, that
 the sender knows the cluster secret (see ``handshake_proof``). BATCH (102),
 ours too, carries several messages of one small job-ID type (QUEUED,
 WILLQUEUE, GOTJOB...) in one frame, ``[102, [type_code, [body, ...]]]``;
@@ -99,11 +100,14 @@ __all__ = [
     "HANDSHAKE_MAX_FRAME",
     "MAX_FRAME",
     "MAX_FRAME_LIMIT",
+    "MIN_PROTOCOL_VERSION",
     "NODE_FLAG_FAIL",
     "NODE_FLAG_LEAVING",
     "NODE_FLAG_PFAIL",
     "NONCE_LEN",
     "PROTOCOL_VERSION",
+    "SINCE_VERSION",
+    "VERSION_SHIFT",
     "Auth",
     "BusError",
     "DelJob",
@@ -137,10 +141,24 @@ __all__ = [
     "encode_batch",
     "encode_frame",
     "handshake_proof",
+    "negotiate",
 ]
 
-PROTOCOL_VERSION: Final = 4  # 3: BATCH frames; 4: POSTPONE
+# The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
+# PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE). Two nodes speak the
+# highest both know (``negotiate``): a cluster is upgraded node by node.
+PROTOCOL_VERSION: Final = 4
+MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
+
+
+def negotiate(theirs: int, mine: int = PROTOCOL_VERSION) -> int | None:
+    """The version a link speaks when one side offers ``theirs`` and the
+    other speaks up to ``mine``; None when they share none."""
+    version = min(theirs, mine)
+    return version if version >= MIN_PROTOCOL_VERSION else None
+
+
 # Until a link is authenticated its frames are tiny: a handshake and a proof.
 HANDSHAKE_MAX_FRAME: Final = 4096
 NONCE_LEN: Final = 16
@@ -161,6 +179,10 @@ FLAG_INCR_DELIV: Final = 1 << 2
 NODE_FLAG_PFAIL: Final = 1 << 0  # suspected: did not answer pings in time
 NODE_FLAG_FAIL: Final = 1 << 1  # failure agreed by enough nodes
 NODE_FLAG_LEAVING: Final = 1 << 7  # CLUSTER LEAVING yes: replicate nothing to it
+# A heartbeat's own flags carry, from bit 16, the highest bus protocol
+# version the sender speaks (0 from releases before version 4, which
+# ignore these bits): a link that speaks less is re-opened to speak more.
+VERSION_SHIFT: Final = 16
 
 # The shapes core/ids.py makes (protocol/ imports nothing of the node).
 _NODE_ID_LEN: Final = 40
@@ -790,6 +812,10 @@ _ENCODERS: Final[MappingProxyType[type[Message], _UnstructureHook]] = MappingPro
 BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
     {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working, Postpone}
 )
+# The first protocol version that has each message (the others are in
+# every version this node speaks): never sent on a link that speaks less.
+SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType({Postpone: 4})
+
 # At most this many messages in one BATCH: under 100 KB, far below any
 # frame limit (PENDING_MAX_FRAME in peers.py is 256 KB).
 BATCH_MAX: Final = 1024

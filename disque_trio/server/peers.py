@@ -143,6 +143,12 @@ class PeerLink:
         self.retry_now = trio.Event()
         self.ended = False  # the link task returned (its node left the table)
         self.up = False  # connected, the peer answered our handshake as itself
+        # The bus protocol version the next connection offers (one less
+        # after a node closed on our offer: an older release), and the one
+        # the last connection spoke (the lowest we speak until one did):
+        # messages newer than it are not sent (bus.SINCE_VERSION).
+        self.offer = bus.PROTOCOL_VERSION
+        self.version = bus.MIN_PROTOCOL_VERSION
         # The last connection attempt failed (refused: the node is down or
         # not listening yet). A starting node does not wait to hear it.
         self.unreachable = False
@@ -360,6 +366,8 @@ class Bus:
         if link is None:
             return
         kind = type(msg)
+        if bus.SINCE_VERSION.get(kind, 0) > link.version:  # type: ignore[arg-type]
+            return  # the peer's release has no such message: as if lost
         up = link.stream is not None
         if kind in bus.BATCHABLE and up:
             # Encoded at the end of the commit (flush) with the run of its
@@ -539,7 +547,7 @@ class Bus:
 
     async def _serve_link(self, link: PeerLink, stream: trio.abc.Stream) -> None:
         try:
-            peer, _ = await self._handshake(stream, initiator=True)
+            peer, _ = await self._handshake(stream, initiator=True, offer=link.offer)
         except HandshakeRefused as e:
             self.refused_links += 1
             self.throttle.warn("refused-out", "link to %s refused: %s", link.node_id[:8], e)
@@ -547,6 +555,11 @@ class Bus:
             return
         except (bus.BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as e:
             log.debug("handshake with %s failed: %s", link.node_id[:8], e)
+            return
+        if peer is None and link.offer > bus.MIN_PROTOCOL_VERSION:
+            # Closed before answering: a node of an older release refuses
+            # a version it does not know that way. Offer one less.
+            link.offer -= 1
             return
         if peer is None or peer.node_id != link.node_id:
             log.warning(
@@ -556,6 +569,7 @@ class Bus:
             )
             await trio.sleep(BACKOFF_MAX_S)
             return
+        self._speaks(link, peer.version)
         self.table.link_changed(link.node_id, True, self.server.env.clock.wall_ms())
         link.up = True
         self.server.after_bus_event()
@@ -592,6 +606,23 @@ class Bus:
                     link.to_outbox((None, frame, math.inf))
                 link.urgent = []
             nursery.cancel_scope.cancel()
+
+    def _speaks(self, link: PeerLink, version: int) -> None:
+        """The link is up at ``version``: what we send it follows that, and
+        the next connection offers our highest again (the node may have
+        been upgraded meanwhile)."""
+        if version < bus.PROTOCOL_VERSION:
+            log.info(
+                "link to %s speaks bus protocol %d (this node up to %d) until it is upgraded",
+                link.node_id[:8],
+                version,
+                bus.PROTOCOL_VERSION,
+            )
+        link.version = version
+        link.offer = bus.PROTOCOL_VERSION
+        node = self.table.nodes.get(link.node_id)
+        if node is not None:
+            node.bus_version = version
 
     def _batch(self, link: PeerLink, first: bytes) -> bytes:
         """The first frame (which ends any frame cut short before), the
@@ -670,12 +701,15 @@ class Bus:
         return sum(link.dropped_messages for link in self.links.values())
 
     async def _handshake(
-        self, stream: trio.abc.Stream, initiator: bool
+        self, stream: trio.abc.Stream, initiator: bool, offer: int = bus.PROTOCOL_VERSION
     ) -> tuple[bus.Handshake | None, bus.FrameDecoder]:
         """Exchange handshakes and proofs (see the module's picture): the
         peer's handshake, or None if it closed the connection first, and
-        the decoder holding whatever it sent after its proof. Raises
-        HandshakeRefused, BusError, OSError or TooSlowError."""
+        the decoder holding whatever it sent after its proof. The
+        connector's handshake offers ``offer``; the acceptor answers with
+        the version the link then speaks (``bus.negotiate``), which is what
+        the returned handshake of the peer says, whichever side we are.
+        Raises HandshakeRefused, BusError, OSError or TooSlowError."""
         me = self.table.myself
         config = self.server.config
         secret = config.cluster_secret.encode("utf-8", "surrogateescape")
@@ -687,6 +721,7 @@ class Bus:
             me.port,
             cport,
             self.server.env.token_bytes(bus.NONCE_LEN),
+            offer,
         )
         decoder = bus.FrameDecoder(bus.HANDSHAKE_MAX_FRAME)
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
@@ -695,10 +730,16 @@ class Bus:
             peer = await _receive(stream, decoder, bus.Handshake)
             if peer is None:
                 return None, decoder
-            if peer.version != bus.PROTOCOL_VERSION:
+            version = bus.negotiate(peer.version, offer)
+            if version is None:
                 raise HandshakeRefused(
-                    f"it speaks bus protocol {peer.version}, this node {bus.PROTOCOL_VERSION}"
+                    f"it speaks bus protocol {peer.version}, this node "
+                    f"{bus.MIN_PROTOCOL_VERSION} to {bus.PROTOCOL_VERSION}"
                 )
+            if initiator:
+                peer = attrs.evolve(peer, version=version)
+            else:
+                mine = attrs.evolve(mine, version=version)
             connector, acceptor = (mine, peer) if initiator else (peer, mine)
             if not initiator:
                 proof = bus.handshake_proof(secret, b"acceptor", connector, acceptor)

@@ -25,12 +25,19 @@ class NodeProcess:
     """A ``python -m disque_trio`` child process and how to reach it."""
 
     def __init__(
-        self, port: int, workdir: Path, args: list[str], nofile: int | None = None
+        self,
+        port: int,
+        workdir: Path,
+        args: list[str],
+        nofile: int | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.port = port
         self.workdir = workdir
         self.args = args
         self.nofile = nofile  # the open files limit (soft and hard) to start it with
+        # The interpreter it runs under: another venv's runs another release.
+        self.python = python
         self.proc: subprocess.Popen[bytes] | None = None
         # Output goes to a file, not a pipe: a pipe nobody reads fills up
         # (64 KB) and a node that logs a lot then blocks on its next line.
@@ -38,7 +45,7 @@ class NodeProcess:
         self._log_from = 0  # where this start's output begins in the file
 
     def start(self, timeout: float = 15.0) -> None:
-        cmd = [sys.executable, "-m", "disque_trio", *self.args]
+        cmd = [self.python, "-m", "disque_trio", *self.args]
         self.stop()  # a restart: reap the previous process and its pipe
         nofile = self.nofile
         self._log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -95,12 +102,17 @@ class NodeProcess:
 def node_factory(tmp_path: Path) -> Iterator[object]:
     started: list[NodeProcess] = []
 
-    def make(*extra: str, port: int | None = None, nofile: int | None = None) -> NodeProcess:
+    def make(
+        *extra: str,
+        port: int | None = None,
+        nofile: int | None = None,
+        python: str = sys.executable,
+    ) -> NodeProcess:
         port = port or free_port()
         workdir = tmp_path / f"node-{port}"
         workdir.mkdir(exist_ok=True)
         args = ["--port", str(port), "--bind", "127.0.0.1", *extra]
-        node = NodeProcess(port, workdir, args, nofile)
+        node = NodeProcess(port, workdir, args, nofile, python)
         started.append(node)
         node.start()
         return node
@@ -142,3 +154,42 @@ def form_cluster(node_factory: object, count: int, *extra: str) -> list[NodeProc
             return nodes
         time.sleep(0.1)
     raise AssertionError("the cluster did not form")
+
+
+# The last release before bus protocol 4 (POSTPONE) and its negotiation: it
+# speaks protocol 3 only, and refuses any other in a handshake.
+PREVIOUS_RELEASE = "edc387141e8f0478620c337c5e63f6d3d7e54d61"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The interpreter of a new virtual environment holding the release
+    before, installed from its commit in this clone's history (with its
+    own constraints.txt). Skipped, saying why, in a clone without that
+    history."""
+    known = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", PREVIOUS_RELEASE + "^{commit}"],
+        capture_output=True,
+        timeout=30,
+    )
+    if known.returncode:
+        pytest.skip(f"commit {PREVIOUS_RELEASE[:7]} is not in this clone (shallow?)")
+    base = tmp_path_factory.mktemp("previous-release")
+    src = base / "src"
+    src.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", PREVIOUS_RELEASE],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
+    python = str(base / "venv" / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "-c", str(src / "constraints.txt"), str(src)],
+        check=True,
+        timeout=600,
+    )
+    return python

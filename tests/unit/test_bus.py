@@ -635,3 +635,12 @@ def test_handshake_proofs_bind_secret_role_nonces_and_ids() -> None:
         bus.handshake_proof(b"secret", b"connector", attrs.evolve(connector, node_id="e" * 40), acceptor),
     ]  # fmt: skip
     assert proof not in others and len(set(others)) == len(others)
+
+
+def test_two_nodes_speak_the_highest_version_both_know() -> None:
+    assert bus.negotiate(4) == 4
+    assert bus.negotiate(3) == 3  # a node of the release before
+    assert bus.negotiate(9) == PROTOCOL_VERSION  # a newer one speaks ours
+    assert bus.negotiate(2) is None and bus.negotiate(0) is None
+    assert bus.negotiate(4, mine=3) == 3
+    assert bus.SINCE_VERSION[Postpone] == 4 and bus.MIN_PROTOCOL_VERSION == 3

@@ -256,9 +256,12 @@ class LinkHost:
         pass
 
 
-async def handshaken(stream: trio.abc.Stream, initiator: bool) -> tuple[Any, Any]:
-    """Bus._handshake for a link task under test: the peer answered as PEER."""
-    return type("Peer", (), {"node_id": PEER})(), None
+async def handshaken(
+    stream: trio.abc.Stream, initiator: bool, offer: int = bus_module.PROTOCOL_VERSION
+) -> tuple[Any, Any]:
+    """Bus._handshake for a link task under test: the peer answered as PEER,
+    at the version offered."""
+    return type("Peer", (), {"node_id": PEER, "version": offer})(), None
 
 
 class StreamPair(trio.abc.Stream):
@@ -621,6 +624,53 @@ def test_links_follow_the_table_after_a_heartbeat_only_when_it_moved() -> None:
             table.on_heartbeat(known, 61_000)
             bus.sync_links_if_moved()
             assert len(syncs) == 3 and list(bus.links) == [PEER]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_link_that_speaks_an_older_protocol_gets_no_newer_message() -> None:
+    """A rolling upgrade: the link to a node of the release before speaks
+    bus protocol 3, which has no POSTPONE; the message is not sent (as if
+    lost: that holder re-queues at its RETRY). At version 4 it goes."""
+    job_id = "D-" + "0" * 8 + "-" + "A" * 24 + "-05a1"
+    bus, link, stream = _bus_with_link(1 << 20)
+    link.version = 3
+    bus.send(PEER, bus_module.Postpone(job_id, 5000, 2))
+    bus.send(PEER, bus_module.WillQueue(job_id))
+    bus.flush()
+    assert stream.written == [bus_module.encode_frame(bus_module.WillQueue(job_id))]
+    link.version = 4
+    bus.send(PEER, bus_module.Postpone(job_id, 5000, 2))
+    bus.flush()
+    assert stream.written[-1] == bus_module.encode_frame(bus_module.Postpone(job_id, 5000, 2))
+
+
+def test_a_peer_that_closes_on_our_offer_is_offered_one_version_less() -> None:
+    """A node of the release before refuses a handshake of a version it does
+    not know by closing the connection: the next one offers less; once a
+    link is up, the one after offers our highest again."""
+
+    async def main() -> None:
+        bus, link, _ = _bus_with_link(1 << 20)
+        offers: list[int] = []
+
+        async def closes_unless_3(
+            stream: trio.abc.Stream, initiator: bool, offer: int = 4
+        ) -> tuple[Any, Any]:
+            offers.append(offer)
+            if offer != 3:
+                return None, None
+            return type("Peer", (), {"node_id": PEER, "version": 3})(), None
+
+        bus._handshake = closes_unless_3  # type: ignore[method-assign]
+        await bus._serve_link(link, StreamPair(trio.testing.MemorySendStream()))
+        assert offers == [4] and link.offer == 3
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bus._serve_link, link, StreamPair(trio.testing.MemorySendStream()))
+            await trio.testing.wait_all_tasks_blocked()
+            assert offers == [4, 3] and link.version == 3 and link.offer == 4
+            assert bus.table.nodes[PEER].bus_version == 3
             nursery.cancel_scope.cancel()
 
     trio.run(main)

@@ -54,6 +54,10 @@ LINE_RE = re.compile(
 )
 FLAG_ORDER = ("myself", "fail?", "fail", "handshake", "noaddr", "leaving")
 
+# What every heartbeat's flags carry besides LEAVING: the sender's highest
+# bus protocol version.
+VERSION_BITS = bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
+
 
 def make_table(node_id: str = ME, seed: int = 0, timeout: int = T) -> ClusterTable:
     return ClusterTable(node_id, "10.0.0.1", 7711, 17711, random.Random(seed), timeout)
@@ -188,10 +192,10 @@ def test_set_leaving() -> None:
     table = make_table()
     table.set_leaving(True)
     assert table.myself.flags == MYSELF | LEAVING
-    assert table.heartbeat(bus.Ping).flags == LEAVING
+    assert table.heartbeat(bus.Ping).flags == LEAVING | VERSION_BITS
     table.set_leaving(False)
     assert table.myself.flags == MYSELF
-    assert table.heartbeat(bus.Ping).flags == 0
+    assert table.heartbeat(bus.Ping).flags == VERSION_BITS
 
 
 # -------------------------------------------------------------------- gossip
@@ -363,6 +367,24 @@ def test_gossip_picks_every_subset_of_a_small_cluster() -> None:
 # ---------------------------------------------------------------- heartbeats
 
 
+def test_a_link_below_what_the_peer_speaks_is_reopened() -> None:
+    """Our link to B came up at bus protocol 3 (B was of the release
+    before, or closed on our offer once); B's heartbeats now say it speaks
+    4: the shell is asked for a new link. A node of the release before
+    says nothing of it (flags 0), and a link at 4 is left alone."""
+    table = with_peers(B, C)
+    b = table.nodes[B]
+    b.link_up, b.bus_version = True, 3
+    table.on_heartbeat(bus.Ping(B, 0, ()), START_MS)
+    assert table.stuck_links == set()
+    table.on_heartbeat(bus.Ping(B, VERSION_BITS, ()), START_MS)
+    assert table.stuck_links == {B}
+    table.stuck_links.clear()
+    b.bus_version = 4
+    table.on_heartbeat(bus.Ping(B, VERSION_BITS, ()), START_MS)
+    assert table.stuck_links == set()
+
+
 @pytest.mark.parametrize("kind", [bus.Ping, bus.Meet])
 def test_ping_and_meet_from_a_known_node_are_answered(kind: type[bus.Heartbeat]) -> None:
     table = with_peers(B, C)
@@ -373,7 +395,7 @@ def test_ping_and_meet_from_a_known_node_are_answered(kind: type[bus.Heartbeat])
     assert dest == B
     assert isinstance(msg, bus.Pong)
     assert msg.sender == ME
-    assert msg.flags == 0
+    assert msg.flags == VERSION_BITS  # not leaving; the version it speaks
     assert {e.node_id for e in msg.gossip} <= {B, C}
     assert table.nodes[B].pong_received == 0  # only a PONG counts as one
     assert table.stats_received == 1

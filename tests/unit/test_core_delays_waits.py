@@ -347,3 +347,24 @@ def test_a_flushall_ends_waits_as_gone() -> None:
     waiter = _wait(node, job_id)
     node.flush_all()
     assert waiter.reply == ["gone"]
+
+
+def test_delay_waits_for_every_linked_node_to_speak_postpone() -> None:
+    """A rolling upgrade: a node whose link speaks bus protocol 3 would
+    never hear POSTPONE, so DELAY is refused until it is upgraded."""
+    node, _ = _in_cluster()
+    job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
+    other = node.cluster.nodes[OTHER_ID]
+    other.link_up, other.bus_version = True, 3
+    assert error_line(run(node, "NACK", job_id, "DELAY", 5)).startswith(
+        "NOTSUPPORTED DELAY needs every node on bus protocol 4 or newer: 77e1a0b2 speaks 3"
+    )
+    assert job(node, job_id).nacks == 0
+    other.link_up = False  # not reachable: it does not hold the feature back
+    assert run(node, "NACK", job_id, "DELAY", 5) == 1
+    other.link_up, other.bus_version = True, 4
+    # Still active while it waits: a new delay replaces it, a plain
+    # ENQUEUE queues it now.
+    assert run(node, "ENQUEUE", job_id, "DELAY", 9) == 1
+    assert run(node, "ENQUEUE", job_id) == 1
+    assert job(node, job_id).state == JobState.QUEUED
