@@ -108,6 +108,10 @@ class Settings:
     ``dead_letter_ttl``      a week
     ``fetch_count``          at most this many jobs per GETJOB (100; fewer
                              when the prefetch limit says so)
+    ``linger``               after a GETJOB that emptied the queues, wait
+                             this long before the next one, so that jobs
+                             arriving one by one come a few per GETJOB
+                             (0.005 s; 0: never wait)
     ``client_options``       keyword arguments of ``disque_trio.client.Client``
                              (``timeout``, ``connect_timeout``, ...)
     """
@@ -121,6 +125,7 @@ class Settings:
     dead_letter_suffix: str = ":dead"
     dead_letter_ttl: int = DEFAULT_DEAD_LETTER_TTL
     fetch_count: int = 100
+    linger: float = 0.005
     client_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -205,6 +210,7 @@ class Channel(virtual.Channel):
         self._tags = itertools.count(1)
         self._fetcher: Client | None = None
         self._noack_queues: set[str] = set()
+        self._ran_dry = False  # the last GETJOB brought fewer jobs than asked
 
     # ------------------------------------------------------------ publish
 
@@ -256,10 +262,13 @@ class Channel(virtual.Channel):
         if count < 1:
             return False
         client = self._fetch_client()
+        if self._ran_dry and self.settings.linger > 0 and wait > 0:
+            time.sleep(min(self.settings.linger, wait))
         if wait > 0:
             jobs = client.get_jobs(*queues, count=count, timeout=wait)
         else:
             jobs = client.get_jobs(*queues, count=count, nohang=True)
+        self._ran_dry = 0 < len(jobs) < count
         for job in jobs:
             payload = self._payload(job)
             if payload is None:

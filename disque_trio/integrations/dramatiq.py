@@ -103,6 +103,9 @@ class DisqueBroker(Broker):
       dead_letter_suffix, dead_letter_ttl: ``":dead"``, a week.
       keepalive: WORKING for the jobs a worker holds, every ``retry / 2``
         seconds (True).
+      linger: after a GETJOB that emptied the queue, wait this long before
+        the next one, so that jobs arriving one by one come a few per
+        GETJOB (0.005 s; 0: never wait).
       client_options: keyword arguments of ``disque_trio.client.Client``.
     """
 
@@ -119,6 +122,7 @@ class DisqueBroker(Broker):
         dead_letter_suffix: str = ":dead",
         dead_letter_ttl: int = DEFAULT_DEAD_LETTER_TTL,
         keepalive: bool = True,
+        linger: float = 0.005,
         client_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(middleware=middleware)
@@ -133,6 +137,7 @@ class DisqueBroker(Broker):
         self.dead_letter = dead_letter
         self.dead_letter_suffix = dead_letter_suffix
         self.dead_letter_ttl = dead_letter_ttl
+        self.linger = linger
         self.client_options = dict(client_options or {})
         self.shared = SharedClient(self.new_client)
         self.acks = Acknowledger(
@@ -323,6 +328,7 @@ class _DisqueConsumer(Consumer):
         self._cache: deque[DisqueMessageProxy] = deque()
         self._outstanding: set[str] = set()
         self._room = threading.Event()
+        self._ran_dry = False  # the last GETJOB brought fewer jobs than asked
 
     def __next__(self) -> MessageProxy | None:
         if self._cache:
@@ -337,6 +343,10 @@ class _DisqueConsumer(Consumer):
             if full:
                 self._room.wait(self.timeout / 1000)
             return None
+        if self._ran_dry and self.broker.linger > 0:
+            # The queue ran dry at the last GETJOB: let what arrives meanwhile
+            # come in one reply rather than one GETJOB per job.
+            time.sleep(self.broker.linger)
         try:
             with self._client_lock:
                 jobs = self.client.get_jobs(
@@ -344,6 +354,7 @@ class _DisqueConsumer(Consumer):
                 )
         except DisqueConnectionError as e:
             raise ConnectionClosed(e) from None  # type: ignore[no-untyped-call]
+        self._ran_dry = 0 < len(jobs) < want
         if not jobs:
             return None
         self.broker.acks.track([j.id for j in jobs])
