@@ -21,7 +21,7 @@ URL = os.environ.get("DISQUE_URL", "disque://127.0.0.1:7711")
 RETRY = int(os.environ.get("RETRY", "5"))
 REPLICATE = int(os.environ["REPLICATE"]) if os.environ.get("REPLICATE") else None
 SLOW = 0.5
-SLOW_TASKS = frozenset(n for n in range(100_000) if n % 100 == 13)
+SLOW_TASKS = frozenset(n for n in range(100_000) if n % 50 == 13)
 _record_fd: int | None = None
 
 
