@@ -231,31 +231,16 @@ class DisqueBroker(Broker):
         for queue_name in self.queues:
             self.flush(queue_name)
 
-    def join(
-        self,
-        queue_name: str,
-        *,
-        interval: int = 100,
-        timeout: int | None = None,
-        dead_letters: bool = False,
-    ) -> None:
+    def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
         """Wait until no job of the queue is queued, being handled or
         waiting for a delay on any node (JSCAN; acknowledgements still in
-        this process are sent first). With ``dead_letters``, also wait for
-        its dead-letter queue to be empty (it never is unless someone
-        takes the letters). Meant for tests, as Dramatiq's ``join``.
-
-        Raises QueueJoinTimeout after ``timeout`` milliseconds."""
+        this process are sent first). Meant for tests, as Dramatiq's
+        ``join``. Raises QueueJoinTimeout after ``timeout`` milliseconds."""
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
-        queues = [queue_name]
-        if dead_letters:
-            queues.append(queue_name + self.dead_letter_suffix)
         states = ["wait-repl", "queued", "active"]
         while True:
             self.acks.flush(5.0)
-            left = sum(
-                count_jobs(self.shared, q, states, options=self.client_options) for q in queues
-            )
+            left = count_jobs(self.shared, queue_name, states, options=self.client_options)
             if left == 0:
                 return
             if deadline is not None and time.monotonic() >= deadline:
