@@ -73,6 +73,7 @@ class AofServers(Servers):
         nodedir = os.path.join(self.workdir, f"node-{policy}")
         os.mkdir(nodedir)
         argv = [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", HOST]
+        argv += ["--enable-debug-command", "local"]  # DEBUG FLUSHALL between runs
         argv += ["--cluster-port", str(bus), "--dir", nodedir, "--loglevel", "notice"]
         if policy != "off":
             argv += ["--appendonly", "yes", "--appendfsync", policy]

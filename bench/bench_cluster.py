@@ -133,6 +133,7 @@ class Cluster:
             workdir = os.path.join(self.root, name)
             os.mkdir(workdir)
             argv = [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", HOST]
+            argv += ["--enable-debug-command", "local"]  # DEBUG FLUSHALL between runs
             argv += ["--cluster-port", str(bus), "--dir", workdir, "--loglevel", "notice"]
             # Server starts each node in its own session / process group.
             self.nodes[name] = Server(f"node-{name}", argv, port, workdir)

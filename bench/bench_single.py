@@ -198,6 +198,7 @@ class Servers:
     def disque(self) -> Server:
         port, bus = free_port(), free_port()
         argv = [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", HOST]
+        argv += ["--enable-debug-command", "local"]  # DEBUG FLUSHALL between runs
         argv += ["--cluster-port", str(bus), "--dir", self.workdir, "--loglevel", "notice"]
         return self._start("disque-trio", argv, port)
 
@@ -928,15 +929,16 @@ def bench_parser(doc: str | None, timeout: float) -> argparse.ArgumentParser:
 
 def with_disque_c(args: argparse.Namespace, parts: list[str]) -> int:
     """--disque-c PATH: the same figures side by side with the original C
-    Disque instead of redis-server (bench/bench_vs_c.py, these parts)."""
-    import bench_vs_c
-
+    Disque instead of redis-server: bench/bench_vs_c.py, these parts, run
+    as a process of its own (it imports this module: importing it back
+    would make an import circle)."""
     argv = ["--disque-c", args.disque_c, "--timeout", str(args.timeout)]
     argv += ["--repeat", str(args.repeat)] + (["--quick"] if args.quick else [])
     argv += ["--json", args.json] if args.json else []
     for part in parts:
         argv += ["--only", part]
-    return bench_vs_c.main(argv)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_vs_c.py")
+    return subprocess.run([sys.executable, script, *argv], check=False).returncode
 
 
 def settle_repeat(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:

@@ -141,6 +141,7 @@ class Fleet:
             if self.kind == "trio":
                 argv = [self.exe or sys.executable, "-m", "disque_trio", "--port", str(port)]
                 argv += ["--cluster-port", str(bus), "--loglevel", "notice"]
+                argv += ["--enable-debug-command", "local"]  # DEBUG FLUSHALL between runs
             else:
                 argv = [self.exe, "--port", str(port), "--daemonize", "no"]
                 argv += ["--appendonly", "no", "--loglevel", "notice"]

@@ -38,6 +38,8 @@ Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
        disque-trio check-aof [--fix [--yes]] FILE
        disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]
        disque-trio worker MODULE:ATTRIBUTE [--nodes URL] [options]   (--help for them)
+       disque-trio cluster create HOST:PORT HOST:PORT [...] [--password P]
+       disque-trio cluster status HOST:PORT [--password P]
        disque-trio --version
        disque-trio --help
 
@@ -48,6 +50,7 @@ Examples:
        disque-trio /etc/disque.conf --loglevel verbose
        disque-trio ws ws://127.0.0.1:8711/ws QSTAT myqueue
        disque-trio worker myapp.tasks:worker --nodes disque://127.0.0.1:7711
+       disque-trio cluster create 127.0.0.1:7711 127.0.0.1:7712 127.0.0.1:7713
 """
 WS_USAGE = "Usage: disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]"
 WS_CONNECT_TIMEOUT_S = 10.0
@@ -62,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_aof(args[1:])
     if args and args[0] == "ws":
         return ws_command(args[1:])
+    if args and args[0] == "cluster":
+        from .clusterctl import main as cluster_main  # the node does not need it
+
+        return cluster_main(args[1:])
     if args and args[0] == "worker":
         from .worker import main as worker_main  # the node does not need it
 

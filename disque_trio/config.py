@@ -459,6 +459,12 @@ class _Spec:
     ignored: bool
 
 
+_ENABLE = ("no", "yes", "local")
+# CONFIG SET of these needs enable-protected-configs: they make the node
+# write its files (the AOF, a rewritten one) where a client says.
+PROTECTED = frozenset({"dir"})
+
+
 def _directive(kind: Kind[T], default: T, *, mutable: bool = False, ignored: bool = False) -> T:
     """Declare a Config field that is a directive (its name with - for _)."""
     spec = _Spec(kind=kind, mutable=mutable, ignored=ignored)
@@ -603,6 +609,13 @@ class Config:
     tls_cluster: bool = _directive(BoolKind(), False)
     # Ours: the web port serves HTTPS and WSS with the same certificate.
     tls_web: bool = _directive(BoolKind(), False)
+
+    # Redis 7's: who may run DEBUG, and CONFIG SET the directives that make
+    # the node write files elsewhere (dir): nobody (no), every client (yes,
+    # the original's behaviour), or loopback clients only (local). Set at
+    # start only, like Redis.
+    enable_debug_command: str = _directive(EnumKind(_ENABLE), "no")
+    enable_protected_configs: str = _directive(EnumKind(_ENABLE), "no")
 
     # Absolute path of the file loaded at startup; None when started without one.
     path: str | None = attrs.field(default=None, kw_only=True)

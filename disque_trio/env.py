@@ -9,6 +9,7 @@ the one place allowed to read the real clock and the OS entropy pool.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -57,7 +58,8 @@ class Disk(Protocol):
         ...
 
     def append(self, path: str, data: bytes) -> None:
-        """Append to a file (created if missing); durable only after fsync."""
+        """Append to a file (created if missing); durable only after fsync.
+        All or nothing: a failed append leaves the file as it was."""
         ...
 
     def fsync(self, path: str) -> None: ...
@@ -141,15 +143,28 @@ class FileDisk:
 
     def __init__(self) -> None:
         # Files being appended to stay open: the AOF appends after every
-        # batch of commands, and an open() per batch would dominate.
+        # batch of commands, and an open() per batch would dominate. Raw
+        # (unbuffered) files, so that a failed write leaves no bytes behind
+        # in a buffer to go out with the next one.
         self._open: dict[str, BinaryIO] = {}
 
     def append(self, path: str, data: bytes) -> None:
         f = self._open.get(path)
         if f is None:
-            f = self._open[path] = open(path, "ab")  # noqa: SIM115 (kept open)
-        f.write(data)
-        f.flush()
+            f = self._open[path] = open(path, "ab", buffering=0)  # noqa: SIM115 (kept open)
+        fd = f.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            # A full disk takes part of it: cut that part off, so that the
+            # file never holds half a record (a retry writes it whole),
+            # as Redis does.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
 
     def fsync(self, path: str) -> None:
         f = self._open.get(path)

@@ -493,20 +493,20 @@ def dummy_ack_never_collected() -> contextlib.AbstractContextManager[None]:
 
 def everysec_never_fsyncs() -> contextlib.AbstractContextManager[None]:
     """appendfsync everysec never fsyncs."""
-    return patched(AppendOnlyFile, "fsync_if_due", lambda self: None)
+    return patched(AppendOnlyFile, "every_second", lambda self: None)
 
 
 def everysec_lazy() -> contextlib.AbstractContextManager[None]:
     """appendfsync everysec fsyncs every 8 seconds."""
-    original = AppendOnlyFile.fsync_if_due
+    original = AppendOnlyFile.every_second
     calls: dict[int, int] = {}
 
-    def fsync_if_due(self: AppendOnlyFile) -> None:
+    def every_second(self: AppendOnlyFile) -> None:
         calls[id(self)] = calls.get(id(self), 0) + 1
         if calls[id(self)] % 8 == 0:
             original(self)
 
-    return patched(AppendOnlyFile, "fsync_if_due", fsync_if_due)
+    return patched(AppendOnlyFile, "every_second", every_second)
 
 
 def ttl_skips_queued() -> contextlib.AbstractContextManager[None]:

@@ -373,6 +373,8 @@ class World:
             ("port", [str(port)]),
             ("appendonly", ["yes"]),
             ("appendfsync", [self.appendfsync]),
+            # The explorer runs DEBUG FLUSHALL (sim/explore.py).
+            ("enable-debug-command", ["yes"]),
         ]
         if self.plan.aof_rewrite_kb:
             pairs.append(("auto-aof-rewrite-min-size", [f"{self.plan.aof_rewrite_kb}kb"]))

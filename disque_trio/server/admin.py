@@ -8,10 +8,11 @@ these need the server's view (clients, configuration, process).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
-from ..config import ConfigError
+from ..config import PROTECTED, ConfigError
 from ..core.args import option, parse_int, text
 from ..core.commands import Command
 from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, Verbatim, err
@@ -272,6 +273,12 @@ def config_cmd(ctx: Context, argv: list[bytes]) -> Reply:
             return found
         if sub == b"set" and len(argv) == 4:
             name = text(argv[2]).lower()
+            if name in PROTECTED and not _enabled(ctx, config.enable_protected_configs):
+                return err(
+                    f"CONFIG SET failed (possibly related to argument '{name}') - can't set "
+                    "protected config (enable-protected-configs is "
+                    f"{config.enable_protected_configs})"
+                )
             config.config_set(name, text(argv[3]))
             ctx.server.config_changed(name)
             return OK
@@ -286,8 +293,32 @@ def config_cmd(ctx: Context, argv: list[bytes]) -> Reply:
     return err("CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
 
 
+def _enabled(ctx: Context, setting: str) -> bool:
+    """enable-debug-command / enable-protected-configs for this client:
+    yes, or local and the client is on the loopback interface."""
+    return setting == "yes" or (setting == "local" and _is_loopback(ctx.client.addr))
+
+
+def _is_loopback(addr: str) -> bool:
+    """``addr`` is ``ip:port`` (an IPv6 address has colons of its own)."""
+    host = addr.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+DEBUG_REFUSED = (
+    'DEBUG command not allowed. If the enable-debug-command option is set to "local", '
+    "you can run it from a local connection, otherwise you need to set this option in "
+    "the configuration file, and then restart the server."
+)
+
+
 def debug(ctx: Context, argv: list[bytes]) -> Reply:
     """DEBUG FLUSHALL | SLEEP seconds | JOBS | HELP"""
+    if not _enabled(ctx, ctx.server.config.enable_debug_command):
+        return err(DEBUG_REFUSED)
     sub = option(argv[1])
     if sub == b"flushall":
         ctx.server.node.flush_all()

@@ -79,12 +79,15 @@ class AppendOnlyFile:
         self._since_fsync = 0
         self._turn_on_id = 0  # which turn_on() call is the current one
         # The writer's state. Each append() is one sequence number; written
-        # is the last one on disk, failed the last one whose write failed.
+        # is the last one on disk. The buffer holds what was appended since
+        # the writer's last round; unwritten, what it took and could not
+        # write yet (a full disk), retried once a second.
         self._buffer: list[bytes] = []
+        self._unwritten = bytearray()
         self._appended = 0
         self._written = 0
-        self._failed = 0
-        self._fsync_wanted = False  # everysec: the cron asked for one
+        self._retry_due = False
+        self._fsync_wanted = False  # the cron (everysec) or a write (always) asked
         self._wakeup = trio.Event()
         self._progress = trio.Event()
         # Bus messages held until their records are written: (seq, send).
@@ -115,14 +118,16 @@ class AppendOnlyFile:
 
     async def written(self, seq: int) -> bool:
         """Wait until the records of ``seq`` are written (and, with
-        ``always``, fsynced): False if that write failed."""
+        ``always``, fsynced); a write that fails is retried, and this waits
+        on. True: the caller may reply."""
         while self._written < seq:
             await self._progress.wait()
-        return self._failed < seq
+        return True
 
     def after_written(self, seq: int, action: Callable[[], None]) -> None:
-        """Run ``action`` once ``seq`` is written (dropped if it failed):
-        a bus message acknowledging a copy must not leave before it."""
+        """Run ``action`` once ``seq`` is written: a bus message
+        acknowledging a copy (or a REPLJOB for a job whose record failed)
+        must not leave before it."""
         self._held.append((seq, action))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -134,45 +139,74 @@ class AppendOnlyFile:
             self._wakeup = trio.Event()
             self.write_now()
 
-    def write_now(self) -> None:
-        """One round of the writer (also called at shutdown)."""
+    def write_now(self, force: bool = False) -> None:
+        """One round of the writer. While writes fail (a full disk), only
+        the cron's retry once a second (``every_second``) or ``force``
+        (shutdown) tries again: every append would otherwise hit the disk
+        in vain."""
         upto = self._appended
+        self._take()
+        if self.last_write_error is not None and not (self._retry_due or force):
+            return
+        self._retry_due = False
+        if not self._write_unwritten():
+            return
+        if self._fsync_wanted:
+            self._fsync_wanted = False
+            if not self._fsync():
+                self._fsync_wanted = True
+                return
+        if self.last_write_error is not None:
+            log.warning(
+                "AOF write error looks solved: the AOF file %s is written again", self.path
+            )
+            self.last_write_error = None
+        self._done_upto(upto)
+
+    def _take(self) -> None:
+        """Move what was appended into the bytes the file still needs (and
+        the rewrite buffer, once: a retry does not add them again)."""
+        if not self._buffer:
+            return
         data = b"".join(self._buffer)
         self._buffer.clear()
-        ok = True
-        if data:
-            ok = self._write(data)
-        if self._fsync_wanted and ok:
-            self._fsync_wanted = False
-            ok = self._fsync()
-        if not ok:
-            self._failed = upto
-        self._written = upto
-        while self._held and self._held[0][0] <= upto:
-            seq, action = self._held.popleft()
-            if self._failed < seq:
-                action()
-        self.server.held_sent()
-        self._progress.set()
-        self._progress = trio.Event()
-
-    def _write(self, data: bytes) -> bool:
         if self.rewrite_buffer is not None:
             self.rewrite_buffer.append(data)
-        if self.state != "on":
+        if self.state == "on":
+            self._unwritten += data
+
+    def _write_unwritten(self) -> bool:
+        """Append what the file still needs. A failed append leaves nothing
+        in the file (FileDisk truncates a partial one) and keeps the bytes
+        for the next try: the commands they record stay applied in memory,
+        their replies wait for them (nothing half-applied, nothing
+        acknowledged that is not on disk)."""
+        if not self._unwritten:
             return True
+        data = bytes(self._unwritten)
         try:
             self.disk.append(self.path, data)
-            if self.server.config.appendfsync == "always":
-                self.disk.fsync(self.path)
-            else:
-                self._since_fsync += len(data)
         except OSError as e:
             self._write_failed(e)
             return False
+        self._unwritten.clear()
         self.current_size += len(data)
-        self.last_write_error = None
+        if self.server.config.appendfsync == "always":
+            self._fsync_wanted = True
+        else:
+            self._since_fsync += len(data)
         return True
+
+    def _done_upto(self, seq: int) -> None:
+        """The records of every sequence number up to ``seq`` are written:
+        release their held actions and the replies waiting for them."""
+        self._written = max(self._written, seq)
+        while self._held and self._held[0][0] <= self._written:
+            _, action = self._held.popleft()
+            action()
+        self.server.held_sent()
+        self._progress.set()
+        self._progress = trio.Event()
 
     def _fsync(self) -> bool:
         try:
@@ -186,22 +220,33 @@ class AppendOnlyFile:
     def _write_failed(self, e: OSError) -> None:
         self.write_failures += 1
         if self.last_write_error is None:
-            log.warning("Error writing to the AOF file %s: %s", self.path, e.strerror or e)
+            log.warning(
+                "Error writing to the AOF file %s: %s. Write commands are refused "
+                "(MISCONF) until a retry, once a second, succeeds",
+                self.path,
+                e.strerror or e,
+            )
         self.last_write_error = e.strerror or str(e)
+
+    @property
+    def failing(self) -> bool:
+        return self.last_write_error is not None and self.state != "off"
 
     def misconf(self) -> ReplyError | None:
         """The refusal for write commands while the AOF cannot be written."""
-        if self.last_write_error is None or self.state == "off":
+        if not self.failing:
             return None
         return ReplyError("MISCONF", f"Errors writing to the AOF file: {self.last_write_error}")
 
-    def fsync_if_due(self) -> None:
-        """everysec: called once a second by the cron; the writer does it."""
-        if self.state != "on" or self.server.config.appendfsync != "everysec":
+    def every_second(self) -> None:
+        """The cron, once a second: retry a failed write, and under
+        everysec have the writer fsync."""
+        if self.state != "on":
             return
-        if self._since_fsync or self.last_write_error is not None:
-            # After a failed write, retry: a disk that recovered clears
-            # MISCONF, which refused the writes that would have retried.
+        if self.last_write_error is not None:
+            self._retry_due = True
+            self._wakeup.set()
+        elif self.server.config.appendfsync == "everysec" and self._since_fsync:
             self._fsync_wanted = True
             self._wakeup.set()
 
@@ -315,6 +360,7 @@ class AppendOnlyFile:
                         parts.append(record)
                 await trio.lowlevel.checkpoint()
             self.write_now()  # records appended until now go in the buffer
+            upto = self._appended
             data = b"".join(parts) + b"".join(self.rewrite_buffer or ())
             self.disk.replace(self.path, data)
             self.disk.fsync(self.path)
@@ -328,6 +374,16 @@ class AppendOnlyFile:
         self.current_size = self.base_size = len(data)
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = int(trio.current_time() - started)
+        if self.state == "on" and (self._unwritten or self.last_write_error is not None):
+            # The new file holds every job as memory has it, and every
+            # record appended since the snapshot began: what a failed write
+            # kept back is in it too.
+            self._unwritten.clear()
+            self._fsync_wanted = False
+            if self.last_write_error is not None:
+                log.warning("AOF write error solved by the rewrite of %s", self.path)
+                self.last_write_error = None
+            self._done_upto(upto)
         log.info("Background AOF rewrite finished successfully (%d bytes)", len(data))
         return True
 
@@ -376,6 +432,7 @@ class AppendOnlyFile:
         """DEBUG FLUSHALL: the jobs are gone, so is the file's content
         (otherwise they would come back at the next start)."""
         self._buffer.clear()
+        self._unwritten.clear()
         if self.state == "on":
             try:
                 self.disk.replace(self.path, b"")
@@ -385,9 +442,18 @@ class AppendOnlyFile:
             self.current_size = self.base_size = 0
 
     def turn_off(self) -> None:
+        """CONFIG SET appendonly no: what could not be written is dropped
+        (no AOF, no durability to wait for), and its waiters released."""
         self.state = "off"
         self.server.node.persisting = False
         self.disk.close(self.path)
+        self._unwritten.clear()
+        self._buffer.clear()
+        self._fsync_wanted = False
+        if self.last_write_error is not None:
+            log.warning("AOF turned off while its writes failed: what was not written is dropped")
+            self.last_write_error = None
+        self._done_upto(self._appended)
 
     def shutdown_rewrite(self) -> None:
         """SHUTDOWN REWRITE-AOF: a synchronous snapshot with queue states.
@@ -431,7 +497,7 @@ class AppendOnlyFile:
                 ("aof_current_size", self.current_size),
                 ("aof_base_size", self.base_size),
                 ("aof_pending_rewrite", 0),
-                ("aof_buffer_length", 0),
+                ("aof_buffer_length", len(self._unwritten) + sum(map(len, self._buffer))),
                 ("aof_rewrite_buffer_length", len(self.rewrite_buffer or ())),
                 ("aof_pending_bio_fsync", 0),
                 ("aof_delayed_fsync", 0),

@@ -197,6 +197,12 @@ def _clients(out: Exposition, server: ServerHost) -> None:
         server.stat_connections,
     )
     out.one("disque_memory_used_bytes", "gauge", "Memory used (estimate).", server.used_memory())
+    out.one(
+        "disque_memory_max_bytes",
+        "gauge",
+        "maxmemory: at 75 % of it no new local copies, at 95 % evictions, at 100 % -OOM.",
+        server.config.maxmemory,
+    )
     out.one("disque_uptime_seconds", "gauge", "Seconds since the node started.", server.uptime_s())
 
 
@@ -247,6 +253,18 @@ def _persistence(out: Exposition, server: ServerHost) -> None:
         "disque_aof_rewrite_in_progress", "gauge", "1 while the AOF is rewritten.", aof.rewriting
     )
     out.one("disque_loading", "gauge", "1 while the AOF is loaded at start-up.", aof.loading)
+    out.one(
+        "disque_aof_write_ok",
+        "gauge",
+        "0 while AOF writes fail (a full disk): write commands get MISCONF; else 1.",
+        not aof.failing,
+    )
+    out.one(
+        "disque_aof_write_errors_total",
+        "counter",
+        "AOF writes and fsyncs that failed (each retry counts).",
+        aof.write_failures,
+    )
 
 
 def _labels(labels: dict[str, str]) -> str:

@@ -69,6 +69,10 @@ from .timer import Cron, Timer
 from .tls import TlsContexts, TlsHandshakeError
 from .web import WebServer
 
+# Bus messages that are not held until the records of their commit are
+# written (NodeServer._apply).
+_HEARTBEATS: frozenset[type] = frozenset({bus.Ping, bus.Pong, bus.Meet, bus.Fail})
+
 log = logging.getLogger("disque_trio")
 
 
@@ -390,7 +394,7 @@ class NodeServer:
         self.connections.stop()
         self.node.unblock_all(None)
         self.commit()
-        self.aof.write_now()
+        self.aof.write_now(force=True)
         self.save_cluster_config()
         if fsync_aof and self.aof.state == "on":
             try:
@@ -557,19 +561,28 @@ class NodeServer:
         none). Called at the end of every unit of core work; the only place
         that drains the core."""
         effects = self.node.effects
+        barrier = 0
         if effects:
             self.node.effects = self.node.cluster.effects = Effects()
-            self._apply(effects)
+            barrier = self._apply(effects)
             self.bus.flush()
         self.timer.reschedule(self.node.next_deadline())
-        return self.aof.pending
+        if barrier or not self.aof.failing:
+            return barrier or self.aof.pending
+        # Writes fail (a full disk): what this commit changed nothing on
+        # disk, so its replies (reads: writes are refused) go now, not
+        # after the disk recovers.
+        return 0
 
     def held_sent(self) -> None:
         self.bus.flush()
 
-    def _apply(self, effects: Effects) -> None:
+    def _apply(self, effects: Effects) -> int:
+        """Carry out a commit's effects; returns the AOF sequence number of
+        its records (0: none)."""
         records = [e.record for e in effects if type(e) is Persist]
-        barrier = self.aof.append(records) if records else self.aof.pending
+        appended = self.aof.append(records) if records else 0
+        barrier = appended or self.aof.pending
         send = self.bus.send
         for effect in effects:
             kind = type(effect)
@@ -578,7 +591,11 @@ class NodeServer:
                 # Counted from now, the core's instant, not from when the
                 # records it waits for are written.
                 send_by = trio.current_time() + effect.valid_ms / 1000 if effect.valid_ms else inf
-                if barrier:
+                # Heartbeats promise nothing of jobs: they never wait for
+                # records. Held behind a write that fails (a full disk),
+                # they made the peers flag this node failing, and itself
+                # flag them, and ADDJOBs were refused NOREPL after that.
+                if barrier and type(effect.message) not in _HEARTBEATS:
                     self.aof.after_written(
                         barrier, partial(send, effect.peer, effect.message, send_by)
                     )
@@ -594,6 +611,7 @@ class NodeServer:
             elif kind is Log:
                 assert isinstance(effect, Log)
                 log.log(effect.level, "%s", effect.message)
+        return appended
 
     # ------------------------------------------------------------- delivery
 
@@ -659,7 +677,7 @@ class NodeServer:
             self.spawn(self.aof.rewrite, True)
 
     def _cron_second(self) -> None:
-        self.aof.fsync_if_due()
+        self.aof.every_second()
 
     def release_memory_after_a_drop(self, now: bool = False) -> None:
         """Give memory back to the OS once many jobs went away (acked,

@@ -187,9 +187,11 @@ def previous_release(tmp_path_factory: pytest.TempPathFactory) -> str:
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True, timeout=60)
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=120)
     python = str(base / "venv" / "bin" / "python")
-    subprocess.run(
+    installed = subprocess.run(
         [python, "-m", "pip", "install", "-q", "-c", str(src / "constraints.txt"), str(src)],
-        check=True,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     return python

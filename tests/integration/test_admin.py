@@ -101,7 +101,7 @@ async def test_command_time_ping(autojump_clock: trio.testing.MockClock) -> None
 
 
 async def test_debug_flushall_and_shutdown(autojump_clock: trio.testing.MockClock) -> None:
-    async with memory_node() as node:
+    async with memory_node(enable_debug_command="yes") as node:
         c = await node.client()
         await c.call("ADDJOB", "q", "x", 0)
         assert await c.call("DEBUG", "FLUSHALL") == Status("OK")
@@ -149,3 +149,44 @@ async def test_idle_clients_are_closed_after_timeout(
         # A client blocked in GETJOB is not idle: it is still served.
         await (await node.client()).call("ADDJOB", "q", "x", 0)
         assert (await blocked.read())[0][2] == b"x"
+
+
+async def test_debug_and_protected_configs_are_closed_by_default(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Redis 7's defaults: no DEBUG, no CONFIG SET dir (a client could make
+    BGREWRITEAOF write anywhere); one directive gives them back. These
+    in-memory clients are not on the loopback interface: ``local`` refuses
+    them too (tests/integration/test_clients.py runs DEBUG from loopback)."""
+    for setting in ("no", "local"):
+        async with memory_node(
+            enable_debug_command=setting, enable_protected_configs=setting
+        ) as node:
+            c = await node.client()
+            reply = await c.call("DEBUG", "SLEEP", "0")
+            assert isinstance(reply, ReplyError) and reply.line.startswith(
+                "ERR DEBUG command not allowed. If the enable-debug-command option is set"
+            )
+            reply = await c.call("CONFIG", "SET", "dir", "/tmp")
+            assert isinstance(reply, ReplyError)
+            assert "can't set protected config" in reply.line
+            assert await c.call("CONFIG", "SET", "maxmemory", "2gb") == Status("OK")
+            assert await c.call("CONFIG", "GET", "enable-debug-command") == [
+                b"enable-debug-command",
+                setting.encode(),
+            ]
+            reply = await c.call("CONFIG", "SET", "enable-debug-command", "yes")
+            assert isinstance(reply, ReplyError)  # at start only
+    async with memory_node(enable_debug_command="yes", enable_protected_configs="yes") as node:
+        c = await node.client()
+        assert await c.call("DEBUG", "SLEEP", "0") == Status("OK")
+        assert await c.call("CONFIG", "SET", "dir", ".") == Status("OK")
+
+
+def test_which_client_addresses_are_local() -> None:
+    from disque_trio.server.admin import _is_loopback
+
+    assert _is_loopback("127.0.0.1:51234") and _is_loopback("127.8.0.2:1")
+    assert _is_loopback("::1:51234") and _is_loopback("[::1]:6")
+    assert not _is_loopback("10.0.0.7:51234") and not _is_loopback("memory:0")
+    assert not _is_loopback("?:0")

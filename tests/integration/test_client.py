@@ -168,7 +168,8 @@ async def test_timeouts_and_unreachable_nodes(flavour: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_call_timeout_on_a_stalled_node(flavour: str, node: NodeProcess) -> None:
+async def test_call_timeout_on_a_stalled_node(flavour: str, node_factory: Any) -> None:
+    node = node_factory("--enable-debug-command", "local")  # DEBUG SLEEP, from loopback
     do, close = make(flavour, url(node), timeout=0.5)
     assert await do("qlen", "q") == 0
     # DEBUG SLEEP freezes the node: the next call must give up in time.

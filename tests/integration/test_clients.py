@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -123,7 +124,8 @@ def test_bulk_longer_than_proto_max_bulk_len_is_refused(node_factory: object) ->
         assert s.recv(200) == b""
 
 
-def test_debug_sleep_stops_the_whole_node(node: NodeProcess) -> None:
+def test_debug_sleep_stops_the_whole_node(node_factory: Any) -> None:
+    node = node_factory("--enable-debug-command", "local")
     sleeper = redis.Redis(port=node.port, socket_timeout=10)
     other = redis.Redis(port=node.port, socket_timeout=10)
     other.ping()

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import time
+from typing import Any
 
 import attrs
 import pytest
@@ -375,10 +376,11 @@ def rss_of(node: NodeProcess) -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_memory_goes_back_after_debug_flushall(node: NodeProcess) -> None:
+def test_memory_goes_back_after_debug_flushall(node_factory: Any) -> None:
     """RSS stayed at 1.08 GB after DEBUG FLUSHALL while used_memory fell
     to 1 MB (the allocator kept its arenas); and an idle node's
     mem_fragmentation_ratio read 33."""
+    node = node_factory("--enable-debug-command", "local")
     started = rss_of(node)
     assert float(info_field(node, "mem_fragmentation_ratio")) < 1.5
     with socket.create_connection(("127.0.0.1", node.port), timeout=30) as s:

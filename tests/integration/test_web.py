@@ -812,6 +812,9 @@ async def test_metrics_exposition() -> None:
         assert value("disque_aof_size_bytes") == 0
         assert value("disque_aof_rewrite_in_progress") == 0
         assert value("disque_memory_used_bytes") > 0
+        assert value("disque_memory_max_bytes") == 1 << 30
+        assert value("disque_aof_write_ok") == 1
+        assert value("disque_aof_write_errors") == 0
         assert value("disque_uptime_seconds") >= 0
         assert value("disque_cluster_nodes_known") == 1
         assert value("disque_cluster_nodes_failing") == 0

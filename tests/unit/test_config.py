@@ -524,7 +524,10 @@ def test_config_get_renders_like_redis() -> None:
         ("append*", ["appendonly", "appendfilename", "appendfsync"]),
         ("*port", ["port", "cluster-port", "cluster-announce-port", "web-port", "tls-port"]),
         ("h?", ["hz"]),
-        ("[d-e]*", ["daemonize", "databases", "dir"]),
+        (
+            "[d-e]*",
+            ["daemonize", "databases", "dir", "enable-debug-command", "enable-protected-configs"],
+        ),
         ("[^a-z]*", []),
         ("sys*-[ei]*", ["syslog-enabled", "syslog-ident"]),
         ("no\\-such", []),

@@ -287,23 +287,67 @@ async def test_aof_everysec_writes_now_and_fsyncs_when_asked() -> None:
         await nursery.start(aof.run)
         assert await aof.written(aof.append([b"x\n"]))
         assert (disk.writes, sim_disk.fsyncs) == (1, 0)
-        aof.fsync_if_due()  # the cron, once a second
+        aof.every_second()  # the cron
         await trio.sleep(0)
         await trio.sleep(0)
         assert sim_disk.fsyncs == 1
         nursery.cancel_scope.cancel()
 
 
-async def test_aof_write_failure_holds_back_what_depended_on_it() -> None:
-    aof, _, _ = aof_for("always", fail=True)
+async def test_aof_write_failure_holds_back_what_depended_on_it_until_a_retry_works(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A full disk: the records stay in memory, what waits for them waits
+    (a reply, a GOTJOB), write commands get MISCONF; the writer retries
+    only when the cron says (once a second), not at every append; once a
+    retry works, everything is written once, in order, and released. One
+    log line when it fails, one when it works again."""
+    aof, disk, sim_disk = aof_for("always", fail=True)
     released: list[str] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(aof.run)
         seq = aof.append([b"x\n"])
         aof.after_written(seq, lambda: released.append("GOTJOB"))
-        assert not await aof.written(seq)
-        assert released == [] and aof.misconf() is not None
+        await trio.testing.wait_all_tasks_blocked()
+        assert aof.misconf() is not None and aof.pending == seq
+        later = aof.append([b"y\n"])  # a timer's record meanwhile: no retry
+        await trio.testing.wait_all_tasks_blocked()
+        assert disk.writes == 0 and released == [] and aof.failing
+        aof.every_second()  # the cron's retry: still full
+        await trio.testing.wait_all_tasks_blocked()
+        assert aof.failing and dict(aof.info())["aof_buffer_length"] == 4
+        disk.fail = False  # space again
+        aof.every_second()
+        assert await aof.written(later)
+        assert sim_disk.durable[aof.path] == b"x\ny\n" and disk.writes == 1
+        assert released == ["GOTJOB"] and aof.misconf() is None
         nursery.cancel_scope.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.name == "disque_trio.aof"]
+    assert len(lines) == 2, lines
+    assert "No space left on device" in lines[0] and "looks solved" in lines[1]
+
+
+async def test_a_rewrite_that_works_ends_a_write_failure() -> None:
+    aof, _, sim_disk = aof_for("everysec", fail=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        seq = aof.append([b"lost?\n"])
+        await trio.testing.wait_all_tasks_blocked()
+        assert aof.failing
+        assert await aof.rewrite()  # replace() works where append() failed
+        assert await aof.written(seq) and not aof.failing
+        assert dict(aof.info())["aof_buffer_length"] == 0
+        assert aof.path in sim_disk.durable
+        nursery.cancel_scope.cancel()
+
+
+def test_turning_the_aof_off_releases_what_waited_for_a_failed_write() -> None:
+    aof, _, _ = aof_for("always", fail=True)
+    seq = aof.append([b"x\n"])
+    aof.write_now()
+    assert aof.failing and aof.pending == seq
+    aof.turn_off()
+    assert aof.pending == 0 and aof.misconf() is None
 
 
 # --------------------------------------------------- client connections
