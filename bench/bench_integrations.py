@@ -58,9 +58,7 @@ import json
 import math
 import os
 import platform
-import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -78,7 +76,6 @@ from bench_single import (  # noqa: E402  (the bench directory is not a package)
     HOST,
     BenchError,
     Server,
-    Servers,
     arm_signals,
     bench_parser,
     command,
@@ -88,134 +85,28 @@ from bench_single import (  # noqa: E402  (the bench directory is not a package)
     median,
     settle_repeat,
 )
+from bench_workers import Brokers as WorkerBrokers  # noqa: E402
+from bench_workers import (  # noqa: E402  (its process, CPU and table helpers)
+    Child,
+    cpu_ticks,
+    fmt,
+    info_field,
+    markdown_table,
+    tree_delta,
+    tree_pids,
+    verdict,
+)
 
 POLL_S = 0.005
 CONFIRM_S = 0.05
 IDLE_S = 0.3
-STOP_S = 15.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET = 0.8  # disque-trio (one node) / Redis, drain jobs/s
 FRAMEWORKS = ("celery", "dramatiq")
 BROKERS = ("redis", "disque-1", "disque-3")
 
 
-# ------------------------------------------------------------------ /proc
-
-
-def stat_ticks(pid: int) -> int | None:
-    """utime + stime + cutime + cstime of a process, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return sum(int(x) for x in fields[11:15])
-
-
-def tree(pid: int) -> list[int]:
-    """The process and its descendants alive now."""
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError), open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-    return pids
-
-
-def ticks_of(pids: Sequence[int]) -> dict[int, int]:
-    return {p: t for p in pids if (t := stat_ticks(p)) is not None}
-
-
-def spent(start: dict[int, int], end: dict[int, int]) -> int:
-    """Ticks between two readings of a set of processes (one gone by the
-    end counts for nothing, one born since counts whole)."""
-    return sum(t - start.get(p, 0) for p, t in end.items())
-
-
 # ------------------------------------------------------------- processes
-
-
-class Child:
-    """A worker or producer in its own process group, its output in a file,
-    optionally a pipe to talk to."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], workdir: str) -> None:
-        self.name = name
-        self.log_path = os.path.join(workdir, f"{name}-{time.monotonic_ns()}.log")
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
-        talk = name == "producer"
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if talk else self._log,
-            stderr=self._log,
-            cwd=BENCH,
-            env=env,
-            start_new_session=True,
-        )
-        self.started = time.monotonic()
-        self._buffer = b""
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise BenchError(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
-
-    def line(self, timeout: float) -> str | None:
-        """The next line of its stdout, if one comes within ``timeout``."""
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.5))
-            if ready:
-                data = os.read(self.proc.stdout.fileno(), 65536)
-                if not data:
-                    raise BenchError(f"{self.name} closed its output:\n{self.tail()}")
-                self._buffer += data
-        text, _, self._buffer = self._buffer.partition(b"\n")
-        return text.decode()
-
-    def expect(self, timeout: float) -> str:
-        text = self.line(timeout)
-        if text is None:
-            raise BenchError(f"{self.name}: nothing said within {timeout:.0f} s:\n{self.tail()}")
-        return text
-
-    def say(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(text.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def tail(self, lines: int = 20) -> str:
-        self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-
-    def stop(self) -> None:
-        """SIGTERM to the group, SIGKILL after STOP_S; idempotent."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=STOP_S)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=STOP_S)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self._log.close()
 
 
 @dataclass
@@ -237,16 +128,17 @@ class Broker:
             s.check_alive()
 
 
-class Brokers(Servers):
-    """bench_single's servers (scratch directory, process groups, stopped on
-    the way out), the nodes without a web port, and a 3-node cluster."""
+class Brokers(WorkerBrokers):
+    """bench_workers' brokers (bench_single's servers: a scratch directory,
+    process groups, stopped on the way out; nodes without a web port), and
+    a cluster of nodes, each in a directory of its own."""
 
-    bus_ports: dict[int, int]
+    def __init__(self) -> None:
+        super().__init__()
+        self.bus_ports: dict[int, int] = {}
 
-    def node(self) -> Server:
+    def member(self) -> Server:
         port, bus = free_port(), free_port()
-        if not hasattr(self, "bus_ports"):
-            self.bus_ports = {}
         self.bus_ports[port] = bus
         argv = [sys.executable, "-m", "disque_trio", "--port", str(port), "--bind", HOST]
         argv += ["--cluster-port", str(bus), "--web-port", "0", "--loglevel", "notice"]
@@ -259,7 +151,10 @@ class Brokers(Servers):
             server = self.redis()
             return Broker(kind, [server], f"redis://{HOST}:{server.port}/0")
         count = int(kind.split("-")[1])
-        nodes = [self.node() for _ in range(count)]
+        if count == 1:
+            server = self.disque()
+            return Broker(kind, [server], f"disque://{HOST}:{server.port}")
+        nodes = [self.member() for _ in range(count)]
         for other in nodes[1:]:
             reply = command(
                 nodes[0].port, "CLUSTER", "MEET", HOST, other.port, self.bus_ports[other.port]
@@ -267,7 +162,7 @@ class Brokers(Servers):
             if reply not in (b"OK", "OK"):
                 raise BenchError(f"CLUSTER MEET: {reply!r}")
         deadline = time.monotonic() + 30
-        while count > 1:
+        while True:
             infos = [command(n.port, "CLUSTER", "INFO").decode() for n in nodes]
             if all(f"cluster_reachable_nodes:{count - 1}" in i for i in infos):
                 break
@@ -323,8 +218,7 @@ class Probe:
             if self.broker.kind == "redis":
                 total += sum(int(r) for r in replies)
             else:
-                text = replies[0].decode()
-                total += int(text.split("registered_jobs:")[1].split()[0])
+                total += info_field(replies[0].decode(), "registered_jobs")
         return math.ceil(total / self.broker.copies)
 
     def close(self) -> None:
@@ -389,7 +283,7 @@ class Bench:
         return env
 
     def child(self, name: str, argv: list[str], broker: Broker) -> Child:
-        child = Child(name, argv, self.env(broker), self.brokers.workdir)
+        child = Child(name, argv, self.env(broker), self.brokers.workdir, talk=name == "producer")
         self.children.append(child)
         return child
 
@@ -406,8 +300,8 @@ class Bench:
     def producer(self, framework: str, broker: Broker, warmup: int) -> Child:
         argv = [sys.executable, "-m", "integration_apps.produce", f"{framework}_app"]
         producer = self.child("producer", [*argv, str(warmup), str(self.jobs)], broker)
-        if (said := producer.expect(120)) != "ready":
-            raise BenchError(f"producer said {said!r}:\n{producer.tail()}")
+        if (said := producer.read_line(120)) != "ready":
+            raise BenchError(f"producer said {said!r}:\n{producer.log_tail()}")
         return producer
 
     def stop_children(self) -> None:
@@ -437,14 +331,14 @@ class Bench:
         seeing nothing left (CONFIRM_S long), with the CPU readings taken
         right after that first poll."""
         end: tuple[float, dict[int, int], int] | None = None
-        pids = tree(worker.pid)
+        pids = tree_pids(worker.pid)
         for t, left in self.polls(probe, broker, self.timeout()):
             worker.check_alive()
             if left or t < after:
                 end = None
                 continue
             if end is None:
-                end = (t, ticks_of(pids), sum(ticks_of(broker.pids).values()))
+                end = (t, cpu_ticks(pids), sum(cpu_ticks(broker.pids).values()))
             elif t - end[0] >= CONFIRM_S:
                 return end
         raise AssertionError("unreachable")
@@ -456,10 +350,10 @@ class Bench:
         probe = Probe(broker, framework)
         try:
             producer = self.producer(framework, broker, warmup=0)
-            before = sum(ticks_of(broker.pids).values())
+            before = sum(cpu_ticks(broker.pids).values())
             producer.say("go")
-            sent = json.loads(producer.expect(self.timeout()))
-            after = sum(ticks_of(broker.pids).values())
+            sent = json.loads(producer.read_line(self.timeout()))
+            after = sum(cpu_ticks(broker.pids).values())
             enqueue = Phase(self.jobs, sent["last"] - sent["first"], after - before)
             self.wait_for(probe, broker, self.jobs)
             worker = self.worker(framework, broker)
@@ -467,13 +361,13 @@ class Bench:
             for t, left in self.polls(probe, broker, self.timeout()):
                 worker.check_alive()
                 if left < self.jobs:
-                    pids = tree(worker.pid)
-                    start = (t, ticks_of(pids), sum(ticks_of(broker.pids).values()))
+                    pids = tree_pids(worker.pid)
+                    start = (t, cpu_ticks(pids), sum(cpu_ticks(broker.pids).values()))
                     start_left = left
                     break
             assert start is not None
             t1, w1, b1 = self.end_of_work(probe, broker, start[0], worker)
-            drain = Phase(start_left, t1 - start[0], b1 - start[2], spent(start[1], w1))
+            drain = Phase(start_left, t1 - start[0], b1 - start[2], tree_delta(start[1], w1))
             return enqueue, drain
         finally:
             probe.close()
@@ -485,12 +379,12 @@ class Bench:
             producer = self.producer(framework, broker, warmup=1)
             self.wait_for(probe, broker, 0)  # the warm-up job is done: the worker runs
             time.sleep(IDLE_S)
-            pids = tree(worker.pid)
-            w0, b0 = ticks_of(pids), sum(ticks_of(broker.pids).values())
+            pids = tree_pids(worker.pid)
+            w0, b0 = cpu_ticks(pids), sum(cpu_ticks(broker.pids).values())
             producer.say("go")
-            sent = json.loads(producer.expect(self.timeout()))
+            sent = json.loads(producer.read_line(self.timeout()))
             t1, w1, b1 = self.end_of_work(probe, broker, sent["last"], worker)
-            return Phase(self.jobs, t1 - sent["first"], b1 - b0, spent(w0, w1))
+            return Phase(self.jobs, t1 - sent["first"], b1 - b0, tree_delta(w0, w1))
         finally:
             probe.close()
 
@@ -575,28 +469,16 @@ def paired(results: Sequence[Result], framework: str, kind: str, part: str) -> f
     return median(ratios) if ratios else None
 
 
-def fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "-" if value is None or value != value else format(value, spec)
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(c) for c in col) for col in zip(head, *rows, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        out = [cells[0].ljust(widths[0]), cells[1].ljust(widths[1])]
-        out += [c.rjust(w) for c, w in zip(cells[2:], widths[2:], strict=True)]
-        return "| " + " | ".join(out) + " |"
-
-    rule = (
-        "|" + "|".join("-" * (w + 1) + ("-" if i < 2 else ":") for i, w in enumerate(widths)) + "|"
-    )
-    return "\n".join([line(head), rule, *(line(r) for r in rows)])
+LABELS = {
+    "redis": "Redis",
+    "disque-1": "disque-trio, 1 node",
+    "disque-3": "disque-trio, 3 nodes, REPLICATE 3",
+}
 
 
 def report(results: Sequence[Result], frameworks: Sequence[str], kinds: Sequence[str]) -> str:
     head = [
-        "framework",
-        "broker",
+        "framework, broker",
         "enqueue/s",
         "drain/s",
         "steady/s",
@@ -611,25 +493,18 @@ def report(results: Sequence[Result], frameworks: Sequence[str], kinds: Sequence
         cpu = ", ".join(
             fmt(v[f"{p}_broker_cpu_ms_per_1k"]) for p in ("enqueue", "drain", "steady")
         )
-        ratios = "-"
-        target = "-"
+        ratios = target = "-"
         if row.broker != "redis":
             r = [
                 paired(results, row.framework, row.broker, p)
                 for p in ("enqueue", "drain", "steady")
             ]
             ratios = ", ".join(fmt(x, ".2f") for x in r)
-            if row.broker == "disque-1" and r[1] is not None:
-                target = f"drain >= {TARGET}x: " + ("PASS" if r[1] >= TARGET else "MISS")
-        label = {
-            "redis": "Redis",
-            "disque-1": "disque-trio, 1 node",
-            "disque-3": "disque-trio, 3 nodes, REPLICATE 3",
-        }
+            if row.broker == "disque-1":
+                target = f"drain >= {TARGET}x: " + verdict(r[1], ">=", TARGET)
         rows.append(
             [
-                row.framework.capitalize(),
-                label[row.broker],
+                f"{row.framework.capitalize()}, {LABELS[row.broker]}",
                 fmt(v["enqueue_rate"]),
                 fmt(v["drain_rate"]),
                 fmt(v["steady_rate"]),
@@ -639,7 +514,7 @@ def report(results: Sequence[Result], frameworks: Sequence[str], kinds: Sequence
                 target,
             ]
         )
-    return table(head, rows)
+    return markdown_table(head, rows)
 
 
 # ------------------------------------------------------------------ setup
