@@ -1,0 +1,77 @@
+"""The parts of the integrations a process test does not reach, in this
+process against a real node: kombu's queue length, purge and basic_get
+through the Celery transport, Dramatiq's join() and flush()."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+
+from disque_trio.client import Client
+
+from .conftest import NodeProcess
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("kombu") is None, reason="kombu is not installed ('.[test]')"
+)
+def test_kombu_queue_length_purge_and_get(node: NodeProcess) -> None:
+    from kombu import Connection, Exchange, Queue
+
+    import disque_trio.integrations.celery  # noqa: F401  (the disque:// scheme)
+
+    queue = Queue("kq", Exchange("kq", type="direct"), routing_key="kq")
+    with Connection(f"disque://127.0.0.1:{node.port}") as conn:
+        producer = conn.Producer()
+        for i in range(5):
+            producer.publish({"n": i}, exchange=queue.exchange, routing_key="kq", declare=[queue])
+        channel = conn.default_channel
+        assert queue(channel).queue_declare().message_count == 5
+        message = queue(channel).get(no_ack=False)
+        assert message is not None and message.payload == {"n": 0}
+        assert message.delivery_info["redelivered"] is False
+        message.reject(requeue=True)  # NACK: queued again at once
+        assert queue(channel).queue_declare().message_count == 5
+        assert queue(channel).purge() == 5
+        assert queue(channel).queue_declare().message_count == 0
+        producer.publish({"n": 9}, exchange=queue.exchange, routing_key="kq", declare=[queue])
+        message = queue(channel).get(no_ack=True)
+        assert message is not None and message.payload == {"n": 9}
+    with Client(f"127.0.0.1:{node.port}") as c:
+        # Every job acknowledged (the no_ack one at delivery): none left.
+        assert list(c.jscan(queue="kq")) == []
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("dramatiq") is None, reason="dramatiq is not installed ('.[test]')"
+)
+def test_dramatiq_join_and_flush(node: NodeProcess) -> None:
+    import dramatiq
+
+    from disque_trio.integrations.dramatiq import DisqueBroker
+
+    broker = DisqueBroker(f"disque://127.0.0.1:{node.port}", retry=5)
+    done: list[int] = []
+
+    @dramatiq.actor(broker=broker, queue_name="jq")
+    def work(n: int) -> None:
+        done.append(n)
+
+    worker = dramatiq.Worker(broker, worker_threads=4, worker_timeout=100)
+    worker.start()
+    try:
+        sent: list[Any] = [work.send(i) for i in range(50)]
+        assert all(m.options["disque_job_id"].startswith("D-") for m in sent)
+        broker.join("jq", timeout=20_000)
+        worker.join()
+        assert sorted(done) == list(range(50))
+    finally:
+        worker.stop()
+    for i in range(20):
+        work.send(i)
+    broker.flush("jq")
+    broker.join("jq", timeout=5_000)  # nothing left: flushed
+    assert len(done) == 50
+    broker.close()
