@@ -91,7 +91,7 @@ def _result(name: str) -> str:
 def _sim_speed() -> str:
     entries = _jsonl(RESULTS / "sim-speed.jsonl")
     rows = []
-    for plans, label in (("own", "each checkout on its own plans"), ("peer", "like for like")):
+    for plans, label in (("own", "each its own"), ("peer", "the peer's: like for like")):
         latest = [e for e in entries if e["plans"] == plans]
         if not latest:
             continue
