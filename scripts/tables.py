@@ -168,7 +168,7 @@ def _sweep_summary() -> str:
         ["seeds run", ran],
         ["seeds failed", sum(s["failed"] or 0 for s in sweeps)],
     ]
-    rows += [[f"failures: {kind}", n] for kind, n in sorted(kinds.items())]
+    rows += [[f"failures named, {kind}", n] for kind, n in sorted(kinds.items())]
     return "*From `sim/sweeps.jsonl`.*\n\n" + _table(["", "count"], rows)
 
 
