@@ -228,7 +228,7 @@ def test_controlled_restart_puts_queues_back(
 def test_controlled_restart_of_a_node_started_with_flags_only(
     node_factory: Callable[..., NodeProcess], appendonly: str
 ) -> None:
-    """The README's recipe, for a node with no config file (CONFIG REWRITE
+    """The recipe of docs/persistence.md, for a node with no config file (CONFIG REWRITE
     has nothing to write): SHUTDOWN REWRITE-AOF leaves a marker beside the
     AOF, and the next start with the same flags puts the queues back."""
     node = node_factory("--appendonly", appendonly)

@@ -1,0 +1,275 @@
+"""The docs' tables, made from the run logs kept as data.
+
+Sweeps are lines of ``sim/sweeps.jsonl``; benchmark runs are files in
+``bench/results/`` (``NAME-YYYY-MM-DD.json``, one run each; the newest of a
+name is the current one) and, for figures taken over time, JSON lines
+(``chatter.jsonl``, ``sim-speed.jsonl``, ``tcl-suite.jsonl``).
+
+A page carries a generated table between two markers::
+
+    <!-- BEGIN tables.py: NAME -->
+    ...
+    <!-- END tables.py: NAME -->
+
+    python scripts/tables.py              # print every table
+    python scripts/tables.py NAME         # print one
+    python scripts/tables.py --write      # rewrite the blocks in docs/*.md
+    python scripts/tables.py --check      # exit 1 if a block is stale
+
+tests/docs/test_docs.py runs the check, so a new result committed without
+``--write`` fails CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SWEEPS = ROOT / "sim" / "sweeps.jsonl"
+DOCS = ROOT / "docs"
+
+BLOCK = re.compile(
+    r"(<!-- BEGIN tables\.py: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END tables\.py: (?P=name) -->)",
+    re.S,
+)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _latest(name: str) -> dict[str, Any]:
+    """The newest ``bench/results/NAME-YYYY-MM-DD.json``."""
+    dated = re.compile(re.escape(name) + r"-\d{4}-\d{2}-\d{2}\.json")
+    files = sorted(p for p in RESULTS.iterdir() if dated.fullmatch(p.name))
+    if not files:
+        raise SystemExit(f"no bench/results/{name}-YYYY-MM-DD.json")
+    data: dict[str, Any] = json.loads(files[-1].read_text())
+    data["_file"] = f"bench/results/{files[-1].name}"
+    return data
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value).replace("|", "\\|")
+
+
+def _table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _caption(data: dict[str, Any]) -> str:
+    when = str(data.get("date") or "")[:16].replace("T", " ")
+    if data.get("commit"):
+        when += f", at {data['commit']}"
+    text = f"*{when}: `{data['command']}`"
+    if data.get("conditions"):
+        text += f"; {data['conditions']}"
+    return text + f". Data: `{data['_file']}`.*"
+
+
+def _result(name: str) -> str:
+    """One run's table: its own ``table`` if the script wrote one, else its rows."""
+    data = _latest(name)
+    body = data["table"].strip() if "table" in data else _table(data["columns"], data["rows"])
+    return _caption(data) + "\n\n" + body
+
+
+def _sim_speed() -> str:
+    entries = _jsonl(RESULTS / "sim-speed.jsonl")
+    rows = []
+    for plans, label in (("own", "each its own"), ("peer", "the peer's: like for like")):
+        latest = [e for e in entries if e["plans"] == plans]
+        if not latest:
+            continue
+        e = latest[-1]
+        cells = []
+        for key in ("whole", "safety_median", "safety_aggregate"):
+            ratio = ", ".join(f"{r:.2f}" for r in e[key])
+            speeds = e.get("speeds", {}).get(key)
+            if speeds:
+                ratio += f" ({speeds[0]}x against {speeds[1]}x)"
+            cells.append(ratio)
+        rows.append([e["date"], e["commit"], f"{label} ({e['note']})", *cells])
+    return (
+        "*Ratios of simulated seconds per CPU second to the peer "
+        f"{entries[-1]['peer']} measured in the same run "
+        "(`python bench/bench_sim.py --cpu --repeat N --peer DIR [--peer-plans]`, "
+        "seeds 1..10, 5 nodes). Data: `bench/results/sim-speed.jsonl`.*\n\n"
+        + _table(
+            ["date", "commit", "plans", "whole runs", "safety, median", "safety, aggregate"], rows
+        )
+    )
+
+
+def _chatter() -> str:
+    latest: dict[str, dict[str, Any]] = {}
+    for e in _jsonl(RESULTS / "chatter.jsonl"):
+        latest[e["setup"]] = e
+    rows = [
+        [
+            setup,
+            e["date"],
+            e["commit"],
+            ", ".join(str(c) for c in e["disque_trio_cores"]),
+            ", ".join(str(c) for c in e["c_disque_cores"]),
+            ", ".join(f"{r}x" for r in e["ratio"]),
+        ]
+        for setup, e in latest.items()
+    ]
+    return (
+        "*`python bench/bench_chatter.py --disque-c PATH [--nodes 3 --jobs 100000 --retry 5 "
+        "--ttl 3600]`: the nodes' CPU (cores, from `/proc`) while they only hold jobs, "
+        "one figure per run. Data: `bench/results/chatter.jsonl`.*\n\n"
+        + _table(
+            ["holding", "date", "commit", "disque-trio cores", "C Disque cores", "ratio"], rows
+        )
+    )
+
+
+def _tcl_suite() -> str:
+    rows = [
+        [e["date"], e["commit"], f"{e['loaded_runs_132']} of {e['loaded_runs']}", e["result"]]
+        for e in _jsonl(RESULTS / "tcl-suite.jsonl")
+    ]
+    return (
+        "*The original's cluster suite (`tests/cluster/` of antirez/disque, 132 tests) "
+        "beside a one-job simulator sweep. Data: `bench/results/tcl-suite.jsonl`.*\n\n"
+        + _table(["date", "commit", "loaded runs at 132/132", "result"], rows)
+    )
+
+
+def _sweeps() -> list[dict[str, Any]]:
+    return _jsonl(SWEEPS)
+
+
+def _sweep_summary() -> str:
+    sweeps = _sweeps()
+    kinds: Counter[str] = Counter()
+    for s in sweeps:
+        for f in s["failures"]:
+            kinds[f.get("kind", "see note")] += 1
+    ran = sum(s["passed"] or 0 for s in sweeps) + sum(s["failed"] or 0 for s in sweeps)
+    rows = [
+        ["sweeps recorded", len(sweeps)],
+        ["seeds run", ran],
+        ["seeds failed", sum(s["failed"] or 0 for s in sweeps)],
+    ]
+    rows += [[f"failures named, {kind}", n] for kind, n in sorted(kinds.items())]
+    return "*From `sim/sweeps.jsonl`.*\n\n" + _table(["", "count"], rows)
+
+
+def _sweep_log() -> str:
+    rows = []
+    for s in _sweeps():
+        failures = ", ".join(
+            f"{f['seed']}" + (f" ({f['kind']})" if "kind" in f else "") for f in s["failures"]
+        )
+        rows.append(
+            [
+                s["date"] or "",
+                s["seeds"],
+                s["commit"],
+                s["jobs"],
+                s["passed"],
+                s["failed"],
+                s["wall_s"],
+                s["probes"],
+                failures,
+            ]
+        )
+    return (
+        "*From `sim/sweeps.jsonl`; each line there also has each failure's cause "
+        "and a note on what came of it.*\n\n"
+        + _table(
+            [
+                "date",
+                "seeds",
+                "commit",
+                "workers",
+                "passed",
+                "failed",
+                "wall s",
+                "probes",
+                "failures",
+            ],
+            rows,
+        )
+    )
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "vs-c": lambda: _result("vs-c"),
+    "single": lambda: _result("single"),
+    "cluster": lambda: _result("cluster"),
+    "aof": lambda: _result("aof"),
+    "chain": lambda: _result("chain"),
+    "overload": lambda: _result("overload"),
+    "workers": lambda: _result("workers"),
+    "integrations": lambda: _result("integrations"),
+    "chatter": _chatter,
+    "tcl-suite": _tcl_suite,
+    "sim-speed": _sim_speed,
+    "sweep-summary": _sweep_summary,
+    "sweep-log": _sweep_log,
+}
+
+
+def render(name: str) -> str:
+    return TABLES[name]().rstrip("\n") + "\n"
+
+
+def refresh(text: str) -> str:
+    """``text`` with every generated block made again."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in TABLES:
+            raise SystemExit(f"unknown table {name!r}")
+        return m.group(1) + render(name) + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def stale_pages() -> list[Path]:
+    """The docs pages whose generated blocks differ from the data."""
+    return [p for p in sorted(DOCS.glob("*.md")) if refresh(p.read_text()) != p.read_text()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"tables to print: {', '.join(TABLES)}")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true", help="rewrite the blocks in docs/*.md")
+    group.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
+    args = parser.parse_args(argv)
+    if args.write:
+        for page in stale_pages():
+            page.write_text(refresh(page.read_text()))
+            print(f"rewrote {page.relative_to(ROOT)}")
+        return 0
+    if args.check:
+        stale = stale_pages()
+        for page in stale:
+            print(f"{page.relative_to(ROOT)}: stale tables (python scripts/tables.py --write)")
+        return 1 if stale else 0
+    for name in args.names or TABLES:
+        print(f"## {name}\n\n{render(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
