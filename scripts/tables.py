@@ -218,6 +218,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "aof": lambda: _result("aof"),
     "chain": lambda: _result("chain"),
     "overload": lambda: _result("overload"),
+    "repl-cost": lambda: _result("repl-cost"),
     "workers": lambda: _result("workers"),
     "integrations": lambda: _result("integrations"),
     "chatter": _chatter,

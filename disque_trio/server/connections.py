@@ -15,7 +15,9 @@ task and the socket's only writer, and a reader:
   nothing);
 * a blocked command (GETJOB waiting for a job, ADDJOB for its copies) waits
   on a ``trio.Event`` that its waiter's wake-up sets, with the command's
-  timeout; no task or nursery per wait. If it waits longer than
+  timeout; no task or nursery per wait, and no deadline either while its
+  grace lasts: one timer task per kind of wait ends the graces of them all
+  (``grace.py``). If it waits longer than
   ``READER_GRACE_S`` (50 ms for an ADDJOB: ``READER_GRACE_REPL_S``), the
   **reader**, a task started once per connection and
   parked the rest of the time, takes over the input: it keeps pipelined
@@ -47,6 +49,7 @@ from ..core.waiters import Waiter
 from ..protocol.replies import Reply, ReplyError
 from ..protocol.resp import ProtocolError, encode_into, make_parser
 from .client import Client
+from .grace import Grace
 from .listen import accept_loop
 from .logs import VERBOSE
 from .sockio import receive_some, send_all
@@ -137,6 +140,9 @@ class Connections:
         self._tls_accept = tls_accept
         self._accepting: trio.CancelScope | None = None
         self._connections: trio.Nursery | None = None
+        # The grace periods' timers (grace.py): a blocked GETJOB's, and a
+        # synchronous ADDJOB's.
+        self.graces = _Graces(Grace(READER_GRACE_S), Grace(READER_GRACE_REPL_S))
 
     async def run(
         self,
@@ -144,6 +150,20 @@ class Connections:
         tls_listeners: list[trio.abc.Listener[trio.abc.Stream]],
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with trio.open_nursery() as timers:
+            # Outside the connections' nursery: they rely on the timers
+            # until the last one ends.
+            timers.start_soon(self.graces.short.run)
+            timers.start_soon(self.graces.repl.run)
+            await self._serve(listeners, tls_listeners, task_status)
+            timers.cancel_scope.cancel()
+
+    async def _serve(
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        tls_listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        task_status: trio.TaskStatus[None],
     ) -> None:
         async with trio.open_nursery() as connections:
             self._connections = connections
@@ -168,13 +188,13 @@ class Connections:
             self._connections.cancel_scope.cancel()
 
     async def _plain(self, stream: trio.abc.Stream) -> None:
-        await serve_client(self.host, stream)
+        await serve_client(self.host, stream, self.graces)
 
     async def _tls(self, stream: trio.abc.Stream) -> None:
         async with stream:
             secure = await self._tls_accept(stream)
             if secure is not None:
-                await serve_client(self.host, secure)
+                await serve_client(self.host, secure, self.graces)
 
 
 # --------------------------------------------------------------------------
@@ -182,8 +202,20 @@ class Connections:
 # --------------------------------------------------------------------------
 
 
-async def serve_client(host: ClientHost, stream: trio.abc.Stream) -> None:
-    """Handle one connection until it closes; never raise into the server."""
+class _Graces:
+    """The grace timers a connection's waits use."""
+
+    def __init__(self, short: Grace, repl: Grace) -> None:
+        self.short = short  # a blocked command's (READER_GRACE_S)
+        self.repl = repl  # a synchronous ADDJOB's (READER_GRACE_REPL_S)
+
+
+async def serve_client(
+    host: ClientHost, stream: trio.abc.Stream, graces: _Graces | None = None
+) -> None:
+    """Handle one connection until it closes; never raise into the server.
+    Without ``graces`` (a connection served on its own, in tests), each
+    wait's grace has a deadline of its own."""
     async with stream:
         client = host.new_client(stream)
         if client is None:
@@ -193,7 +225,7 @@ async def serve_client(host: ClientHost, stream: trio.abc.Stream) -> None:
         try:
             with trio.CancelScope() as scope:
                 client.cancel_scope = scope
-                connection = _Connection(host, client, stream)
+                connection = _Connection(host, client, stream, graces)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(connection.reader)
                     await connection.executor()
@@ -215,8 +247,11 @@ async def serve_client(host: ClientHost, stream: trio.abc.Stream) -> None:
 class _Connection:
     """One client: the executor (the connection's own task) and its reader."""
 
-    def __init__(self, host: ClientHost, client: Client, stream: trio.abc.Stream) -> None:
+    def __init__(
+        self, host: ClientHost, client: Client, stream: trio.abc.Stream, graces: _Graces | None
+    ) -> None:
         self.host = host
+        self.graces = graces
         self.client = client
         self.stream = stream
         self.parser = make_parser(host.config.proto_max_bulk_len)
@@ -355,22 +390,9 @@ class _Connection:
         if not waiter.done:
             await self._commit_and_send()
         if not waiter.done and not client.gone:
-            woken = trio.Event()
-            waiter.wake = woken.set
             client.blocked = waiter
-            now = trio.current_time()
-            deadline = now + waiter.timeout_ms / 1000 if waiter.timeout_ms else math.inf
-            grace = READER_GRACE_S if waiter.job_id is None else READER_GRACE_REPL_S
             try:
-                with trio.move_on_at(min(deadline, now + grace)):
-                    await woken.wait()
-                if not woken.is_set() and trio.current_time() < deadline:
-                    self._start_reader()
-                    try:
-                        with trio.move_on_at(deadline):
-                            await woken.wait()
-                    finally:
-                        await self._stop_reader()
+                await self._wait_blocked(waiter)
             finally:
                 client.blocked = None
         self._check_query_limit()
@@ -382,6 +404,42 @@ class _Connection:
         if client.gone:
             raise _Disconnected
         return reply
+
+    async def _wait_blocked(self, waiter: Waiter) -> None:
+        """Wait for the waiter's wake-up, its grace first (on the shared
+        timer, grace.py), then with the reader reading, until its
+        deadline."""
+        woken = trio.Event()
+        waiter.wake = woken.set
+        now = trio.current_time()
+        deadline = now + waiter.timeout_ms / 1000 if waiter.timeout_ms else math.inf
+        short = waiter.job_id is None
+        period = READER_GRACE_S if short else READER_GRACE_REPL_S
+        graces = self.graces
+        if graces is None or deadline <= now + period:
+            # A deadline of its own: served without the timers, or the
+            # command's timeout ends first.
+            with trio.move_on_at(min(deadline, now + period)):
+                await woken.wait()
+            expired = not woken.is_set() and trio.current_time() < deadline
+        else:
+            grace = graces.short if short else graces.repl
+            entry = grace.arm(woken.set)
+            try:
+                await woken.wait()
+            finally:
+                grace.disarm(entry)
+            expired = entry.expired
+        if waiter.done or self.client.gone or not expired:
+            return
+        woken = trio.Event()
+        waiter.wake = woken.set
+        self._start_reader()
+        try:
+            with trio.move_on_at(deadline):
+                await woken.wait()
+        finally:
+            await self._stop_reader()
 
     async def _monitor(self) -> None:
         """After MONITOR: stream the command feed; end when the client leaves

@@ -397,6 +397,7 @@ class NodeServer:
         self.connections.stop()
         self.node.unblock_all(None)
         self.commit()
+        self.bus.flush()  # now: the nursery ends soon
         self.aof.write_now(force=True)
         self.save_cluster_config()
         if fsync_aof and self.aof.state == "on":
@@ -568,7 +569,7 @@ class NodeServer:
         if effects:
             self.node.effects = self.node.cluster.effects = Effects()
             barrier = self._apply(effects)
-            self.bus.flush()
+            self.bus.flush_soon()
         self.timer.reschedule(self.node.next_deadline())
         if barrier or not self.aof.failing:
             return barrier or self.aof.pending
@@ -578,7 +579,7 @@ class NodeServer:
         return 0
 
     def held_sent(self) -> None:
-        self.bus.flush()
+        self.bus.flush_soon()
 
     def _apply(self, effects: Effects) -> int:
         """Carry out a commit's effects; returns the AOF sequence number of

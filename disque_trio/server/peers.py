@@ -274,6 +274,10 @@ class Bus:
         self._inbound_by_node: dict[str, list[trio.CancelScope]] = {}
         self.replaced_links = 0
         self.throttle = Throttle()
+        # Set when a commit left messages for the flusher (flush_soon); None
+        # until the flusher runs (Bus.run), and flush_soon then flushes at
+        # once.
+        self._flush_due: trio.Event | None = None
 
     # --------------------------------------------------------------- setup
 
@@ -285,6 +289,8 @@ class Bus:
     ) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._flush_due = trio.Event()
+            nursery.start_soon(self._flusher)
             for listener in listeners:
                 nursery.start_soon(self._accept_loop, listener)
             self.sync_links()
@@ -413,6 +419,27 @@ class Bus:
             # say the same thing: the last one goes, in its place.
             link.queued_announcement(frame)
         self._count_sent(kind, 1)
+
+    def flush_soon(self) -> None:
+        """Have what was sent so far written once the tasks running in this
+        pass of the scheduler are done: the flusher task, woken now, runs in
+        the next pass, and flushes for every commit made meanwhile. Fifty
+        clients' ADDJOBs read in one pass send their REPLJOBs to a peer in
+        one write, which the peer reads and answers as one batch, instead of
+        a write, a wake-up, a read and a GOTJOB frame back per job."""
+        if not self._pending_links:
+            return
+        if self._flush_due is None:
+            self.flush()
+        else:
+            self._flush_due.set()
+
+    async def _flusher(self) -> None:
+        while True:
+            assert self._flush_due is not None
+            await self._flush_due.wait()
+            self._flush_due = trio.Event()
+            self.flush()
 
     def flush(self) -> None:
         """Write the frames sent since the last flush to links that had

@@ -1,7 +1,8 @@
 """Bus links (server/peers.py): a link task that ended is replaced, a node
 back in the table while its link is up is a member (and pinged), stale frames are not
 sent, a starting node does not wait for a peer that is down, a commit
-writes to an idle link itself and in order."""
+writes to an idle link itself and in order, the commits of one scheduler
+pass in one write."""
 
 from __future__ import annotations
 
@@ -312,6 +313,50 @@ def test_a_commit_writes_its_frames_to_an_idle_link_at_once_in_one_write() -> No
     assert link.queued == 0 and bus.frames_out == 2
     with pytest.raises(trio.WouldBlock):
         link.receive_channel.receive_nowait()
+
+
+async def test_the_commits_of_one_scheduler_pass_share_one_write_per_link() -> None:
+    """Commits ask for a flush (Bus.flush_soon); the flusher task writes
+    once the tasks of that pass are done: the messages of every commit of
+    the pass, in one write per link."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+    bus = Bus(LinkHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+    pings = [bus_msgs.Ping(ME, i, ()) for i in range(3)]
+
+    async def commit(msg: bus_msgs.Ping) -> None:
+        bus.send(PEER, msg)
+        bus.flush_soon()
+        assert stream.written == []  # not before the pass ends
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run, [])
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        link = bus.links[PEER] = PeerLink(PEER)
+        stream = TakesSome(1 << 20)
+        link.stream = stream
+        for msg in pings:
+            nursery.start_soon(commit, msg)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(stream.written) == 1
+        decoder = bus_msgs.FrameDecoder()
+        decoder.feed(stream.written[0])
+        got = [decoder.next_message() for _ in pings]
+        assert decoder.next_message() is None
+        # Trio runs the tasks of a pass in an order of its own.
+        assert sorted(got, key=lambda m: m.flags) == pings  # type: ignore[union-attr]
+        nursery.cancel_scope.cancel()
+
+
+def test_without_a_flusher_task_a_flush_soon_writes_at_once() -> None:
+    from disque_trio.protocol import bus as bus_msgs
+
+    bus, _, stream = _bus_with_link(1 << 20)
+    ping = bus_msgs.Ping(ME, 0, ())
+    bus.send(PEER, ping)
+    bus.flush_soon()
+    assert stream.written == [bus_msgs.encode_frame(ping)]
 
 
 def test_a_commit_batches_each_run_of_small_job_messages_in_order() -> None:
