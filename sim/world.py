@@ -69,6 +69,7 @@ import trio._core._run as trio_run
 import trio.testing
 
 from disque_trio.config import Config
+from disque_trio.core import always
 from disque_trio.core import cluster as cluster_flags
 from disque_trio.core.job import FLAG_DELAYED, TIME_ERROR_MS, Job, JobState
 from disque_trio.core.queue import PAUSED_IN
@@ -80,8 +81,9 @@ from disque_trio.testing import RespClient
 from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
+from .observing import Observing
 from .plan import Plan
-from .probes import COMMAND_PROBES, DELAY_WAIT_PROBES
+from .probes import COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
 from .trace import Trace
 
 BASE_PORT = 7711
@@ -123,7 +125,7 @@ TIMING_PROBES = (
     "consumer-vanished",
     "everysec-crash-checked",  # an everysec crash with writes older than its window
 )
-PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES)
+PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES, *OBSERVE_PROBES)
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
 # everysec: a write is fsynced by the next cron second, and the writer does
@@ -233,6 +235,7 @@ class SimNode:
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
+        self.handling_msg: object = None  # and the message itself
         self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
         self.expired: set[str] = set()  # jobs this incarnation expired (TTL)
         self.crashed_at = 0.0
@@ -330,6 +333,9 @@ class World:
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
+        # What users observe (sim/observing.py): order, counters, RETRY 0
+        # once cluster-wide, rewrites, the node's always rules.
+        self.observing = Observing(self)
 
     @property
     def nursery(self) -> trio.Nursery | None:
@@ -351,10 +357,12 @@ class World:
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
         trio_run._r = _SchedulerRandom(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
+        always.enable(self._violate)  # the node's always rules (core/always.py)
         try:
             with virtual_time(self.timers):
                 trio.run(self._main, body, clock=self.clock)
         finally:
+            always.disable()
             self.trace.clock = None
             trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
             trio_run._r = saved_r
@@ -440,6 +448,7 @@ class World:
         node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
+        self.observing.watch_rewrites(node)
         server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
@@ -705,6 +714,7 @@ class World:
             if self._window_messages > STORM_MESSAGES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
             node.handling = type(msg)
+            node.handling_msg = msg
             waiting = None
             if type(msg) is bus.GotJob:
                 waiting = self._confirmation(node, server, sender, msg.job_id)
@@ -712,6 +722,7 @@ class World:
                 dispatch(sender, msg)
             finally:
                 node.handling = None
+                node.handling_msg = None
             if waiting is not None and waiting[0].state != JobState.WAIT_REPL:
                 job, confirmed = waiting
                 del self.confirmed_by[(node.name, node.incarnation, job.id)]
@@ -1083,6 +1094,7 @@ class World:
                 raise StormError(self.violations[-1])
             self.check_ttl(now)
             self._sample_flags()
+            self.observing.sample()
             where: Counter[str] = Counter()
             for n in self.nodes:
                 if not n.up:
