@@ -70,3 +70,5 @@ OBSERVE_PROBES = (
     "pause-bcast-checked",  # a PAUSE BCAST's flags looked at on every reachable node
     "leaving-known-checked",  # a node's LEAVING looked at on every other node
 )
+# The BUGGIFY knobs' own (sim/buggify.py): they acted in the run.
+BUGGIFY_PROBES = ("crash-after-ack", "slow-yourjobs", "rewrite-often")

@@ -34,6 +34,7 @@ from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.server.connections import READER_GRACE_REPL_S
 from disque_trio.testing import RespClient
 
+from . import buggify
 from .explore import Explorer
 from .faults import heal_all, run_faults
 from .plan import Plan
@@ -222,6 +223,10 @@ class Workload:
                     producers.start_soon(self._pause_queue, world, start, rngs[-1])
                 if self.explorer is not None:
                     producers.start_soon(self.explorer.run, start)
+                if plan.rewrite_often:
+                    producers.start_soon(
+                        buggify.rewrite_often, world, start + plan.duration, self.explorer
+                    )
                 with trio.move_on_at(start + plan.duration):
                     await run_faults(world, plan.active_faults(), start)
                     await trio.sleep_forever()

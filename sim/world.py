@@ -78,12 +78,13 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
+from . import buggify
 from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .observing import Observing
 from .plan import Plan
-from .probes import COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
+from .probes import BUGGIFY_PROBES, COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
 from .trace import Trace
 
 BASE_PORT = 7711
@@ -125,7 +126,7 @@ TIMING_PROBES = (
     "consumer-vanished",
     "everysec-crash-checked",  # an everysec crash with writes older than its window
 )
-PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES, *OBSERVE_PROBES)
+PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES, *OBSERVE_PROBES, *BUGGIFY_PROBES)
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
 # everysec: a write is fsynced by the next cron second, and the writer does
@@ -336,6 +337,7 @@ class World:
         # What users observe (sim/observing.py): order, counters, RETRY 0
         # once cluster-wide, rewrites, the node's always rules.
         self.observing = Observing(self)
+        buggify.install(self)  # the plan's BUGGIFY knobs (sim/buggify.py)
 
     @property
     def nursery(self) -> trio.Nursery | None:
@@ -733,6 +735,14 @@ class World:
                     )
 
         def chaotic(sender: str, msg: object) -> None:
+            if self.plan.slow_yourjobs and type(msg) is bus.YourJobs and self._nursery is not None:
+                # BUGGIFY: a NEEDJOBS answer crossing the acks sent meanwhile.
+                later = buggify.yourjobs_delay(self)
+                for data in msg.jobs:  # its TTL was sent as what was left
+                    self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), later)
+                self.probes["slow-yourjobs"] += 1
+                self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
+                return
             chaos = self.chaos.get(node.index)
             if chaos is None or isinstance(msg, bus.Meet):
                 deliver(sender, msg)
