@@ -73,6 +73,7 @@ ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "r
 MODEL_RETRY = 900  # longer than any run: a model job is never queued again by its node
 WILD = "xw"
 ASYNC_Q = "xa"
+LEAVING_Q = "xl"  # a job for every node, added as one of them starts leaving
 EMPTY_Q = "xe"  # never gets a job: GETJOB on it blocks (or is refused while leaving)
 ASYNC_SETTLE_S = 3.0
 # PAUSE BCAST: a message per reachable peer, applied on arrival; calm, it
@@ -1056,6 +1057,19 @@ class Explorer:
             self.violate(f"absurd: n{i} CLUSTER LEAVING yes answered {text(reply)!r}")
         told = trio.current_time()
         marks = self._steady_marks()
+        # A job for every node, added at once on another node (which has
+        # not heard yet): its REPLJOB reaches the leaving node, which must
+        # refuse the copy (leaving-no-copies, sim/observing.py).
+        others = [j for j in world.up_indexes() if j != i]
+        if others:
+            try:
+                await self.call(
+                    others[0], "ADDJOB", LEAVING_Q, f"xl-{i}", 0,
+                    "REPLICATE", world.count, "ASYNC", "TTL", 20,
+                )  # fmt: skip
+                self.probe("leaving-repljob-sent")
+            except Unknown:
+                pass
         until = trio.current_time() + self.admin_rng.uniform(2, 5)
         while trio.current_time() < until:
             await trio.sleep(self.admin_rng.uniform(0.2, 0.8))

@@ -35,7 +35,7 @@ from disque_trio.core.job import (
     JobState,
 )
 from disque_trio.core.node import Node
-from disque_trio.core.queue import Queue
+from disque_trio.core.queue import Pause, Queue
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
 from disque_trio.protocol.replies import NULL_ARRAY
@@ -118,7 +118,7 @@ def aof_requeues_retry0() -> contextlib.AbstractContextManager[None]:
             job.qtime = now
             job.flags &= ~FLAG_DELIVERED
             node.enqueue(job, now=now)
-        return later  # type: ignore[no-any-return]
+        return later
 
     return patched(core_records, "_restore", restore)
 
@@ -713,7 +713,7 @@ def copy_drops_counters() -> contextlib.AbstractContextManager[None]:
     """A copy made from a REPLJOB or YOURJOBS leaves its counters at zero
     (two fields not copied): a job NACKed, then moved by NEEDJOBS, shows
     nacks 0 on its new holder (counters-follow)."""
-    original = cj.job_from_data
+    original = core_records.job_from_data
 
     def job_from_data(node: Any, data: Any) -> Job:
         return original(node, attrs.evolve(data, nacks=0, deliveries=0))
@@ -743,13 +743,13 @@ def _rewrite_record(
 def rewrite_drops_dummy_acks() -> contextlib.AbstractContextManager[None]:
     """The rewrite leaves dummy acks out (no body, so nothing to save, it
     thinks): after a restart the node forgets the ack (rewrite-keeps-state)."""
-    original = server_aof.aof_record
+    original = core_records.aof_record
     return _rewrite_record(lambda job: None if job.body is None else original(job))
 
 
 def rewrite_drops_counters() -> contextlib.AbstractContextManager[None]:
     """The rewrite writes each job with fresh counters (rewrite-keeps-state)."""
-    original = server_aof.aof_record
+    original = core_records.aof_record
 
     def record(job: Job) -> bytes | None:
         if job.body is None or job.state == JobState.WAIT_REPL:
@@ -763,7 +763,7 @@ def rewrite_drops_counters() -> contextlib.AbstractContextManager[None]:
 def rewrite_drops_acked() -> contextlib.AbstractContextManager[None]:
     """The rewrite skips acked jobs (they will be collected soon, it
     thinks): reloaded, the job is active again (rewrite-keeps-state)."""
-    original = server_aof.aof_record
+    original = core_records.aof_record
     return _rewrite_record(
         lambda job: None if job.state == JobState.ACKED and job.body else original(job)
     )
@@ -772,7 +772,7 @@ def rewrite_drops_acked() -> contextlib.AbstractContextManager[None]:
 def rewrite_resets_delay() -> contextlib.AbstractContextManager[None]:
     """The rewrite writes a job within a client's DELAY without its delay
     flag (rewrite-keeps-state)."""
-    original = server_aof.aof_record
+    original = core_records.aof_record
 
     def record(job: Job) -> bytes | None:
         if job.body is None or not job.flags & FLAG_DELAYED or job.state == JobState.WAIT_REPL:
@@ -790,7 +790,7 @@ def pause_bcast_needs_queue() -> contextlib.AbstractContextManager[None]:
 
     def on_pause(node: Node, sender: str, msg: bus.Pause) -> None:
         if msg.queue in node.queues:
-            node.set_pause(msg.queue, cj.Pause(msg.flags & 3))
+            node.set_pause(msg.queue, Pause(msg.flags & 3))
 
     return handler(bus.Pause, on_pause)
 

@@ -39,6 +39,7 @@ import attrs
 import trio
 
 from disque_trio.core import always
+from disque_trio.core.cluster import LEAVING
 from disque_trio.core.ids import is_at_most_once_id
 from disque_trio.core.job import FLAG_DELAYED, Job, JobState
 from disque_trio.protocol import aof as aof_records
@@ -168,7 +169,7 @@ class Observing:
             key = (node.name, node.incarnation, job.id)
             self.counters.pop(key, None)
             msg = node.handling_msg
-            if isinstance(msg, bus.ReplJob) and core.leaving:
+            if isinstance(msg, bus.ReplJob) and core.cluster.myself.flags & LEAVING:
                 self._violate(
                     f"leaving-no-copies: {node.name} (leaving) took a new copy of {job.id} "
                     "from a REPLJOB"

@@ -69,6 +69,7 @@ OBSERVE_PROBES = (
     "rewrite-checked",  # an AOF rewrite compared with the file it replaced
     "pause-bcast-checked",  # a PAUSE BCAST's flags looked at on every reachable node
     "leaving-known-checked",  # a node's LEAVING looked at on every other node
+    "leaving-repljob-sent",  # a job for every node added as one starts leaving
 )
 # The BUGGIFY knobs' own (sim/buggify.py): they acted in the run.
 BUGGIFY_PROBES = ("crash-after-ack", "slow-yourjobs", "rewrite-often")
