@@ -66,7 +66,7 @@ from disque_trio.protocol.replies import ReplyError, Status
 
 from .plan import Plan
 from .probes import COMMAND_PROBES as COMMAND_PROBES
-from .world import SimNode, World
+from .world import LINK_SETTLE_S, SimNode, World
 
 # Admin actions, by bit of Plan.admin_mask.
 ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "replace")
@@ -82,6 +82,7 @@ PAUSE_BCAST_S = 1.0
 # CLUSTER LEAVING travels in heartbeats' flags (each peer pinged every few
 # hundred ms, gossip of others on top): calm, every node knows within this.
 LEAVING_KNOWN_S = 2.0
+LEAVING_WAIT_S = 8.0  # how much longer a node stays leaving for the check to come
 CALL_TIMEOUT_S = 5.0
 SHUTDOWN_WAIT_S = 5.0  # a SHUTDOWN without reply: how long to wait for the stop in line
 STATES = {"wait-repl", "active", "queued", "acked"}
@@ -756,9 +757,13 @@ class Explorer:
         if not text(added).startswith("D-"):
             return
         got: list[Any] = []
+        failed: list[bool] = []
 
         async def blocked() -> None:
-            got.append(await self.call(j, "GETJOB", "TIMEOUT", 4000, "FROM", queue))
+            try:
+                got.append(await self.call(j, "GETJOB", "TIMEOUT", 4000, "FROM", queue))
+            except Unknown:
+                failed.append(True)  # a fault: no verdict
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(blocked)
@@ -766,11 +771,15 @@ class Explorer:
             blocked_then = world.nodes[j].server.node.queues.get(queue)
             waiting = blocked_then is not None and bool(blocked_then.waiters) and not got
             t1 = trio.current_time()
-            reply = await self.call(i, "PAUSE", queue, "none", "BCAST")
+            try:
+                reply = await self.call(i, "PAUSE", queue, "none", "BCAST")
+            except Unknown:
+                reply = None
             await trio.sleep(PAUSE_BCAST_S)
             t2 = trio.current_time()
             if (
                 waiting
+                and not failed
                 and text(reply) == "none"
                 and self._steady_marks() == before
                 and world.calm(t0, t2)
@@ -836,22 +845,21 @@ class Explorer:
                     f"n{i}'s PAUSE {how} BCAST"
                 )
 
-    def _check_leaving_known(self, i: int, told: float, marks: tuple[Any, ...]) -> None:
-        """leaving-known: CLUSTER LEAVING yes answered OK, the cluster calm
-        since, is known to every other node within ``LEAVING_KNOWN_S``
-        (their tables flag the node leaving, so they send it no new copy)."""
+    def _check_leaving_known(self, i: int, told: float, marks: tuple[Any, ...]) -> bool:
+        """leaving-known: CLUSTER LEAVING yes answered OK is flagged by every
+        other node within ``LEAVING_KNOWN_S`` of the later of the answer and
+        the end of the last fault (links settled). True once checked."""
         world = self.world
         now = trio.current_time()
-        if (
-            now - told < LEAVING_KNOWN_S
-            or self._steady_marks() != marks
-            or not world.calm(told, now)
-            or not world.healthy(True)
-        ):
-            return
+        ends = [w[1] for w in world.fault_windows]
+        if any(end == float("inf") for end in ends) or not world.healthy(True):
+            return False
+        since = max([told, *(end + LINK_SETTLE_S for end in ends)])
+        if now - since < LEAVING_KNOWN_S or self._steady_marks() != marks:
+            return False
         me = world.nodes[i].server.node
         if not me.leaving:
-            return
+            return False
         self.probe("leaving-known-checked")
         for n in world.nodes:
             if n.index == i or not n.up:
@@ -859,9 +867,10 @@ class Explorer:
             peer = n.server.node.cluster.nodes.get(me.node_id)
             if peer is not None and not peer.flags & LEAVING:
                 self.violate(
-                    f"leaving-known: n{i} told CLUSTER LEAVING yes at t={told:.2f}; "
-                    f"{n.name} does not flag it leaving at t={now:.2f}"
+                    f"leaving-known: n{i} told CLUSTER LEAVING yes at t={told:.2f}, calm "
+                    f"since t={since:.2f}; {n.name} does not flag it leaving at t={now:.2f}"
                 )
+        return True
 
     async def _a_add(self, i: int) -> None:
         world = self.world
@@ -1071,10 +1080,11 @@ class Explorer:
             except Unknown:
                 pass
         until = trio.current_time() + self.admin_rng.uniform(2, 5)
+        known = False
         while trio.current_time() < until:
             await trio.sleep(self.admin_rng.uniform(0.2, 0.8))
             node = world.nodes[i]
-            self._check_leaving_known(i, told, marks)
+            known = known or self._check_leaving_known(i, told, marks)
             if not node.up or not node.server.node.leaving:
                 continue  # a crash may bring it back: the flag is in nodes.conf
             incarnation = node.incarnation
@@ -1101,6 +1111,12 @@ class Explorer:
                             )
             except Unknown:
                 continue
+        # Not checked yet (a fault in the way): stay leaving a little
+        # longer, while the cluster calms down (each node's table checked).
+        extra = trio.current_time() + LEAVING_WAIT_S
+        while not known and trio.current_time() < extra and world.nodes[i].up:
+            await trio.sleep(0.5)
+            known = self._check_leaving_known(i, told, marks)
         await self.call(i, "CLUSTER", "LEAVING", "no")
         self.leaving.discard(i)
         self.disturbed[i] += 1
