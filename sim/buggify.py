@@ -49,6 +49,7 @@ def install(world: World) -> None:
                 or not left[0]
                 or job.body is None
                 or world.nursery is None
+                or not world.healthy()  # a frozen or cut-off node: the faults' own
                 or rng.randrange(100) >= CRASH_AFTER_ACK_PCT
             ):
                 return

@@ -67,7 +67,8 @@ says more) unless named otherwise; each guards a promise of the protocol:
   created if the node had none; clients blocked there served once its
   output is resumed);
 - ``leaving-known`` (``sim/explore.py``): CLUSTER LEAVING is flagged by
-  every other node within ``LEAVING_KNOWN_S`` once calm;
+  every other node within half the node timeout plus
+  ``LEAVING_KNOWN_S`` once calm (each peer is pinged that often);
   ``leaving-no-copies``: a leaving node stores no new REPLJOB copy (the
   explorer adds a job for every node as one starts leaving);
 - the node's own rules, ``always-*`` (``disque_trio/core/always.py``,

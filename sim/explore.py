@@ -79,10 +79,11 @@ ASYNC_SETTLE_S = 3.0
 # PAUSE BCAST: a message per reachable peer, applied on arrival; calm, it
 # is everywhere well within this.
 PAUSE_BCAST_S = 1.0
-# CLUSTER LEAVING travels in heartbeats' flags (each peer pinged every few
-# hundred ms, gossip of others on top): calm, every node knows within this.
+# CLUSTER LEAVING travels in heartbeats' flags: calm, every node knows
+# within half the node timeout (each peer pinged at least that often) plus
+# this (a ping period, delivery, margin).
 LEAVING_KNOWN_S = 2.0
-LEAVING_WAIT_S = 8.0  # how much longer a node stays leaving for the check to come
+LEAVING_WAIT_S = 12.0  # how much longer a node stays leaving for the check to come
 CALL_TIMEOUT_S = 5.0
 SHUTDOWN_WAIT_S = 5.0  # a SHUTDOWN without reply: how long to wait for the stop in line
 STATES = {"wait-repl", "active", "queued", "acked"}
@@ -847,15 +848,20 @@ class Explorer:
 
     def _check_leaving_known(self, i: int, told: float, marks: tuple[Any, ...]) -> bool:
         """leaving-known: CLUSTER LEAVING yes answered OK is flagged by every
-        other node within ``LEAVING_KNOWN_S`` of the later of the answer and
-        the end of the last fault (links settled). True once checked."""
+        other node within half the node timeout plus ``LEAVING_KNOWN_S`` of
+        the later of the answer and the end of the last fault (links
+        settled). True once checked."""
         world = self.world
         now = trio.current_time()
         ends = [w[1] for w in world.fault_windows]
         if any(end == float("inf") for end in ends) or not world.healthy(True):
             return False
         since = max([told, *(end + LINK_SETTLE_S for end in ends)])
-        if now - since < LEAVING_KNOWN_S or self._steady_marks() != marks:
+        # Heartbeats carry the flag: a peer is pinged at least every half
+        # node timeout (one of a sample every second on top), and gossip
+        # about third nodes spreads it sooner.
+        bound = max(LEAVING_KNOWN_S, world.plan.node_timeout_ms / 2000 + LEAVING_KNOWN_S)
+        if now - since < bound or self._steady_marks() != marks:
             return False
         me = world.nodes[i].server.node
         if not me.leaving:

@@ -738,8 +738,17 @@ class World:
             if self.plan.slow_yourjobs and type(msg) is bus.YourJobs and self._nursery is not None:
                 # BUGGIFY: a NEEDJOBS answer crossing the acks sent meanwhile.
                 later = buggify.yourjobs_delay(self)
-                for data in msg.jobs:  # its TTL was sent as what was left
-                    self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), later)
+                # Its TTL was sent as what was left: it lives that much
+                # longer, and longer still if a fault held its bytes back
+                # just now (the registration's own test of that comes too
+                # late after the release).
+                held = self.net.held_back.get(node.port)
+                if held is not None and trio.current_time() - held[0] <= HELD_BACK_RECENT_S:
+                    later_total = later + held[1]
+                else:
+                    later_total = later
+                for data in msg.jobs:
+                    self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), later_total)
                 self.probes["slow-yourjobs"] += 1
                 self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
                 return
