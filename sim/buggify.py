@@ -6,7 +6,7 @@ windows where a bug would need a race, as FoundationDB's BUGGIFY does.
   once, and restarts after a moment: the window between the two records.
 * ``slow_yourjobs``: YOURJOBS (a NEEDJOBS answer) takes this many tenths
   of a second more to arrive: it crosses the FASTACKs, ACKJOBs and NACKs
-  sent meanwhile.
+  sent meanwhile (in the World's bus hook, sim/world.py).
 * ``rewrite_often``: BGREWRITEAOF on some node every fraction of a second,
   so that rewrites meet every state (rewrite-keeps-state).
 
@@ -74,11 +74,6 @@ async def _crash_now(world: World, node: SimNode, down: float) -> None:
                 await world.restart(node.index)
     finally:
         world.fault_end(window)
-
-
-def yourjobs_delay(world: World) -> float:
-    """How much later a YOURJOBS arrives (0: on time)."""
-    return world.plan.slow_yourjobs / 10
 
 
 async def rewrite_often(world: World, until: float, explorer: Explorer | None) -> None:

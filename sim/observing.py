@@ -148,7 +148,7 @@ def compare_loads(
 
 
 class Observing:
-    """The checks above, attached to a World (``World.observing``)."""
+    """The checks above, attached to a World (by sim/runner.py)."""
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -158,6 +158,8 @@ class Observing:
         self.retry0_delivered: dict[str, tuple[str, float]] = {}
         self.rewrites_checked = 0
         world.observers.append(self.observe)
+        world.start_hooks.append(self.watch_rewrites)
+        world.samplers.append(self.sample)
 
     def _violate(self, text: str) -> None:
         self.world._violate(text)

@@ -78,11 +78,9 @@ from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
 
-from . import buggify
 from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
-from .observing import Observing
 from .plan import Plan
 from .probes import BUGGIFY_PROBES, COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
 from .trace import Trace
@@ -336,8 +334,11 @@ class World:
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
         # What users observe (sim/observing.py): order, counters, RETRY 0
         # once cluster-wide, rewrites, the node's always rules.
-        self.observing = Observing(self)
-        buggify.install(self)  # the plan's BUGGIFY knobs (sim/buggify.py)
+        # Called with each node at each start (the checks of what users
+        # observe, sim/observing.py, watch its AOF rewrites), and at each
+        # monitor sample; sim/runner.py attaches them.
+        self.start_hooks: list[Callable[[SimNode], None]] = []
+        self.samplers: list[Callable[[], None]] = []
 
     @property
     def nursery(self) -> trio.Nursery | None:
@@ -450,7 +451,8 @@ class World:
         node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
-        self.observing.watch_rewrites(node)
+        for hook in self.start_hooks:
+            hook(node)
         server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
@@ -736,8 +738,9 @@ class World:
 
         def chaotic(sender: str, msg: object) -> None:
             if self.plan.slow_yourjobs and type(msg) is bus.YourJobs and self._nursery is not None:
-                # BUGGIFY: a NEEDJOBS answer crossing the acks sent meanwhile.
-                later = buggify.yourjobs_delay(self)
+                # BUGGIFY (sim/buggify.py): a NEEDJOBS answer crossing the
+                # acks, NACKs and DELAYs sent meanwhile.
+                later = self.plan.slow_yourjobs / 10
                 # Its TTL was sent as what was left: it lives that much
                 # longer, and longer still if a fault held its bytes back
                 # just now (the registration's own test of that comes too
@@ -1113,7 +1116,8 @@ class World:
                 raise StormError(self.violations[-1])
             self.check_ttl(now)
             self._sample_flags()
-            self.observing.sample()
+            for sample in self.samplers:
+                sample()
             where: Counter[str] = Counter()
             for n in self.nodes:
                 if not n.up:
