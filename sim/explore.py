@@ -1117,12 +1117,27 @@ class Explorer:
                             )
             except Unknown:
                 continue
-        # Not checked yet (a fault in the way): stay leaving a little
-        # longer, while the cluster calms down (each node's table checked).
+        if not known and world.nursery is not None:
+            # Not checked yet (a fault in the way): the node stays leaving a
+            # little longer, while the cluster calms down, and the admin
+            # goes on with its other actions meanwhile.
+            world.nursery.start_soon(self._leave_later, i, told, marks)
+            return
+        await self._stop_leaving(i)
+
+    async def _leave_later(self, i: int, told: float, marks: tuple[Any, ...]) -> None:
+        world = self.world
         extra = trio.current_time() + LEAVING_WAIT_S
+        known = False
         while not known and trio.current_time() < extra and world.nodes[i].up:
             await trio.sleep(0.5)
             known = self._check_leaving_known(i, told, marks)
+        try:
+            await self._stop_leaving(i)
+        except Unknown:
+            self.leaving.discard(i)  # the liveness phase brings it back
+
+    async def _stop_leaving(self, i: int) -> None:
         await self.call(i, "CLUSTER", "LEAVING", "no")
         self.leaving.discard(i)
         self.disturbed[i] += 1
