@@ -46,6 +46,47 @@ Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``aof-keeps-delay``: a job reloaded within its client's delay keeps it;
 - ``message-storm``, ``run-finishes``: the bus and the run stay bounded.
 
+What users observe (issue #45), in ``sim/observing.py`` (its docstring
+says more) unless named otherwise; each guards a promise of the protocol:
+- ``order``: on one node, each GETJOB takes the oldest job queued there
+  for that queue (a queue is ordered by creation time);
+- ``counters-follow``: ``nacks`` and ``additional-deliveries`` never go
+  down on a node holding the job, and a copy a REPLJOB or YOURJOBS made
+  has at least the counters it carried (across holders they are best
+  effort: counts travel as increments, see the module);
+- ``retry0-once-cluster``: a RETRY 0 job is handed to a client at most
+  once in the cluster, whatever path could queue it again (the workload
+  NACKs and ENQUEUEs RETRY 0 jobs too: ``retry0-refused`` above, and the
+  loss check's "delivered N times");
+- ``rewrite-keeps-state``: after every AOF rewrite (BGREWRITEAOF, the
+  automatic one, SHUTDOWN REWRITE-AOF), loading the new file gives the
+  jobs, acked states (dummy acks included), counters, expire times and
+  client DELAY times that loading the old file gives;
+- ``pause-bcast`` (``sim/explore.py``): PAUSE ... BCAST in a calm cluster
+  reaches every node the sender could reach and acts there (the queue
+  created if the node had none; clients blocked there served once its
+  output is resumed);
+- ``leaving-known`` (``sim/explore.py``): CLUSTER LEAVING is flagged by
+  every other node within half the node timeout plus
+  ``LEAVING_KNOWN_S`` once calm (each peer is pinged that often);
+  ``leaving-no-copies``: a leaving node stores no new REPLJOB copy (the
+  explorer adds a job for every node as one starts leaving);
+- the node's own rules, ``always-*`` (``disque_trio/core/always.py``,
+  checked at every job event and monitor sample, off outside the
+  simulator): ``always-collect-after-confirms`` (GOTACK rule: collected
+  only once every holder it knows of confirmed), ``always-no-queue-over-
+  tombstone`` (DELJOB rule: never queue a job whose acked tombstone is
+  held), ``always-retry0-undelivered`` (a RETRY 0 job is queued only if
+  never delivered), ``always-acked-indexed`` (SETACK/ACKJOB: the acked set
+  is exactly the acked jobs), ``always-queued-in-queue``,
+  ``always-load-acked-as-aof`` (after a load, the acked jobs are those
+  the file says).
+
+The BUGGIFY knobs of ``sim/buggify.py`` stretch the narrow windows these
+and the checks above need: a crash right after an ack (between its ACKJOB
+and DELJOB records), YOURJOBS arriving late (crossing FASTACKs), a
+rewrite every fraction of a second.
+
 At the end of a run, in ``sim/runner.py``: ``acked-collected`` (acks, dummy
 acks included, are collected everywhere), ``replicated-before-ok`` (an OK
 means REPLICATE copies), ``converged`` (membership and FAIL flags agree

@@ -51,6 +51,7 @@ Its checks (violations name them):
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -58,20 +59,31 @@ from typing import Any
 import attrs
 import trio
 
+from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
+from disque_trio.core.queue import PAUSED_IN, PAUSED_OUT, Pause
 from disque_trio.protocol.replies import ReplyError, Status
 
 from .plan import Plan
 from .probes import COMMAND_PROBES as COMMAND_PROBES
-from .world import SimNode, World
+from .world import LINK_SETTLE_S, SimNode, World
 
 # Admin actions, by bit of Plan.admin_mask.
 ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "replace")
 MODEL_RETRY = 900  # longer than any run: a model job is never queued again by its node
 WILD = "xw"
 ASYNC_Q = "xa"
+LEAVING_Q = "xl"  # a job for every node, added as one of them starts leaving
 EMPTY_Q = "xe"  # never gets a job: GETJOB on it blocks (or is refused while leaving)
 ASYNC_SETTLE_S = 3.0
+# PAUSE BCAST: a message per reachable peer, applied on arrival; calm, it
+# is everywhere well within this.
+PAUSE_BCAST_S = 1.0
+# CLUSTER LEAVING travels in heartbeats' flags: calm, every node knows
+# within half the node timeout (each peer pinged at least that often) plus
+# this (a ping period, delivery, margin).
+LEAVING_KNOWN_S = 2.0
+LEAVING_WAIT_S = 12.0  # how much longer a node stays leaving for the check to come
 CALL_TIMEOUT_S = 5.0
 SHUTDOWN_WAIT_S = 5.0  # a SHUTDOWN without reply: how long to wait for the stop in line
 STATES = {"wait-repl", "active", "queued", "acked"}
@@ -162,6 +174,7 @@ class Explorer:
         self.bg_pending: set[int] = set()
         self.aof_seen: dict[int, tuple[int, int]] = {}
         self.n = 0
+        self.pauses = 0  # PAUSE calls on the wild queue so far (pause-bcast)
         world.observers.append(self.observe)
         world.flush_observers.append(self.flushed)
 
@@ -251,6 +264,8 @@ class Explorer:
             async with trio.open_nursery() as work:
                 if self.plan.admin_mask:
                     work.start_soon(self._admin, start)
+                if self.world.count > 1:
+                    work.start_soon(self._pause_fresh)
                 if self.plan.explore:
                     work.start_soon(self._commands)
             nursery.cancel_scope.cancel()
@@ -679,17 +694,189 @@ class Explorer:
     async def _w_pause(self, i: int) -> None:
         how = self.rng.choice(("in", "out", "all", "none", "none", "none"))
         args: list[Any] = ["PAUSE", WILD, how]
-        if self.rng.random() < 0.5:
+        bcast = self.rng.random() < 0.5
+        if bcast:
             args.append("BCAST")
             self.probe("cmd-pause-bcast")
+        self.pauses += 1
+        mine, t0 = self.pauses, trio.current_time()
+        world = self.world
+        sender = world.nodes[i]
+        # The peers the sender may reach now (BCAST goes to those).
+        reachable = (
+            {p.node_id for p in sender.server.node.cluster.reachable()} if sender.up else set()
+        )
+        before = self._steady_marks()
         reply = await self.call(i, *args)
         self.probe(f"cmd-pause-{how}")
         if text(reply) != how:
             self.violate(f"absurd: n{i} {' '.join(map(str, args))} answered {text(reply)!r}")
+        elif bcast and world.nursery is not None:
+            world.nursery.start_soon(self._check_bcast, i, how, mine, t0, reachable, before)
         if how in ("out", "all"):
             got = await self.call(i, "GETJOB", "NOHANG", "FROM", WILD)
             if rows(got):
                 self.violate(f"pause-out: n{i} delivered {got!r} from {WILD} paused {how}")
+
+    async def _pause_fresh(self) -> None:
+        """PAUSE BCAST of a queue no node has yet (``xp<n>``): out on node
+        i, then a job added on node j and a client blocked there on it,
+        then none on node i. pause-bcast: every reachable node has the
+        queue paused out (created for it), and once resumed, node j's
+        blocked client gets the job. From a generator of its own (the
+        other tasks draw what they drew before)."""
+        world = self.world
+        rng = random.Random(self.plan.seed ^ 0x7061757365)
+        n = 0
+        while not self.stop.is_set():
+            await trio.sleep(rng.uniform(1.0, 4.0))
+            up = world.up_indexes()
+            if len(up) < 2 or not world.healthy(True):
+                continue
+            i, j = rng.sample(up, 2)
+            n += 1
+            queue = f"xp{n}"
+            try:
+                await self._pause_fresh_once(i, j, queue)
+            except Unknown as e:
+                self.record("error", {"node": i, "error": str(e)})
+
+    async def _pause_fresh_once(self, i: int, j: int, queue: str) -> None:
+        world = self.world
+        sender = world.nodes[i]
+        reachable = {p.node_id for p in sender.server.node.cluster.reachable()}
+        before = self._steady_marks()
+        t0 = trio.current_time()
+        reply = await self.call(i, "PAUSE", queue, "out", "BCAST")
+        if text(reply) != "out":
+            self.violate(f"absurd: n{i} PAUSE {queue} out BCAST answered {text(reply)!r}")
+            return
+        await self._check_bcast(i, "out", None, t0, reachable, before, queue)
+        if world.nodes[j].server.node.node_id not in reachable:
+            return
+        added = await self.call(j, "ADDJOB", queue, f"{queue}-1", 0, "REPLICATE", 1, "RETRY", 60)
+        if not text(added).startswith("D-"):
+            return
+        got: list[Any] = []
+        failed: list[bool] = []
+
+        async def blocked() -> None:
+            try:
+                got.append(await self.call(j, "GETJOB", "TIMEOUT", 4000, "FROM", queue))
+            except Unknown:
+                failed.append(True)  # a fault: no verdict
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocked)
+            await trio.sleep(0.3)
+            blocked_then = world.nodes[j].server.node.queues.get(queue)
+            waiting = blocked_then is not None and bool(blocked_then.waiters) and not got
+            t1 = trio.current_time()
+            try:
+                reply = await self.call(i, "PAUSE", queue, "none", "BCAST")
+            except Unknown:
+                reply = None
+            await trio.sleep(PAUSE_BCAST_S)
+            t2 = trio.current_time()
+            if (
+                waiting
+                and not failed
+                and text(reply) == "none"
+                and self._steady_marks() == before
+                and world.calm(t0, t2)
+                and world.healthy(True)
+            ):
+                self.probe("pause-bcast-checked")
+                if not got:
+                    self.violate(
+                        f"pause-bcast: n{i} PAUSE {queue} none BCAST at t={t1:.2f}; the "
+                        f"client blocked on n{j} since before has not got its job at t={t2:.2f}"
+                    )
+        if got and rows(got[0]):
+            await self.call(j, "ACKJOB", text(added))
+
+    def _steady_marks(self) -> tuple[Any, ...]:
+        """What must not move for a check over the whole cluster to hold:
+        every node's incarnation and ID, the explorer's disturbances."""
+        nodes = tuple((n.up, n.incarnation, n.server.node.node_id) for n in self.world.nodes)
+        return nodes, sum(self.disturbed.values()), frozenset(self.leaving)
+
+    async def _check_bcast(
+        self,
+        i: int,
+        how: str,
+        mine: int | None,
+        t0: float,
+        reachable: set[str],
+        before: tuple[Any, ...],
+        queue: str = WILD,
+    ) -> None:
+        """pause-bcast: PAUSE ... BCAST answered in a calm cluster reaches
+        every node the sender could reach, and acts there as it does
+        locally: the queue (created if the node had none) has the same
+        pause flags, and one no longer paused out serves its blocked
+        clients."""
+        world = self.world
+        await trio.sleep(PAUSE_BCAST_S)
+        now = trio.current_time()
+        if (
+            (mine is not None and self.pauses != mine)
+            or self._steady_marks() != before
+            or not world.calm(t0, now)
+            or not world.healthy(True)
+        ):
+            return
+        bits = {"none": 0, "in": PAUSED_IN, "out": PAUSED_OUT, "all": PAUSED_IN | PAUSED_OUT}[how]
+        self.probe("pause-bcast-checked")
+        for n in world.nodes:
+            core = n.server.node
+            if not n.up or (n.index != i and core.node_id not in reachable):
+                continue
+            q = core.queues.get(queue)
+            got = q.pause if q is not None else 0
+            if got != bits:
+                self.violate(
+                    f"pause-bcast: n{i} PAUSE {queue} {how} BCAST at t={t0:.2f}; "
+                    f"{n.name} has it paused {Pause(got).label} at t={now:.2f}"
+                )
+            elif q is not None and not got & PAUSED_OUT and q.waiters and q.jobs:
+                self.violate(
+                    f"pause-bcast: {n.name} holds {len(q.jobs)} queued {queue} jobs and "
+                    f"{len(q.waiters)} blocked GETJOB clients {PAUSE_BCAST_S:.1f}s after "
+                    f"n{i}'s PAUSE {how} BCAST"
+                )
+
+    def _check_leaving_known(self, i: int, told: float, marks: tuple[Any, ...]) -> bool:
+        """leaving-known: CLUSTER LEAVING yes answered OK is flagged by every
+        other node within half the node timeout plus ``LEAVING_KNOWN_S`` of
+        the later of the answer and the end of the last fault (links
+        settled). True once checked."""
+        world = self.world
+        now = trio.current_time()
+        ends = [w[1] for w in world.fault_windows]
+        if any(end == float("inf") for end in ends) or not world.healthy(True):
+            return False
+        since = max([told, *(end + LINK_SETTLE_S for end in ends)])
+        # Heartbeats carry the flag: a peer is pinged at least every half
+        # node timeout (one of a sample every second on top), and gossip
+        # about third nodes spreads it sooner.
+        bound = max(LEAVING_KNOWN_S, world.plan.node_timeout_ms / 2000 + LEAVING_KNOWN_S)
+        if now - since < bound or self._steady_marks() != marks:
+            return False
+        me = world.nodes[i].server.node
+        if not me.leaving:
+            return False
+        self.probe("leaving-known-checked")
+        for n in world.nodes:
+            if n.index == i or not n.up:
+                continue
+            peer = n.server.node.cluster.nodes.get(me.node_id)
+            if peer is not None and not peer.flags & LEAVING:
+                self.violate(
+                    f"leaving-known: n{i} told CLUSTER LEAVING yes at t={told:.2f}, calm "
+                    f"since t={since:.2f}; {n.name} does not flag it leaving at t={now:.2f}"
+                )
+        return True
 
     async def _a_add(self, i: int) -> None:
         world = self.world
@@ -883,10 +1070,27 @@ class Explorer:
         self.probe("admin-leaving")
         if text(reply) != "OK":
             self.violate(f"absurd: n{i} CLUSTER LEAVING yes answered {text(reply)!r}")
+        told = trio.current_time()
+        marks = self._steady_marks()
+        # A job for every node, added at once on another node (which has
+        # not heard yet): its REPLJOB reaches the leaving node, which must
+        # refuse the copy (leaving-no-copies, sim/observing.py).
+        others = [j for j in world.up_indexes() if j != i]
+        if others:
+            try:
+                await self.call(
+                    others[0], "ADDJOB", LEAVING_Q, f"xl-{i}", 0,
+                    "REPLICATE", world.count, "ASYNC", "TTL", 20,
+                )  # fmt: skip
+                self.probe("leaving-repljob-sent")
+            except Unknown:
+                pass
         until = trio.current_time() + self.admin_rng.uniform(2, 5)
+        known = False
         while trio.current_time() < until:
             await trio.sleep(self.admin_rng.uniform(0.2, 0.8))
             node = world.nodes[i]
+            known = known or self._check_leaving_known(i, told, marks)
             if not node.up or not node.server.node.leaving:
                 continue  # a crash may bring it back: the flag is in nodes.conf
             incarnation = node.incarnation
@@ -913,6 +1117,27 @@ class Explorer:
                             )
             except Unknown:
                 continue
+        if not known and world.nursery is not None:
+            # Not checked yet (a fault in the way): the node stays leaving a
+            # little longer, while the cluster calms down, and the admin
+            # goes on with its other actions meanwhile.
+            world.nursery.start_soon(self._leave_later, i, told, marks)
+            return
+        await self._stop_leaving(i)
+
+    async def _leave_later(self, i: int, told: float, marks: tuple[Any, ...]) -> None:
+        world = self.world
+        extra = trio.current_time() + LEAVING_WAIT_S
+        known = False
+        while not known and trio.current_time() < extra and world.nodes[i].up:
+            await trio.sleep(0.5)
+            known = self._check_leaving_known(i, told, marks)
+        try:
+            await self._stop_leaving(i)
+        except Unknown:
+            self.leaving.discard(i)  # the liveness phase brings it back
+
+    async def _stop_leaving(self, i: int) -> None:
         await self.call(i, "CLUSTER", "LEAVING", "no")
         self.leaving.discard(i)
         self.disturbed[i] += 1

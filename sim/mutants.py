@@ -35,9 +35,11 @@ from disque_trio.core.job import (
     JobState,
 )
 from disque_trio.core.node import Node
+from disque_trio.core.queue import Pause, Queue
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
 from disque_trio.protocol.replies import NULL_ARRAY
+from disque_trio.server import aof as server_aof
 from disque_trio.server.aof import AppendOnlyFile
 from disque_trio.server.connections import _Connection
 
@@ -109,13 +111,14 @@ def aof_requeues_retry0() -> contextlib.AbstractContextManager[None]:
     """An AOF reload queues RETRY 0 jobs again (as if never delivered)."""
     original = core_records._restore
 
-    def restore(node: Node, rec: Any, enqueue_once: bool, now: int) -> None:
-        original(node, rec, enqueue_once, now)
+    def restore(node: Node, rec: Any, enqueue_once: bool, now: int) -> Job | None:
+        later = original(node, rec, enqueue_once, now)
         job = node.jobs.get(rec.id)
         if job is not None and job.retry == 0 and job.state == JobState.ACTIVE:
             job.qtime = now
             job.flags &= ~FLAG_DELIVERED
             node.enqueue(job, now=now)
+        return later
 
     return patched(core_records, "_restore", restore)
 
@@ -691,6 +694,213 @@ DELAY_WAIT_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Non
 }
 
 
+# ------------------------------------------------ what users observe (#45)
+
+
+def queue_newest_first() -> contextlib.AbstractContextManager[None]:
+    """The queue's pop takes the wrong end: GETJOB serves the newest job
+    (order)."""
+
+    def pop_oldest(self: Queue) -> str | None:
+        if not self.jobs:
+            return None
+        return self.jobs.pop(-1).id  # type: ignore[no-any-return]
+
+    return patched(Queue, "pop_oldest", pop_oldest)
+
+
+def copy_drops_counters() -> contextlib.AbstractContextManager[None]:
+    """A copy made from a REPLJOB or YOURJOBS leaves its counters at zero
+    (two fields not copied): a job NACKed, then moved by NEEDJOBS, shows
+    nacks 0 on its new holder (counters-follow)."""
+    original = core_records.job_from_data
+
+    def job_from_data(node: Any, data: Any) -> Job:
+        return original(node, attrs.evolve(data, nacks=0, deliveries=0))
+
+    return patched(cj, "job_from_data", job_from_data)
+
+
+def yourjobs_drops_nacks() -> contextlib.AbstractContextManager[None]:
+    """YOURJOBS copies the additional deliveries but not the nacks (one
+    field forgotten on the NEEDJOBS path only) (counters-follow)."""
+    original = cj._on_yourjobs
+
+    def on_yourjobs(node: Node, sender: str, msg: bus.YourJobs) -> None:
+        original(node, sender, bus.YourJobs(tuple(attrs.evolve(d, nacks=0) for d in msg.jobs)))
+
+    return handler(bus.YourJobs, on_yourjobs)
+
+
+def _rewrite_record(
+    change: Callable[[Job], bytes | None],
+) -> contextlib.AbstractContextManager[None]:
+    """The AOF rewrite's (and SHUTDOWN REWRITE-AOF's) record of a job,
+    written by ``change``; the records of each change stay right."""
+    return patched(server_aof, "aof_record", change)
+
+
+def rewrite_drops_dummy_acks() -> contextlib.AbstractContextManager[None]:
+    """The rewrite leaves dummy acks out (no body, so nothing to save, it
+    thinks): after a restart the node forgets the ack (rewrite-keeps-state)."""
+    original = core_records.aof_record
+    return _rewrite_record(lambda job: None if job.body is None else original(job))
+
+
+def rewrite_drops_counters() -> contextlib.AbstractContextManager[None]:
+    """The rewrite writes each job with fresh counters (rewrite-keeps-state)."""
+    original = core_records.aof_record
+
+    def record(job: Job) -> bytes | None:
+        if job.body is None or job.state == JobState.WAIT_REPL:
+            return original(job)
+        rec = attrs.evolve(core_records.job_record(job), nacks=0, deliveries=0)
+        return aof_records.loadjob(rec)
+
+    return _rewrite_record(record)
+
+
+def rewrite_drops_acked() -> contextlib.AbstractContextManager[None]:
+    """The rewrite skips acked jobs (they will be collected soon, it
+    thinks): reloaded, the job is active again (rewrite-keeps-state)."""
+    original = core_records.aof_record
+    return _rewrite_record(
+        lambda job: None if job.state == JobState.ACKED and job.body else original(job)
+    )
+
+
+def rewrite_resets_delay() -> contextlib.AbstractContextManager[None]:
+    """The rewrite writes a job within a client's DELAY without its delay
+    flag (rewrite-keeps-state)."""
+    original = core_records.aof_record
+
+    def record(job: Job) -> bytes | None:
+        if job.body is None or not job.flags & FLAG_DELAYED or job.state == JobState.WAIT_REPL:
+            return original(job)
+        rec = attrs.evolve(core_records.job_record(job), flags=job.flags & ~FLAG_DELAYED)
+        return aof_records.loadjob(rec)
+
+    return _rewrite_record(record)
+
+
+def pause_bcast_needs_queue() -> contextlib.AbstractContextManager[None]:
+    """A PAUSE from the bus is applied only to a queue the node has (no
+    queue created for it): a node that never saw the queue ignores the
+    broadcast (pause-bcast)."""
+
+    def on_pause(node: Node, sender: str, msg: bus.Pause) -> None:
+        if msg.queue in node.queues:
+            node.set_pause(msg.queue, Pause(msg.flags & 3))
+
+    return handler(bus.Pause, on_pause)
+
+
+def pause_bcast_skips_waiters() -> contextlib.AbstractContextManager[None]:
+    """A PAUSE from the bus sets the flags but does not wake the clients
+    blocked on a queue whose output it resumes (pause-bcast)."""
+
+    def on_pause(node: Node, sender: str, msg: bus.Pause) -> None:
+        q = node.queue(msg.queue)
+        q.pause = msg.flags & 3
+        node.schedule_queue_gc(q)
+
+    return handler(bus.Pause, on_pause)
+
+
+def nack_requeues_retry0() -> contextlib.AbstractContextManager[None]:
+    """NACK forgets the at-most-once branch: a delivered RETRY 0 job goes
+    back in its queue (retry0-refused, retry0-once-cluster)."""
+    original = Node.enqueue
+
+    def enqueue(self: Node, job: Job, nack: bool = False, now: int = 0) -> bool:
+        if nack and job.retry == 0 and job.state == JobState.ACTIVE:
+            job.flags &= ~FLAG_DELIVERED
+            job.qtime = job.qtime or 1
+        return original(self, job, nack, now)
+
+    return patched(Node, "enqueue", enqueue)
+
+
+def enqueue_requeues_retry0() -> contextlib.AbstractContextManager[None]:
+    """ENQUEUE (the command, no DELAY) forgets the at-most-once branch
+    (retry0-refused, retry0-once-cluster)."""
+    original = jobcmds._enqueue_generic
+
+    def enqueue_generic(node: Node, argv: list[bytes], nack: bool) -> Any:
+        if not nack:
+            for raw in argv[1:]:
+                job = node.jobs.get(raw.decode(errors="replace"))
+                if job is not None and job.retry == 0 and job.state == JobState.ACTIVE:
+                    job.flags &= ~FLAG_DELIVERED
+                    job.qtime = job.qtime or 1
+        return original(node, argv, nack)
+
+    return patched(jobcmds, "_enqueue_generic", enqueue_generic)
+
+
+def leaving_takes_copies() -> contextlib.AbstractContextManager[None]:
+    """A leaving node still stores new copies from REPLJOB (the leaving test
+    forgotten in the handler) (leaving-no-copies)."""
+    original = cj._on_repljob
+
+    def on_repljob(node: Node, sender: str, msg: bus.ReplJob) -> None:
+        with patched(node, "leaving", False):
+            original(node, sender, msg)
+
+    return handler(bus.ReplJob, on_repljob)
+
+
+def collect_on_first_gotack() -> contextlib.AbstractContextManager[None]:
+    """GOTACK collects the job once the sender confirmed, without looking
+    at the other holders (a comparison of one against all)
+    (always-collect-after-confirms)."""
+    original = cj._on_gotack
+
+    def on_gotack(node: Node, sender: str, msg: bus.GotAck) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.state == JobState.ACKED and not job.is_dummy_ack and msg.known:
+            job.nodes_confirmed = (*(job.nodes_confirmed or ()), sender)
+            node.probe("ack-collected", job)
+            cj.broadcast_deljob(node, job.id, job)
+            node.unregister(job)
+            return
+        original(node, sender, msg)
+
+    return handler(bus.GotAck, on_gotack)
+
+
+def load_ack_not_indexed() -> contextlib.AbstractContextManager[None]:
+    """An ACKJOB record replayed at load marks the job acked without
+    putting it in the node's acked set (always-acked-indexed)."""
+    original = Node.acknowledge
+
+    def acknowledge(self: Node, job: Job) -> Any:
+        result = original(self, job)
+        if not self.persisting and self.jobs.get(job.id) is job:
+            self.acked_jobs.pop(job.id, None)
+        return result
+
+    return patched(Node, "acknowledge", acknowledge)
+
+
+OBSERVE_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "queue-newest-first": queue_newest_first,
+    "copy-drops-counters": copy_drops_counters,
+    "yourjobs-drops-nacks": yourjobs_drops_nacks,
+    "rewrite-drops-dummy-acks": rewrite_drops_dummy_acks,
+    "rewrite-drops-counters": rewrite_drops_counters,
+    "rewrite-drops-acked": rewrite_drops_acked,
+    "rewrite-resets-delay": rewrite_resets_delay,
+    "pause-bcast-needs-queue": pause_bcast_needs_queue,
+    "pause-bcast-skips-waiters": pause_bcast_skips_waiters,
+    "nack-requeues-retry0": nack_requeues_retry0,
+    "enqueue-requeues-retry0": enqueue_requeues_retry0,
+    "leaving-takes-copies": leaving_takes_copies,
+    "collect-on-first-gotack": collect_on_first_gotack,
+    "load-ack-not-indexed": load_ack_not_indexed,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -719,6 +929,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 }
 MUTANTS.update(EXPLORER_MUTANTS)
 MUTANTS.update(DELAY_WAIT_MUTANTS)
+MUTANTS.update(OBSERVE_MUTANTS)
 
 
 @contextlib.contextmanager

@@ -85,6 +85,10 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("late_delay_pct", 60),  # of those, sent after a think time past RETRY
     ("waiters", 2),  # clients calling WAITJOB on jobs added (0: none)
     ("wait_other_pct", 50),  # WAITJOBs sent to a node other than the job's creator
+    # BUGGIFY-style knobs (sim/buggify.py), issue #45 (0 in plans saved before):
+    ("crash_after_ack", 1),  # 1: a node crashes right after acking a job (twice at most)
+    ("slow_yourjobs", 5),  # YOURJOBS arrives this many tenths of a second late
+    ("rewrite_often", 1),  # 1: BGREWRITEAOF on some node every 0.3..1 s
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -154,6 +158,9 @@ class Plan:
     late_delay_pct: int = 0
     waiters: int = 0
     wait_other_pct: int = 0
+    crash_after_ack: int = 0
+    slow_yourjobs: int = 0
+    rewrite_often: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -328,13 +335,21 @@ class Plan:
         # NACK/ENQUEUE DELAY and WAITJOB from a generator of their own, as
         # the explorer's: every field above stays what it was.
         late = random.Random(f"delays-{seed}")
-        return attrs.evolve(
+        plan = attrs.evolve(
             plan,
             nack_delay_pct=late.randint(1, 30) if late.random() < 0.6 else 0,
             enqueue_delay_pct=late.randint(1, 20) if late.random() < 0.5 else 0,
             late_delay_pct=late.randint(10, 50) if late.random() < 0.6 else 0,
             waiters=late.choice((0, 1, 2, 2)),
             wait_other_pct=late.randint(5, 40) if late.random() < 0.5 else 0,
+        )
+        # The BUGGIFY knobs, from a generator of their own too.
+        knobs = random.Random(f"buggify-{seed}")
+        return attrs.evolve(
+            plan,
+            crash_after_ack=int(knobs.random() < 0.15),
+            slow_yourjobs=knobs.randint(1, 5) if knobs.random() < 0.2 else 0,
+            rewrite_often=int(knobs.random() < 0.2),
         )
 
 

@@ -61,3 +61,15 @@ DELAY_WAIT_PROBES = (
     "waitjob-unknown",
     "waitjob-pending",
 )
+
+# What users observe (sim/observing.py, issue #45), counted by the workload,
+# the explorer and the checks themselves.
+OBSERVE_PROBES = (
+    "retry0-requeue-refused",  # NACK/ENQUEUE (no DELAY) of a delivered RETRY 0 job refused
+    "rewrite-checked",  # an AOF rewrite compared with the file it replaced
+    "pause-bcast-checked",  # a PAUSE BCAST's flags looked at on every reachable node
+    "leaving-known-checked",  # a node's LEAVING looked at on every other node
+    "leaving-repljob-sent",  # a job for every node added as one starts leaving
+)
+# The BUGGIFY knobs' own (sim/buggify.py): they acted in the run.
+BUGGIFY_PROBES = ("crash-after-ack", "slow-yourjobs", "rewrite-often")

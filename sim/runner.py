@@ -14,6 +14,7 @@ import attrs
 
 from disque_trio.core.job import JobState
 
+from . import buggify
 from .checkers import (
     Crashes,
     Report,
@@ -28,6 +29,7 @@ from .checkers import (
     check_waitjob,
     check_working,
 )
+from .observing import Observing
 from .plan import Plan
 from .workload import Workload
 from .world import StormError, World
@@ -126,6 +128,8 @@ def _collector_tuned() -> Iterator[None]:
 
 def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcome:
     world = world_cls(plan, **config)
+    Observing(world)  # what users observe (sim/observing.py)
+    buggify.install(world)  # the plan's BUGGIFY knobs
     workload = Workload(plan)
     started = time.perf_counter()
     try:

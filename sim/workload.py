@@ -34,6 +34,7 @@ from disque_trio.protocol.replies import ReplyError, Status
 from disque_trio.server.connections import READER_GRACE_REPL_S
 from disque_trio.testing import RespClient
 
+from . import buggify
 from .explore import Explorer
 from .faults import heal_all, run_faults
 from .plan import Plan
@@ -222,6 +223,10 @@ class Workload:
                     producers.start_soon(self._pause_queue, world, start, rngs[-1])
                 if self.explorer is not None:
                     producers.start_soon(self.explorer.run, start)
+                if plan.rewrite_often:
+                    producers.start_soon(
+                        buggify.rewrite_often, world, start + plan.duration, self.explorer
+                    )
                 with trio.move_on_at(start + plan.duration):
                     await run_faults(world, plan.active_faults(), start)
                     await trio.sleep_forever()
@@ -554,8 +559,9 @@ class Workload:
         on another node). True: the consumer drops its connection."""
         plan = self.plan
         draining = self._stop_producing.is_set() and not self._coda
-        # Only jobs known to be RETRY > 0 are forgotten or NACKed: a NACKed
-        # RETRY 0 job is legitimately delivered again.
+        # A RETRY 0 job is NACKed and ENQUEUEd too (below): the node must
+        # refuse (at most once, whatever a client sends; the original's
+        # enqueueJob does). Only RETRY > 0 jobs vanish with their consumer.
         again = self._retry_of.get(jid, 0) > 0
         # A RETRY 0 job may be forgotten too: it stays delivered, never
         # queued again (a node reloading it from its AOF must not either).
@@ -581,6 +587,21 @@ class Workload:
             if _text(reply) == "1":
                 world.probes["nack-requeued"] += 1
             return False
+        if not again and jid in self._retry_of and not draining:
+            # Any plan that NACKs or ENQUEUEs does it to RETRY 0 jobs too.
+            share = max(plan.nack_pct, plan.nack_delay_pct, plan.enqueue_delay_pct)
+            if share and rng.randrange(100) < share:
+                # At most once under every command: NACK or ENQUEUE of a
+                # delivered RETRY 0 job answers 0 (retry0-refused), and the
+                # job is never delivered again (check, retry0-once).
+                cmd = rng.choice(("NACK", "ENQUEUE"))
+                called = trio.current_time()
+                reply = await client.call(cmd, jid)
+                data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "retry": 0}
+                self.record(name, cmd.lower(), data)
+                if _text(reply) == "0":
+                    world.probes["retry0-requeue-refused"] += 1
+                # Then acked (or forgotten) like any other.
         if again and not draining and plan.share_pct and rng.randrange(100) < plan.share_pct:
             self.record(name, "share", {"node": index, "id": jid})
             self._shared.append((name, jid))

@@ -69,6 +69,7 @@ import trio._core._run as trio_run
 import trio.testing
 
 from disque_trio.config import Config
+from disque_trio.core import always
 from disque_trio.core import cluster as cluster_flags
 from disque_trio.core.job import FLAG_DELAYED, TIME_ERROR_MS, Job, JobState
 from disque_trio.core.queue import PAUSED_IN
@@ -81,7 +82,7 @@ from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
-from .probes import COMMAND_PROBES, DELAY_WAIT_PROBES
+from .probes import BUGGIFY_PROBES, COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
 from .trace import Trace
 
 BASE_PORT = 7711
@@ -123,7 +124,7 @@ TIMING_PROBES = (
     "consumer-vanished",
     "everysec-crash-checked",  # an everysec crash with writes older than its window
 )
-PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES)
+PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES, *OBSERVE_PROBES, *BUGGIFY_PROBES)
 MESH_TIMEOUT_S = 30.0
 DOUBLE_QUEUED_S = 4.0
 # everysec: a write is fsynced by the next cron second, and the writer does
@@ -233,6 +234,7 @@ class SimNode:
         self.reloaded: set[str] = set()  # loaded and not queued since
         self.old_ids: list[str] = []  # node ids of wiped incarnations
         self.handling: type | None = None  # the bus message being dispatched
+        self.handling_msg: object = None  # and the message itself
         self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
         self.expired: set[str] = set()  # jobs this incarnation expired (TTL)
         self.crashed_at = 0.0
@@ -330,6 +332,13 @@ class World:
         self._seen_before_crash: dict[str, dict[str, float]] = {}
         self.last_jump_at = -1e9
         self.flags_seen: dict[tuple[str, str], int] = {}  # (observer, peer id) -> flags
+        # What users observe (sim/observing.py): order, counters, RETRY 0
+        # once cluster-wide, rewrites, the node's always rules.
+        # Called with each node at each start (the checks of what users
+        # observe, sim/observing.py, watch its AOF rewrites), and at each
+        # monitor sample; sim/runner.py attaches them.
+        self.start_hooks: list[Callable[[SimNode], None]] = []
+        self.samplers: list[Callable[[], None]] = []
 
     @property
     def nursery(self) -> trio.Nursery | None:
@@ -351,10 +360,12 @@ class World:
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
         trio_run._r = _SchedulerRandom(self.scheduler_seed)
         logger.setLevel(logging.CRITICAL)
+        always.enable(self._violate)  # the node's always rules (core/always.py)
         try:
             with virtual_time(self.timers):
                 trio.run(self._main, body, clock=self.clock)
         finally:
+            always.disable()
             self.trace.clock = None
             trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]  # Final, as above
             trio_run._r = saved_r
@@ -440,6 +451,8 @@ class World:
         node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
         server.node.observers.append(self._observer(node, server))
+        for hook in self.start_hooks:
+            hook(node)
         server.node.flush_all = self._observed_flush(node, server.node.flush_all)  # type: ignore[method-assign]
         server.bus.dispatch = self._chaotic(node, server, server.bus.dispatch)
         server.bus.send = self._traced_send(node, server.bus.send)  # type: ignore[method-assign,assignment]
@@ -705,6 +718,7 @@ class World:
             if self._window_messages > STORM_MESSAGES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
             node.handling = type(msg)
+            node.handling_msg = msg
             waiting = None
             if type(msg) is bus.GotJob:
                 waiting = self._confirmation(node, server, sender, msg.job_id)
@@ -712,6 +726,7 @@ class World:
                 dispatch(sender, msg)
             finally:
                 node.handling = None
+                node.handling_msg = None
             if waiting is not None and waiting[0].state != JobState.WAIT_REPL:
                 job, confirmed = waiting
                 del self.confirmed_by[(node.name, node.incarnation, job.id)]
@@ -722,6 +737,24 @@ class World:
                     )
 
         def chaotic(sender: str, msg: object) -> None:
+            if self.plan.slow_yourjobs and type(msg) is bus.YourJobs and self._nursery is not None:
+                # BUGGIFY (sim/buggify.py): a NEEDJOBS answer crossing the
+                # acks, NACKs and DELAYs sent meanwhile.
+                later = self.plan.slow_yourjobs / 10
+                # Its TTL was sent as what was left: it lives that much
+                # longer, and longer still if a fault held its bytes back
+                # just now (the registration's own test of that comes too
+                # late after the release).
+                held = self.net.held_back.get(node.port)
+                if held is not None and trio.current_time() - held[0] <= HELD_BACK_RECENT_S:
+                    later_total = later + held[1]
+                else:
+                    later_total = later
+                for data in msg.jobs:
+                    self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), later_total)
+                self.probes["slow-yourjobs"] += 1
+                self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
+                return
             chaos = self.chaos.get(node.index)
             if chaos is None or isinstance(msg, bus.Meet):
                 deliver(sender, msg)
@@ -1083,6 +1116,8 @@ class World:
                 raise StormError(self.violations[-1])
             self.check_ttl(now)
             self._sample_flags()
+            for sample in self.samplers:
+                sample()
             where: Counter[str] = Counter()
             for n in self.nodes:
                 if not n.up:

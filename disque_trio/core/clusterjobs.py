@@ -878,6 +878,15 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             job.nodes_delivered = merge_holders(
                 node, job.nodes_delivered, data.nodes_delivered, job.id
             )
+            if (again := postpone_left(job, now)) is not None:
+                # Waiting here for its client's NACK or ENQUEUE DELAY: a
+                # YOURJOBS sent before the sender heard our POSTPONE (it
+                # queued its copy again and gave it away meanwhile) must
+                # not end the delay (simulator seed 320491137, a YOURJOBS
+                # slowed by the BUGGIFY knob: delivered 0.3 s into a 2 s
+                # delay). The sender holds its copy past it.
+                node.effects.send(sender, again)
+                continue
         # A job moving between queues is not delivered again: queue it as a
         # first queueing, which counts nothing.
         job.flags &= ~FLAG_BCAST_QUEUED

@@ -39,6 +39,7 @@ class JobHost(Protocol):
     repl_waiters: dict[str, Waiter]
     deleted_ids: dict[str, int]
     deleted_acked: dict[str, tuple[int, int]]
+    acked_jobs: dict[str, None]
     deleted_expired: set[str]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..protocol import aof, bus
+from . import always
 from .cluster import HANDSHAKE
 from .host import JobHost
 from .ids import is_at_most_once_id, ttl_minutes_from_id
@@ -239,11 +240,26 @@ def replay(
     """
     persisting, node.persisting = node.persisting, False
     now = node.now_ms()
+    # Jobs a controlled restart puts back in their queues: only once the
+    # whole file is read (a later record may ack, delete or replace one;
+    # queueing it at its own record queued, and announced, a job the rest
+    # of the file says is gone; simulator seeds 450155, 450719, 450760).
+    to_queue: list[Job] = []
+    # always-load-acked-as-aof (core/always.py, in the simulator only): the
+    # IDs the file's last record of each says acked.
+    acked: dict[str, bool] | None = {} if always.ENABLED else None
     try:
         for kind, payload in entries:
+            if acked is not None:
+                if kind == aof.LOADJOB:
+                    assert isinstance(payload, aof.JobRecord)
+                    acked[payload.id] = JobState(payload.state) == JobState.ACKED
+                else:
+                    acked[str(payload)] = kind == aof.ACKJOB
             if kind == aof.LOADJOB:
                 assert isinstance(payload, aof.JobRecord)
-                _restore(node, payload, enqueue_once, now)
+                if (job := _restore(node, payload, enqueue_once, now)) is not None:
+                    to_queue.append(job)
                 continue
             job_id = str(payload)
             job = node.jobs.get(job_id)
@@ -255,25 +271,34 @@ def replay(
                 node.acknowledge(job)
             else:
                 node.unregister(job)
+        for job in to_queue:
+            if node.jobs.get(job.id) is job and job.state == JobState.ACTIVE:
+                job.qtime = job.qtime or now
+                job.flags &= ~FLAG_DELIVERED  # not delivered yet: it was waiting in the queue
+                # Put back where it was, not queued again: no delivery counted.
+                job.flags &= ~FLAG_BCAST_QUEUED
+                node.enqueue(job, now=now)
+        if acked is not None:
+            always.after_load(node, (job_id for job_id, yes in acked.items() if yes))
     finally:
         node.persisting = persisting
     return len(node.jobs)
 
 
-def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) -> None:
+def _restore(node: JobHost, rec: aof.JobRecord, enqueue_once: bool, now: int) -> Job | None:
+    """Hold the job a LOADJOB record describes (replacing an earlier copy);
+    the job if a controlled restart must put it back in its queue once the
+    whole file is read."""
     old = node.jobs.get(rec.id)
     if old is not None:
         node.unregister(old)
     job = job_from_record(node, rec, now)
     if job is None:
-        return
+        return None
     node.register(job)
     if enqueue_once and JobState(rec.state) == JobState.QUEUED:
-        job.qtime = job.qtime or now
-        job.flags &= ~FLAG_DELIVERED  # not delivered yet: it was waiting in the queue
-        # Put back where it was, not queued again: no delivery counted.
-        job.flags &= ~FLAG_BCAST_QUEUED
-        node.enqueue(job, now=now)
+        return job
+    return None
 
 
 __all__ = [

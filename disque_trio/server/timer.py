@@ -48,6 +48,7 @@ class Timer:
         self._alarm = ScopeAlarm() if alarm is None else alarm
         self._sleeping = False
         self._due_ms: int | None = None
+        self._wake_at = 0.0  # the Trio time the current sleep ends
 
     async def run(self) -> None:
         while True:
@@ -56,20 +57,30 @@ class Timer:
             self._due_ms = due
             delay = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, (due - now) / 1000))
             self._sleeping = True
+            self._wake_at = trio.current_time() + delay
             try:
-                await self._alarm.sleep_until(trio.current_time() + delay)
+                await self._alarm.sleep_until(self._wake_at)
             finally:
                 self._sleeping = False
             self._tick()
 
     def reschedule(self, due: int | None) -> None:
-        """A commit moved the next deadline: wake earlier if it is sooner."""
+        """A commit moved the next deadline: wake earlier if it is sooner.
+
+        Only ever earlier than the sleep already set: the sleep is capped at
+        MAX_SLEEP_S so that a wall-clock jump is noticed, and a deadline far
+        off in node time (say, after the clock stepped back) must not stretch
+        it. A deadline later than the wake is picked up when the timer wakes.
+        """
         if due is None or not self._sleeping:
             return
         if self._due_ms is None or due < self._due_ms:
             self._due_ms = due
-            delay = max(0.0, (due - self._now_ms()) / 1000)
-            self._alarm.move(trio.current_time() + delay)
+            delay = min(MAX_SLEEP_S, max(0.0, (due - self._now_ms()) / 1000))
+            wake_at = trio.current_time() + delay
+            if wake_at < self._wake_at:
+                self._wake_at = wake_at
+                self._alarm.move(wake_at)
 
 
 class Cron:

@@ -1244,3 +1244,20 @@ def test_an_expired_copy_in_yourjobs_still_marks_its_sender_a_source() -> None:
     cj.receive(node, OTHER_ID, bus.YourJobs((data,)))  # the sender's clock lags
     assert old_id not in node.jobs  # not back to life
     _asked_again_soon(node, clock)
+
+
+def test_a_late_yourjobs_leaves_a_job_waiting_for_its_clients_delay() -> None:
+    """Simulator seed 320491137: a job moved here, delivered and NACKed with
+    DELAY 2; a second YOURJOBS for it, sent before its sender heard our
+    POSTPONE, queued it 0.3 s into the delay. It now leaves the job waiting
+    and answers POSTPONE with what is left of the delay."""
+    node, clock, job_id = _moved_here_by_yourjobs(5)
+    again = job_data(job(node, job_id), clock.ms)
+    assert [entry[1] for entry in get(node, "q")] == [job_id]
+    assert run(node, "NACK", job_id, "DELAY", 2) == 1
+    node.effects.clear()
+    elapse(node, clock, 300)
+    cj.receive(node, OTHER_ID, bus.YourJobs((again,)))
+    assert job(node, job_id).state == JobState.ACTIVE
+    [answer] = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.Postpone)]
+    assert answer.job_id == job_id and 1500 <= answer.delay_ms <= 1700

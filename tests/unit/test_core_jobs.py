@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from disque_trio.core.effects import Persist
@@ -13,7 +14,7 @@ from disque_trio.core.job import JobState
 from disque_trio.core.jobcmds import AddJobArgs
 from disque_trio.core.node import chatter_slot_end
 from disque_trio.core.queue import Pause
-from disque_trio.core.records import replay
+from disque_trio.core.records import job_record, replay
 from disque_trio.protocol import aof
 from disque_trio.protocol.replies import ReplyError, Status
 
@@ -705,3 +706,33 @@ def test_addjob_refuses_seconds_past_32_bits(opts: list[Any], error: str) -> Non
     reply = run(node, "ADDJOB", "q", "body", 0, *opts)
     assert isinstance(reply, ReplyError) and str(reply) == error
     assert node.jobs == {}
+
+
+def test_a_controlled_restart_queues_jobs_only_once_the_whole_aof_is_read() -> None:
+    """aof-enqueue-jobs-once puts back in their queues the jobs recorded as
+    queued, but a later record of the same job (an ACKJOB, a DELJOB, a
+    LOADJOB of it delivered) decides: queueing each job at its own record
+    queued (and announced to its waiters and holders) jobs the rest of the
+    file says are acked, gone or in a consumer's hands."""
+    node, clock = make_node()
+    acked, gone, taken, kept = (add(node, "q", f"b{i}", "RETRY", 5) for i in range(4))
+    queued = {i: job_record(job(node, i)) for i in (acked, gone, taken, kept)}
+    assert all(JobState(rec.state) == JobState.QUEUED for rec in queued.values())
+    delivered = attrs.evolve(queued[taken], state=int(JobState.ACTIVE))
+    entries: list[tuple[bytes, aof.JobRecord | str]] = [
+        *((aof.LOADJOB, rec) for rec in queued.values()),
+        (aof.ACKJOB, acked),
+        (aof.DELJOB, gone),
+        (aof.LOADJOB, delivered),
+    ]
+    again, _ = make_node()
+    again.clock = clock
+    events: list[tuple[str, str]] = []
+    again.observers.append(lambda event, j: events.append((event, j.id)))
+    replay(again, entries, True)
+    assert [j for e, j in events if e == "queued"] == [kept]
+    assert job(again, acked).state == JobState.ACKED
+    assert again.lookup(gone) is None
+    assert job(again, taken).state == JobState.ACTIVE
+    assert [j.id for j in again.queues["q"].jobs] == [kept]
+    check_invariants(again)

@@ -45,15 +45,20 @@ def alarm(request: pytest.FixtureRequest, clock: trio.testing.MockClock) -> Alar
 async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
     clock: trio.testing.MockClock, alarm: Alarm | None
 ) -> None:
+    # The tick runs what is due, as the node's does; the timer also wakes
+    # with nothing due, at least every MAX_SLEEP_S, to notice clock jumps.
     due: list[int | None] = [5_000]
+    wakes: list[float] = []
     ticks: list[float] = []
 
     def now_ms() -> int:
         return int(trio.current_time() * 1000)
 
     def tick() -> None:
-        ticks.append(trio.current_time())
-        due[0] = None
+        wakes.append(trio.current_time())
+        if due[0] is not None and now_ms() >= due[0]:
+            ticks.append(trio.current_time())
+            due[0] = None
 
     timer = Timer(lambda: due[0], now_ms, tick, alarm)
     async with trio.open_nursery() as nursery:
@@ -63,12 +68,39 @@ async def test_timer_ticks_at_the_deadline_and_earlier_when_rescheduled(
         timer.reschedule(2_000)  # a commit moved it earlier
         await trio.sleep(1.6)
         assert ticks == [pytest.approx(2.0)]
+        assert wakes == [pytest.approx(MAX_SLEEP_S), pytest.approx(2.0)]
         # With nothing due it still wakes every MAX_SLEEP_S (clock jumps).
         await trio.sleep(2 * MAX_SLEEP_S + 0.01)
-        assert ticks[1:] == [
+        assert wakes[2:] == [
             pytest.approx(2.0 + MAX_SLEEP_S),
             pytest.approx(2.0 + 2 * MAX_SLEEP_S),
         ]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reschedule_never_stretches_the_sleep_past_max_sleep(
+    clock: trio.testing.MockClock, alarm: Alarm | None
+) -> None:
+    # Node time stepped back a minute while the timer slept: the deadline a
+    # commit reports is now far off in node time. The timer must still look
+    # at the clock within MAX_SLEEP_S (seed 198: a minute's sleep held a job
+    # past its TTL).
+    offset = [0]
+    due: list[int | None] = [None]
+    wakes: list[float] = []
+
+    def now_ms() -> int:
+        return int(trio.current_time() * 1000) + offset[0]
+
+    timer = Timer(lambda: due[0], now_ms, lambda: wakes.append(trio.current_time()), alarm)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer.run)
+        await trio.sleep(0.2)
+        offset[0] = -60_000
+        due[0] = 1_000
+        timer.reschedule(1_000)
+        await trio.sleep(MAX_SLEEP_S)
+        assert wakes == [pytest.approx(MAX_SLEEP_S)]
         nursery.cancel_scope.cancel()
 
 
