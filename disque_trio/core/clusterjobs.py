@@ -44,7 +44,9 @@ Rules, one per message:
   does to holders it learns of, and to a holder's QUEUED or WORKING (which
   may have crossed the POSTPONE) instead of ending its delay. A holder
   waiting for a delay of its own client's too queues the job at the later
-  end if it wins the per-job comparison of node IDs, else stands by.
+  end if it wins the per-job comparison of node IDs, else stands by. One
+  for a job not held here is remembered until its delay ends: a YOURJOBS
+  it overtook brings the job waiting, not queued.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -90,6 +92,7 @@ NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
 RESPONDER_VALIDITY_S = 5
+EARLY_POSTPONES_MAX = 10_000  # POSTPONEs of jobs not here yet, remembered
 
 NOREPL_TIMEOUT = ReplyError(
     "NOREPL", "Timeout reached before replicating to the requested number of nodes"
@@ -621,7 +624,10 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
 def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
-        _answer_deleted(node, sender, msg.job_id)
+        if msg.job_id in node.deleted_ids:
+            _answer_deleted(node, sender, msg.job_id)
+        else:
+            remember_early_postpone(node, sender, msg)
         return
     if job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
@@ -656,6 +662,42 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         job.nacks += 1
     if msg.flags & bus.FLAG_INCR_DELIV:
         job.deliveries += 1
+
+
+def remember_early_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
+    """A POSTPONE for a job not held here: the YOURJOBS that gives it to us
+    may still be on its way, overtaken by the POSTPONE its sender wrote
+    after it (simulator seed 458330: a NEEDJOBS answered with the job, then
+    its client's ENQUEUE DELAY 2 there; the POSTPONE came first and was
+    dropped, and the YOURJOBS, 0.4 s later, queued the job 0.5 s into the
+    delay). Kept until the delay ends, at most EARLY_POSTPONES_MAX of them
+    (the oldest go first): _on_yourjobs applies it to the job it brings."""
+    if msg.delay_ms <= 0:
+        return
+    now = node.now_ms()
+    early = node.early_postpones
+    early.pop(msg.job_id, None)
+    early[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
+    while early:
+        oldest, (until, _, _) = next(iter(early.items()))
+        if len(early) <= EARLY_POSTPONES_MAX and until > now:
+            break
+        del early[oldest]
+
+
+def _apply_early_postpone(node: JobHost, job: Job, now: int) -> bool:
+    """A job that just came by YOURJOBS, with a POSTPONE that came before it
+    (remember_early_postpone): held past the delay, as if the POSTPONE came
+    now, and counted as it says. True if it applied."""
+    early = node.early_postpones.pop(job.id, None)
+    if early is None or not job.retry:
+        return False
+    until, flags, sender = early
+    if until <= now:
+        return False
+    node.probe("early-postpone-applied", job)
+    _on_postpone(node, sender, bus.Postpone(job.id, until - now, flags))
+    return True
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
@@ -872,6 +914,8 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             if job.retry == 0:
                 job.qtime = now  # any non-zero value lets enqueue() accept it
                 job.flags &= ~FLAG_DELIVERED
+            elif node.early_postpones and _apply_early_postpone(node, job, now):
+                continue
         elif job.retry == 0:
             continue  # a duplicate or late copy: at most once, never again
         else:

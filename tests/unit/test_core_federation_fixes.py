@@ -1261,3 +1261,69 @@ def test_a_late_yourjobs_leaves_a_job_waiting_for_its_clients_delay() -> None:
     assert job(node, job_id).state == JobState.ACTIVE
     [answer] = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.Postpone)]
     assert answer.job_id == job_id and 1500 <= answer.delay_ms <= 1700
+
+
+def _yourjobs_then_postpone(
+    retry: int, delay_ms: int, flags: int
+) -> tuple[Node, FakeClock, str, bus.YourJobs, bus.Postpone]:
+    """OTHER_ID answers our NEEDJOBS with a job, then its client asks for a
+    delay there: the YOURJOBS and the POSTPONE it sends after it, and this
+    node (which holds nothing yet), its clock, the job's ID."""
+    sender, _ = make_node(node_id=OTHER_ID)
+    job_id = add(sender, "q", "body", "RETRY", retry)
+    cj.receive(sender, NODE_ID, bus.NeedJobs("q", 1))
+    [yours] = [m for _, m in sent(sender) if isinstance(m, bus.YourJobs)]
+    node, clock = _node_with_other()
+    return node, clock, job_id, yours, bus.Postpone(job_id, delay_ms, flags)
+
+
+def test_a_postpone_that_overtook_its_yourjobs_holds_the_job() -> None:
+    """Simulator seed 458330: a NEEDJOBS answered with a job, then its
+    client's ENQUEUE DELAY 2 on the sender; the POSTPONE came before the
+    YOURJOBS (slowed 0.4 s) and was dropped, and the YOURJOBS queued the
+    job 0.5 s into the delay. The POSTPONE is now remembered and the job,
+    when it comes, waits past the delay (plus a RETRY: the sender queues
+    it), and counts what the POSTPONE counted."""
+    node, clock, job_id, yours, postpone = _yourjobs_then_postpone(3, 2000, bus.FLAG_INCR_NACKS)
+    cj.receive(node, OTHER_ID, postpone)
+    assert job_id not in node.jobs
+    elapse(node, clock, 400)
+    cj.receive(node, OTHER_ID, yours)
+    held = job(node, job_id)
+    assert held.state == JobState.ACTIVE  # not queued
+    assert held.nacks == 1
+    assert get(node, "q") == []
+    assert clock.ms + 1600 + 3000 <= held.qtime <= clock.ms + 1600 + 3000 + 1000
+    assert job_id not in node.early_postpones
+    check_invariants(node)
+
+
+def test_a_postpone_remembered_past_its_delay_is_not_applied() -> None:
+    node, clock, job_id, yours, postpone = _yourjobs_then_postpone(3, 500, 0)
+    cj.receive(node, OTHER_ID, postpone)
+    elapse(node, clock, 600)
+    cj.receive(node, OTHER_ID, yours)
+    assert job(node, job_id).state == JobState.QUEUED  # the delay was over
+    assert [entry[1] for entry in get(node, "q")] == [job_id]
+
+
+def test_postpones_of_unknown_jobs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cj, "EARLY_POSTPONES_MAX", 3)
+    node, clock = _node_with_other()
+    for n in range(5):
+        cj.receive(node, OTHER_ID, bus.Postpone(f"D-{n:040d}", 10_000, 0))
+    assert list(node.early_postpones) == [f"D-{n:040d}" for n in (2, 3, 4)]
+    elapse(node, clock, 10_001)
+    cj.receive(node, OTHER_ID, bus.Postpone("D-" + "x" * 40, 10_000, 0))
+    assert list(node.early_postpones) == ["D-" + "x" * 40]  # the ended ones went
+
+
+def test_a_postpone_of_a_job_acked_and_deleted_here_still_answers_setack() -> None:
+    node, _, job_id = _moved_here_by_yourjobs(5)
+    assert run(node, "ACKJOB", job_id) == 1
+    node.jobs.pop(job_id, None)
+    node.remember_deleted(job_id, acked=True)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.Postpone(job_id, 2000, 0))
+    assert job_id not in node.early_postpones
+    assert any(isinstance(m, bus.SetAck) for to, m in sent(node) if to == OTHER_ID)
