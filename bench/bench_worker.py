@@ -10,6 +10,7 @@ way out.
     python bench/bench_worker.py --quick               # 2,000 jobs, one run
     python bench/bench_worker.py --log-level warning --repeat 5
     python bench/bench_worker.py --peer /tmp/older     # A/B against another checkout
+    python bench/bench_worker.py --nodes 3             # a 3-node cluster (REPLICATE 3)
 
 The worker runs as it does in production: a ``disque-trio worker`` process
 (``--log-level``, ``--backend``) loading a module with one no-op handler;
@@ -26,6 +27,11 @@ steady  a producer process adds the jobs while the worker runs (ADDJOB
 Both end when the node holds no job any more (``registered_jobs`` 0: every
 job acknowledged). Worker CPU is the process's user + system time
 (/proc/PID/stat) over that span, per 1,000 jobs; the node's is given too.
+
+With ``--nodes 3`` the nodes form a cluster (CLUSTER MEET) and every job is
+added with the default replication, 3 copies; the producer and the worker
+talk to the first node. The phases end when no node holds a job (each ack
+collected from the three holders), and the node CPU is summed over them.
 Each figure is the median of ``--repeat`` runs; with ``--peer DIR``, the
 other checkout's worker (the same module, imported from DIR) runs
 alternately with this one's, against the same node.
@@ -56,10 +62,11 @@ QUEUE = "workq"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def free_port() -> int:
-    """A free port whose bus port (+10000) is free too."""
+def free_port(avoid: tuple[int, ...] = ()) -> int:
+    """A free port whose bus port (+10000) is free too (and not one of
+    ``avoid``, taken by nodes started already)."""
     for port in range(21000 + os.getpid() % 9000, 40000, 7):
-        ok = True
+        ok = port not in avoid
         for p in (port, port + 10000):
             with socket.socket() as s:
                 try:
@@ -79,8 +86,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Node:
-    def __init__(self) -> None:
-        self.port = free_port()
+    def __init__(self, avoid: tuple[int, ...] = ()) -> None:
+        self.port = free_port(avoid)
         self.dir = tempfile.mkdtemp(prefix="bench-worker-")
         self.proc = subprocess.Popen(
             [
@@ -145,7 +152,14 @@ class Raw:
             self.run([commands.addjob(queue, b"0123456789", 0) for _ in range(n)])
 
     def info_field(self, section: str, name: str) -> int:
-        text = self.run([commands.info(section)])[0]
+        return self.info_field_of("INFO", section, name)
+
+    def info_field_of(self, *args_and_name: str) -> int:
+        """A ``name:value`` line of what a command answers (INFO, CLUSTER INFO)."""
+        *args, name = args_and_name
+        text = self.run([commands.raw(*args)])[0]
+        if isinstance(text, bytes):
+            text = text.decode()
         assert isinstance(text, str)
         for line in text.splitlines():
             if line.startswith(name + ":"):
@@ -154,6 +168,37 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def start_nodes(count: int) -> list[Node]:
+    """``count`` nodes, met into one cluster when more than one."""
+    nodes: list[Node] = []
+    try:
+        for _ in range(count):
+            nodes.append(Node(tuple(n.port for n in nodes)))
+        if count > 1:
+            first = Raw(nodes[0].port)
+            try:
+                for other in nodes[1:]:
+                    first.call("CLUSTER", "MEET", "127.0.0.1", str(other.port))
+            finally:
+                first.close()
+            wait_for(
+                lambda: all(reachable(n.port) == count - 1 for n in nodes), "a full mesh", 30, 0.1
+            )
+    except BaseException:
+        for node in nodes:
+            node.close()
+        raise
+    return nodes
+
+
+def reachable(port: int) -> int:
+    raw = Raw(port)
+    try:
+        return raw.info_field_of("CLUSTER", "INFO", "cluster_reachable_nodes")
+    finally:
+        raw.close()
 
 
 def raw_round_trip(port: int, jobs: int) -> tuple[float, float]:
@@ -261,9 +306,18 @@ def wait_for(predicate: object, what: str, timeout: float = 60.0, every: float =
         time.sleep(every)
 
 
-def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
+def measured(setup: Setup, checkout: Path, nodes: list[Node], steady: bool) -> Run:
     """One phase with a fresh worker: drain, or steady with a producer."""
     raw = Raw(setup.port)
+    others = [Raw(n.port) for n in nodes[1:]]
+    pids = [n.proc.pid for n in nodes]
+
+    def node_cpu() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
+    def none_left() -> bool:
+        return all(r.info_field("jobs", "registered_jobs") == 0 for r in [raw, *others])
+
     producer = None
     added = 0.0
     if steady:
@@ -275,7 +329,7 @@ def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
     try:
         wait_for(lambda: raw.info_field("clients", "blocked_clients") >= 1, "the worker's GETJOB")
         time.sleep(0.2)  # its start settles (the connection pool, HELLO)
-        cpu0, node0, t0 = worker.cpu(), cpu_seconds(node_pid), time.perf_counter()
+        cpu0, node0, t0 = worker.cpu(), node_cpu(), time.perf_counter()
         if producer is not None:
             assert producer.stdin is not None
             producer.stdin.write(b"go\n")
@@ -285,14 +339,16 @@ def measured(setup: Setup, checkout: Path, node_pid: int, steady: bool) -> Run:
             producer.wait(timeout=120)
         else:
             raw.call("PAUSE", QUEUE, "none")
-        wait_for(lambda: raw.info_field("jobs", "registered_jobs") == 0, "the last ack", 300)
+        wait_for(none_left, "the last ack", 300)
         elapsed = time.perf_counter() - t0
-        cpu1, node1 = worker.cpu(), cpu_seconds(node_pid)
+        cpu1, node1 = worker.cpu(), node_cpu()
     finally:
         worker.close()
         if producer is not None and producer.poll() is None:
             producer.kill()
         raw.close()
+        for other in others:
+            other.close()
     per_k = 1000 / setup.jobs
     return Run(
         setup.jobs / elapsed,
@@ -347,14 +403,14 @@ def report(name: str, drain: Run, steady: Run) -> None:
     )
 
 
-def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, node_pid: int) -> None:
+def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, nodes: list[Node]) -> None:
     """Every checkout's worker, alternately, ``repeat`` times; medians."""
     drains: dict[str, list[Run]] = {name: [] for name in checkouts}
     steadies: dict[str, list[Run]] = {name: [] for name in checkouts}
     for _ in range(repeat):
         for name, checkout in checkouts.items():
-            drains[name].append(measured(setup, checkout, node_pid, steady=False))
-            steadies[name].append(measured(setup, checkout, node_pid, steady=True))
+            drains[name].append(measured(setup, checkout, nodes, steady=False))
+            steadies[name].append(measured(setup, checkout, nodes, steady=True))
     print(
         f"  {'':<14} {'jobs/s':>8} {'':>9} {'worker CPU ms/1k':>19} {'node CPU ms/1k':>19}"
         f" {'producer':>10}\n"
@@ -384,14 +440,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--peer", type=Path, help="another checkout, run alternately")
     parser.add_argument("--producer-batch", type=int, default=100)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, one run")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        choices=range(1, 8),
+        metavar="N",
+        help="nodes in the cluster, the worker on the first (default 1)",
+    )
     parser.add_argument("--produce", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return parser
 
 
-def print_raw(port: int, jobs: int, args: argparse.Namespace, repeat: int) -> None:
+def print_raw(port: int, jobs: int, args: argparse.Namespace, repeat: int, nodes: int) -> None:
     add_rate, consume_rate = raw_round_trip(port, jobs)
+    where = "one node" if nodes == 1 else f"{nodes} nodes (REPLICATE {min(3, nodes)})"
     print(
-        f"{jobs} jobs, 10-byte bodies, one node on 127.0.0.1 ({os.cpu_count()} CPUs); "
+        f"{jobs} jobs, 10-byte bodies, {where} on 127.0.0.1 ({os.cpu_count()} CPUs); "
         f"worker: concurrency {args.concurrency}, {args.backend}, log level "
         f"{args.log_level}; medians of {repeat} run(s)"
     )
@@ -408,10 +473,11 @@ def main() -> int:
     checkouts = {"this checkout": ROOT}
     if args.peer is not None:
         checkouts["peer"] = args.peer.resolve()
-    node = Node()
+    nodes = start_nodes(args.nodes)
+    node = nodes[0]
     scratch = Path(tempfile.mkdtemp(prefix="bench-worker-tasks-"))
     try:
-        print_raw(node.port, jobs, args, repeat)
+        print_raw(node.port, jobs, args, repeat, len(nodes))
         if args.peer is not None:
             print(f"  peer: {checkouts['peer']}")
         setup = Setup(
@@ -423,9 +489,10 @@ def main() -> int:
             args.producer_batch,
             scratch,
         )
-        compare(setup, checkouts, repeat, node.proc.pid)
+        compare(setup, checkouts, repeat, nodes)
     finally:
-        node.close()
+        for each in nodes:
+            each.close()
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
