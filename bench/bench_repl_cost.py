@@ -125,8 +125,9 @@ class Fleet:
     one: list[Server] = field(default_factory=list)
     three: list[Server] = field(default_factory=list)
 
-    def start(self) -> None:
-        self.one = [self._node("one")]
+    def start(self, lone: bool = True) -> None:
+        """The 3-node cluster, met, and the lone node unless not ``lone``."""
+        self.one = [self._node("one")] if lone else []
         self.three = [self._node(f"n{i}") for i in range(3)]
         first = self.three[0].port
         for srv in self.three[1:]:

@@ -406,11 +406,11 @@ def split(items: list[bytes], parts: int) -> list[Iterator[bytes]]:
 
 
 def redis_benchmark(
-    port: int, n: int, pipeline_depth: int, args: list[str], timeout: float
+    port: int, n: int, pipeline_depth: int, args: list[str], timeout: float, clients: int = CLIENTS
 ) -> float:
     """One redis-benchmark run; returns requests per second (from --csv)."""
     exe = shutil.which("redis-benchmark") or "redis-benchmark"
-    argv = [exe, "-h", HOST, "-p", str(port), "-c", str(CLIENTS), "-n", str(n)]
+    argv = [exe, "-h", HOST, "-p", str(port), "-c", str(clients), "-n", str(n)]
     argv += ["-P", str(pipeline_depth), "--csv", *args]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
