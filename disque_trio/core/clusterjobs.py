@@ -44,9 +44,10 @@ Rules, one per message:
   does to holders it learns of, and to a holder's QUEUED or WORKING (which
   may have crossed the POSTPONE) instead of ending its delay. A holder
   waiting for a delay of its own client's too queues the job at the later
-  end if it wins the per-job comparison of node IDs, else stands by. One
-  for a job not held here is remembered until its delay ends: a YOURJOBS
-  it overtook brings the job waiting, not queued.
+  end if it wins the per-job comparison of node IDs, else stands by. Each
+  is remembered until its delay ends: a YOURJOBS written before its sender
+  heard of the delay leaves the job standing by (or brings it so, when it
+  overtook the POSTPONE), not queued.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
   queue what arrived, remember the source.
@@ -92,7 +93,7 @@ NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
 RESPONDER_VALIDITY_S = 5
-EARLY_POSTPONES_MAX = 10_000  # POSTPONEs of jobs not here yet, remembered
+POSTPONES_HEARD_MAX = 10_000  # POSTPONEs remembered until their delay ends
 
 NOREPL_TIMEOUT = ReplyError(
     "NOREPL", "Timeout reached before replicating to the requested number of nodes"
@@ -627,13 +628,14 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         if msg.job_id in node.deleted_ids:
             _answer_deleted(node, sender, msg.job_id)
         else:
-            remember_early_postpone(node, sender, msg)
+            remember_postpone(node, sender, msg)
         return
     if job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
         return
     if job.state not in (STATE_ACTIVE, STATE_QUEUED):
         return
+    remember_postpone(node, sender, msg)
     if sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
     if job.state == STATE_QUEUED:
@@ -664,32 +666,40 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         job.deliveries += 1
 
 
-def remember_early_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
-    """A POSTPONE for a job not held here: the YOURJOBS that gives it to us
-    may still be on its way, overtaken by the POSTPONE its sender wrote
-    after it (simulator seed 458330: a NEEDJOBS answered with the job, then
-    its client's ENQUEUE DELAY 2 there; the POSTPONE came first and was
-    dropped, and the YOURJOBS, 0.4 s later, queued the job 0.5 s into the
-    delay). Kept until the delay ends, at most EARLY_POSTPONES_MAX of them
-    (the oldest go first): _on_yourjobs applies it to the job it brings."""
+def remember_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
+    """A POSTPONE heard, kept until its delay ends (at most
+    POSTPONES_HEARD_MAX of them, the oldest go first), for a YOURJOBS
+    written before its sender heard of the delay, which must not queue the
+    job during it (_on_yourjobs):
+
+    * for a job not held here, the YOURJOBS that gives it to us may still
+      be on its way, overtaken by the POSTPONE its sender wrote after it
+      (simulator seed 458330: a NEEDJOBS answered with the job, then its
+      client's ENQUEUE DELAY 2 there; the POSTPONE came first and was
+      dropped, and the YOURJOBS, 0.4 s later, queued the job 0.5 s into
+      the delay): the job it brings is held past the delay;
+    * for a job held here, standing by for the delay, a YOURJOBS from a
+      third holder that gave its queued copy away before the POSTPONE
+      reached it (simulator seed 472635: delivered here 0.5 s into a
+      NACK DELAY 3 asked on another node) leaves it standing by."""
     if msg.delay_ms <= 0:
         return
     now = node.now_ms()
-    early = node.early_postpones
+    early = node.postpones_heard
     early.pop(msg.job_id, None)
     early[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
     while early:
         oldest, (until, _, _) = next(iter(early.items()))
-        if len(early) <= EARLY_POSTPONES_MAX and until > now:
+        if len(early) <= POSTPONES_HEARD_MAX and until > now:
             break
         del early[oldest]
 
 
-def _apply_early_postpone(node: JobHost, job: Job, now: int) -> bool:
+def _apply_postpone_heard(node: JobHost, job: Job, now: int) -> bool:
     """A job that just came by YOURJOBS, with a POSTPONE that came before it
-    (remember_early_postpone): held past the delay, as if the POSTPONE came
+    (remember_postpone): held past the delay, as if the POSTPONE came
     now, and counted as it says. True if it applied."""
-    early = node.early_postpones.pop(job.id, None)
+    early = node.postpones_heard.pop(job.id, None)
     if early is None or not job.retry:
         return False
     until, flags, sender = early
@@ -698,6 +708,11 @@ def _apply_early_postpone(node: JobHost, job: Job, now: int) -> bool:
     node.probe("early-postpone-applied", job)
     _on_postpone(node, sender, bus.Postpone(job.id, until - now, flags))
     return True
+
+
+def _postponed_elsewhere(node: JobHost, job_id: str, now: int) -> bool:
+    heard = node.postpones_heard.get(job_id)
+    return heard is not None and heard[0] > now
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
@@ -914,7 +929,7 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             if job.retry == 0:
                 job.qtime = now  # any non-zero value lets enqueue() accept it
                 job.flags &= ~FLAG_DELIVERED
-            elif node.early_postpones and _apply_early_postpone(node, job, now):
+            elif node.postpones_heard and _apply_postpone_heard(node, job, now):
                 continue
         elif job.retry == 0:
             continue  # a duplicate or late copy: at most once, never again
@@ -930,6 +945,10 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
                 # slowed by the BUGGIFY knob: delivered 0.3 s into a 2 s
                 # delay). The sender holds its copy past it.
                 node.effects.send(sender, again)
+                continue
+            if job.state == STATE_ACTIVE and _postponed_elsewhere(node, job.id, now):
+                # Standing by for another holder's client delay (remember_postpone).
+                node.probe("yourjobs-during-postpone", job)
                 continue
         # A job moving between queues is not delivered again: queue it as a
         # first queueing, which counts nothing.

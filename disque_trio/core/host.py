@@ -41,7 +41,7 @@ class JobHost(Protocol):
     deleted_acked: dict[str, tuple[int, int]]
     acked_jobs: dict[str, None]
     deleted_expired: set[str]
-    early_postpones: dict[str, tuple[int, int, str]]
+    postpones_heard: dict[str, tuple[int, int, str]]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]
     answered_queued: set[str]

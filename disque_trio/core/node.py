@@ -180,10 +180,10 @@ class Node:
         self.deleted_acked: dict[str, tuple[int, int]] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
-        # POSTPONEs that came before the job did (a YOURJOBS they overtook):
-        # ID -> (end of the delay in now_ms, the message's flags, sender),
-        # oldest first, bounded (clusterjobs.EARLY_POSTPONES_MAX).
-        self.early_postpones: dict[str, tuple[int, int, str]] = {}
+        # POSTPONEs heard lately (clusterjobs.remember_postpone): ID -> (end
+        # of the delay in now_ms, the message's flags, sender), oldest
+        # first, bounded (clusterjobs.POSTPONES_HEARD_MAX).
+        self.postpones_heard: dict[str, tuple[int, int, str]] = {}
         # Of those, the ones that left alive (hand_over): ID -> expire time
         # (unix s) when the new holder lists this node, else 0.
         self.deleted_moved: dict[str, int] = {}

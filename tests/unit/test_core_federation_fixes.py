@@ -1294,7 +1294,10 @@ def test_a_postpone_that_overtook_its_yourjobs_holds_the_job() -> None:
     assert held.nacks == 1
     assert get(node, "q") == []
     assert clock.ms + 1600 + 3000 <= held.qtime <= clock.ms + 1600 + 3000 + 1000
-    assert job_id not in node.early_postpones
+    until, _, _ = node.postpones_heard[job_id]  # kept for a YOURJOBS to come
+    assert until == clock.ms + 1600
+    cj.receive(node, OTHER_ID, yours)  # the same YOURJOBS twice: counted once
+    assert job(node, job_id).nacks == 1 and get(node, "q") == []
     check_invariants(node)
 
 
@@ -1308,14 +1311,14 @@ def test_a_postpone_remembered_past_its_delay_is_not_applied() -> None:
 
 
 def test_postpones_of_unknown_jobs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cj, "EARLY_POSTPONES_MAX", 3)
+    monkeypatch.setattr(cj, "POSTPONES_HEARD_MAX", 3)
     node, clock = _node_with_other()
     for n in range(5):
         cj.receive(node, OTHER_ID, bus.Postpone(f"D-{n:040d}", 10_000, 0))
-    assert list(node.early_postpones) == [f"D-{n:040d}" for n in (2, 3, 4)]
+    assert list(node.postpones_heard) == [f"D-{n:040d}" for n in (2, 3, 4)]
     elapse(node, clock, 10_001)
     cj.receive(node, OTHER_ID, bus.Postpone("D-" + "x" * 40, 10_000, 0))
-    assert list(node.early_postpones) == ["D-" + "x" * 40]  # the ended ones went
+    assert list(node.postpones_heard) == ["D-" + "x" * 40]  # the ended ones went
 
 
 def test_a_postpone_of_a_job_acked_and_deleted_here_still_answers_setack() -> None:
@@ -1325,5 +1328,33 @@ def test_a_postpone_of_a_job_acked_and_deleted_here_still_answers_setack() -> No
     node.remember_deleted(job_id, acked=True)
     node.effects.clear()
     cj.receive(node, OTHER_ID, bus.Postpone(job_id, 2000, 0))
-    assert job_id not in node.early_postpones
+    assert job_id not in node.postpones_heard
     assert any(isinstance(m, bus.SetAck) for to, m in sent(node) if to == OTHER_ID)
+
+
+def test_a_yourjobs_written_before_a_postpone_elsewhere_leaves_the_job_standing_by() -> None:
+    """Simulator seed 472635: this node held the job, not queued; another
+    holder's client asked NACK DELAY 3 there, and this node stood by on its
+    POSTPONE; then a YOURJOBS from a third holder, which gave its queued
+    copy away before the POSTPONE reached it, queued the job here 0.5 s
+    into the delay. The YOURJOBS now leaves it standing by; once the delay
+    is over, one queues it as usual."""
+    node, clock, job_id, yours, _ = _yourjobs_then_postpone(3, 0, 0)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, yours)
+    assert job(node, job_id).state == JobState.QUEUED
+    cj.receive(node, THIRD_ID, bus.Postpone(job_id, 3000, bus.FLAG_INCR_NACKS))
+    held = job(node, job_id)
+    assert held.state == JobState.ACTIVE and held.nacks == 1
+    standby = held.qtime
+    elapse(node, clock, 500)
+    cj.receive(node, OTHER_ID, yours)  # written before its sender heard the POSTPONE
+    assert job(node, job_id).state == JobState.ACTIVE
+    assert job(node, job_id).qtime == standby
+    assert job(node, job_id).nacks == 1
+    assert get(node, "q") == []
+    check_invariants(node)
+    elapse(node, clock, 2600)  # the delay is over: a YOURJOBS queues it again
+    cj.receive(node, OTHER_ID, yours)
+    assert [entry[1] for entry in get(node, "q")] == [job_id]
