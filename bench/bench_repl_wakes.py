@@ -30,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         c_argv = [args.disque_c, "--daemonize", "no", "--appendonly", "no", "--loglevel", "notice"]
         fleets.append(Fleet("C Disque", c_argv, True, root))
     samples: dict[tuple[str, int, int], list[Point]] = {}
+    load = [os.getloadavg()[0]]
     summary: dict[str, dict[str, float]] = {}
 
     def run() -> None:
@@ -138,11 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                         f" origin {pt.origin_us:5.1f} us/job; {pt.rate:8,.0f} jobs/s",
                         flush=True,
                     )
-        print(f"\nmedians of {args.repeat} run(s) of {n:,} jobs, REPLICATE 3, per replica:\n")
-        print(
-            "| server | clients | -P | wake-ups per job | jobs per wake-up | CPU per job | jobs/s |"
-        )
-        print("|---|---|---|---|---|---|---|")
+        load.append(os.getloadavg()[0])
+        rows = []
         for fleet in fleets:
             pts = []
             for clients, depth in RUNS:
@@ -157,28 +156,50 @@ def main(argv: list[str] | None = None) -> int:
                     median([r.replica_wakes for r in runs]),
                 )
                 pts.append(pt)
-                per = 1 / pt.replica_wakes if pt.replica_wakes else float("inf")
-                print(
-                    f"| {fleet.label} | {clients} | {depth} | {pt.replica_wakes:.3f} |"
-                    f" {per:,.0f} | {pt.replica_us:.1f} us | {pt.rate:,.0f} |"
+                per = f"{1 / pt.replica_wakes:,.0f}" if pt.replica_wakes else "-"
+                rows.append(
+                    f"| {fleet.label} | {clients} | {depth} | {pt.replica_wakes:.3f} | {per}"
+                    f" | {pt.replica_us:.1f} us | {pt.rate:,.0f} |"
                 )
             base, cost = fit(pts)
             summary[fleet.label] = {"us_per_job": base, "us_per_wakeup": cost}
-        print()
-        for label, fig in summary.items():
-            print(
-                f"{label}: a replica pays {fig['us_per_wakeup']:.0f} us per wake-up"
-                f" and {fig['us_per_job']:.1f} us per job (least squares over the runs)"
-            )
+        fits = [
+            f"| {label} | {fig['us_per_wakeup']:.0f} us | {fig['us_per_job']:.1f} us |"
+            for label, fig in summary.items()
+        ]
+        table = "\n".join(
+            [
+                "| server | per wake-up | per job |",
+                "|---|---|---|",
+                *fits,
+                "",
+                "| server | clients | -P | wake-ups per job | jobs per wake-up"
+                " | CPU per job | jobs/s |",
+                "|---|---|---|---|---|---|---|",
+                *rows,
+            ]
+        )
+        conditions = (
+            f"medians of {args.repeat} runs of {n:,} jobs, REPLICATE 3, a replica's CPU"
+            " (the mean of the two) and its fit, CPU per job = per job + per wake-up x"
+            f" wake-ups per job; CPython {platform.python_version()}, {os.cpu_count()} cores,"
+            f" load average {load[0]:.1f} to {load[-1]:.1f}"
+        )
+        print(f"\n{conditions}:\n\n{table}")
         if args.json:
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
             doc = {
                 "benchmark": "repl-wakes",
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
+                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M"),
+                "commit": commit,
                 "command": " ".join(["python", "bench/bench_repl_wakes.py", *shown(argv)]),
-                "python": platform.python_version(),
-                "cpus": os.cpu_count(),
-                "jobs": n,
-                "repeat": args.repeat,
+                "conditions": conditions,
+                "table": table,
                 "fit": summary,
                 "samples": {
                     f"{k[0]} -c {k[1]} -P {k[2]}": [asdict(r) for r in v]
