@@ -275,6 +275,7 @@ def replication_aborted(node: JobHost, job: Job) -> None:
         node.finish_wait(waiter, NOREPL_EXPIRED)
     job.state = STATE_ACTIVE
     _deljob_to_holders(node, job)
+    node.deleted_refused.add(job.id)  # remembered as deleted by unregister, our caller
 
 
 def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
@@ -287,6 +288,12 @@ def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
         job.state = STATE_ACTIVE
         _deljob_to_holders(node, job)
         node.unregister(job)
+        # Its client was told the job was not added: a copy a holder queued
+        # at its RETRY and gave away by YOURJOBS before our DELJOB reached
+        # it must not bring it back here (simulator seed 482158: delivered
+        # 0.3 s after the -NOREPL, then acked by the holders' DELJOB
+        # tombstones, and WAITJOB answered "acked" for a job nobody acked).
+        node.deleted_refused.add(job.id)
     return NOREPL_TIMEOUT
 
 
@@ -539,6 +546,9 @@ def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     it). SETACK without a holder count: it acks and collects it itself."""
     if job_id in node.deleted_acked:
         tell_acked(node, sender, job_id)
+    elif job_id in node.deleted_refused:
+        # Refused -NOREPL here; the sender missed our DELJOB: it drops its copy.
+        node.effects.send(sender, bus.DelJob(job_id))
 
 
 def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> None:
@@ -921,6 +931,11 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             # NEEDJOBS with it alone; left uncounted, its live jobs wait
             # out the broadcast back-off, up to 30 s (simulator seed 133855:
             # a clock 36.5 s behind, 16 jobs never delivered).
+            _count_responder(node, sender, data.queue, now)
+            continue
+        if job is None and data.id in node.deleted_refused:
+            # Its ADDJOB here was answered -NOREPL (replication_timed_out).
+            _answer_deleted(node, sender, data.id)
             _count_responder(node, sender, data.queue, now)
             continue
         if job is None:

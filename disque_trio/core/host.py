@@ -41,6 +41,7 @@ class JobHost(Protocol):
     deleted_acked: dict[str, tuple[int, int]]
     acked_jobs: dict[str, None]
     deleted_expired: set[str]
+    deleted_refused: set[str]
     postpones_heard: dict[str, tuple[int, int, str]]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]

@@ -180,6 +180,9 @@ class Node:
         self.deleted_acked: dict[str, tuple[int, int]] = {}
         # Of those, the ones this node expired (TTL): a late copy is refused.
         self.deleted_expired: set[str] = set()
+        # Of those, the ones whose ADDJOB was answered -NOREPL (the copies
+        # told DELJOB): a late copy is refused, its sender told DELJOB.
+        self.deleted_refused: set[str] = set()
         # POSTPONEs heard lately (clusterjobs.remember_postpone): ID -> (end
         # of the delay in now_ms, the message's flags, sender), oldest
         # first, bounded (clusterjobs.POSTPONES_HEARD_MAX).
@@ -610,6 +613,7 @@ class Node:
         for oldest in _drop_aged(deleted, now):
             self.deleted_acked.pop(oldest, None)
             self.deleted_expired.discard(oldest)
+            self.deleted_refused.discard(oldest)
             self.deleted_moved.pop(oldest, None)
         if self.job_waiters and job_id in self.job_waiters:
             jobwaits.settle(self, job_id)

@@ -386,3 +386,33 @@ def test_a_willqueue_that_crossed_the_answer_to_another_is_not_answered_again() 
     cj.receive(node, second, bus.WillQueue(job_id))
     assert answers() == sorted([*holders, stranger])
     check_invariants(node)
+
+
+def test_a_late_copy_of_a_job_refused_norepl_does_not_come_back() -> None:
+    """Simulator seed 482158: an ADDJOB REPLICATE 3 timed out (-NOREPL) and
+    its copies were told DELJOB; a holder had queued its copy at RETRY and
+    given it to the creator by YOURJOBS just before, and that YOURJOBS,
+    0.3 s late, brought the job back: delivered to a consumer, then acked
+    by the holders' DELJOB tombstones (WAITJOB answered "acked", nobody
+    had acked it). The creator now refuses it and tells the sender DELJOB,
+    as it does to a holder's QUEUED for it."""
+    node = _with_two_linked_peers()
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 1)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))
+    copy = job_data(node.jobs[job_id], node.now_ms())
+    reply = node.cancel_wait(adder)  # the ADDJOB's timeout
+    assert str(reply).startswith("NOREPL")
+    assert job_id not in node.jobs and job_id not in node.deleted_acked
+    node.effects.clear()
+
+    cj.receive(node, OTHER_ID, bus.YourJobs((copy,)))  # written before our DELJOB came
+    assert job_id not in node.jobs
+    assert sent(node) == [(OTHER_ID, bus.DelJob(job_id))]
+    node.effects.clear()
+    cj.receive(node, THIRD_ID, bus.Queued(job_id, 0))
+    assert sent(node) == [(THIRD_ID, bus.DelJob(job_id))]
+    reply = run(node, "WAITJOB", job_id, "TIMEOUT", 1)
+    assert reply == ["gone"]
+    check_invariants(node)
