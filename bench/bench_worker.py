@@ -11,6 +11,7 @@ way out.
     python bench/bench_worker.py --log-level warning --repeat 5
     python bench/bench_worker.py --peer /tmp/older     # A/B against another checkout
     python bench/bench_worker.py --nodes 3             # a 3-node cluster (REPLICATE 3)
+    python bench/bench_worker.py --nodes 1,3 --json out.json   # one node, then three
 
 The worker runs as it does in production: a ``disque-trio worker`` process
 (``--log-level``, ``--backend``) loading a module with one no-op handler;
@@ -40,7 +41,10 @@ alternately with this one's, against the same node.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import platform
 import shutil
 import socket
 import statistics
@@ -403,8 +407,11 @@ def report(name: str, drain: Run, steady: Run) -> None:
     )
 
 
-def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, nodes: list[Node]) -> None:
-    """Every checkout's worker, alternately, ``repeat`` times; medians."""
+def compare(
+    setup: Setup, checkouts: dict[str, Path], repeat: int, nodes: list[Node]
+) -> dict[str, tuple[Run, Run]]:
+    """Every checkout's worker, alternately, ``repeat`` times; the medians
+    (drain, steady) by checkout."""
     drains: dict[str, list[Run]] = {name: [] for name in checkouts}
     steadies: dict[str, list[Run]] = {name: [] for name in checkouts}
     for _ in range(repeat):
@@ -428,6 +435,71 @@ def compare(setup: Setup, checkouts: dict[str, Path], repeat: int, nodes: list[N
             f" {a_drain.worker_cpu / b_drain.worker_cpu:10.2f}x"
             f" {a_steady.worker_cpu / b_steady.worker_cpu:7.2f}x"
         )
+    return medians
+
+
+RESULT_COLUMNS = [
+    "nodes",
+    "worker",
+    "drain jobs/s",
+    "steady jobs/s",
+    "worker CPU ms/1k, drain / steady",
+    "node CPU ms/1k, drain / steady",
+    "producer jobs/s",
+]
+
+
+def result_row(count: int, name: str, drain: Run, steady: Run) -> list[str]:
+    where = "1" if count == 1 else f"{count} (REPLICATE {min(3, count)})"
+    return [
+        where,
+        name,
+        f"{drain.rate:,.0f}",
+        f"{steady.rate:,.0f}",
+        f"{drain.worker_cpu:.0f} / {steady.worker_cpu:.0f}",
+        f"{drain.node_cpu:.0f} / {steady.node_cpu:.0f}",
+        f"{steady.added:,.0f}",
+    ]
+
+
+def write_json(
+    path: Path, args: argparse.Namespace, jobs: int, repeat: int, rows: list[list[str]]
+) -> None:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    ).stdout.strip()
+    table = "\n".join(
+        ["| " + " | ".join(RESULT_COLUMNS) + " |", "|" + "---|" * len(RESULT_COLUMNS)]
+        + ["| " + " | ".join(row) + " |" for row in rows]
+    )
+    data = {
+        "benchmark": "worker-nodes",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M"),
+        "commit": commit,
+        "command": " ".join(["python", "bench/bench_worker.py", *sys.argv[1:]]),
+        "conditions": (
+            f"{jobs:,} jobs, medians of {repeat} run(s); worker concurrency {args.concurrency},"
+            f" {args.backend}, log level {args.log_level}; the producer pipelines ADDJOB in"
+            f" batches of {args.producer_batch}; CPython {platform.python_version()},"
+            f" {os.cpu_count()} cores"
+        ),
+        "table": table,
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(not 1 <= c <= 7 for c in counts):
+        raise argparse.ArgumentTypeError("node counts from 1 to 7, comma separated")
+    return counts
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -442,12 +514,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, one run")
     parser.add_argument(
         "--nodes",
-        type=int,
-        default=1,
-        choices=range(1, 8),
-        metavar="N",
-        help="nodes in the cluster, the worker on the first (default 1)",
+        type=_counts,
+        default=[1],
+        metavar="N[,N...]",
+        help="nodes in the cluster, the worker on the first (default 1); 1,3: one, then three",
     )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the medians as JSON")
     parser.add_argument("--produce", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return parser
 
@@ -473,27 +545,32 @@ def main() -> int:
     checkouts = {"this checkout": ROOT}
     if args.peer is not None:
         checkouts["peer"] = args.peer.resolve()
-    nodes = start_nodes(args.nodes)
-    node = nodes[0]
-    scratch = Path(tempfile.mkdtemp(prefix="bench-worker-tasks-"))
-    try:
-        print_raw(node.port, jobs, args, repeat, len(nodes))
-        if args.peer is not None:
-            print(f"  peer: {checkouts['peer']}")
-        setup = Setup(
-            node.port,
-            jobs,
-            args.concurrency,
-            args.backend,
-            args.log_level,
-            args.producer_batch,
-            scratch,
-        )
-        compare(setup, checkouts, repeat, nodes)
-    finally:
-        for each in nodes:
-            each.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+    rows: list[list[str]] = []
+    for count in args.nodes:
+        nodes = start_nodes(count)
+        node = nodes[0]
+        scratch = Path(tempfile.mkdtemp(prefix="bench-worker-tasks-"))
+        try:
+            print_raw(node.port, jobs, args, repeat, len(nodes))
+            if args.peer is not None:
+                print(f"  peer: {checkouts['peer']}")
+            setup = Setup(
+                node.port,
+                jobs,
+                args.concurrency,
+                args.backend,
+                args.log_level,
+                args.producer_batch,
+                scratch,
+            )
+            medians = compare(setup, checkouts, repeat, nodes)
+            rows += [result_row(count, name, d, st) for name, (d, st) in medians.items()]
+        finally:
+            for each in nodes:
+                each.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+    if args.json is not None:
+        write_json(args.json, args, jobs, repeat, rows)
     return 0
 
 

@@ -220,6 +220,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "overload": lambda: _result("overload"),
     "repl-cost": lambda: _result("repl-cost"),
     "workers": lambda: _result("workers"),
+    "worker-nodes": lambda: _result("worker-nodes"),
     "integrations": lambda: _result("integrations"),
     "chatter": _chatter,
     "tcl-suite": _tcl_suite,
