@@ -274,8 +274,7 @@ def replication_aborted(node: JobHost, job: Job) -> None:
         node.stats.replication_failures += 1
         node.finish_wait(waiter, NOREPL_EXPIRED)
     job.state = STATE_ACTIVE
-    _deljob_to_holders(node, job)
-    node.deleted_refused.add(job.id)  # remembered as deleted by unregister, our caller
+    _refuse(node, job)  # remembered as deleted by unregister, our caller
 
 
 def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
@@ -286,15 +285,21 @@ def replication_timed_out(node: JobHost, waiter: Waiter) -> ReplyError:
     job = node.jobs.get(waiter.job_id)
     if job is not None and job.state == STATE_WAIT_REPL:
         job.state = STATE_ACTIVE
-        _deljob_to_holders(node, job)
+        _refuse(node, job)
         node.unregister(job)
-        # Its client was told the job was not added: a copy a holder queued
-        # at its RETRY and gave away by YOURJOBS before our DELJOB reached
-        # it must not bring it back here (simulator seed 482158: delivered
-        # 0.3 s after the -NOREPL, then acked by the holders' DELJOB
-        # tombstones, and WAITJOB answered "acked" for a job nobody acked).
-        node.deleted_refused.add(job.id)
     return NOREPL_TIMEOUT
+
+
+def _refuse(node: JobHost, job: Job) -> None:
+    """The job's ADDJOB is answered -NOREPL: its copies are told DELJOB,
+    and its ID is refused here while remembered as deleted. Its client was
+    told the job was not added: a copy a holder queued at its RETRY and
+    gave away by YOURJOBS before our DELJOB reached it must not bring it
+    back here (simulator seed 482158: delivered 0.3 s after the -NOREPL,
+    then acked by the holders' DELJOB tombstones, and WAITJOB answered
+    "acked" for a job nobody acked)."""
+    _deljob_to_holders(node, job)
+    node.deleted_refused.add(job.id)
 
 
 def _deljob_to_holders(node: JobHost, job: Job) -> None:
@@ -695,24 +700,24 @@ def remember_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     if msg.delay_ms <= 0:
         return
     now = node.now_ms()
-    early = node.postpones_heard
-    early.pop(msg.job_id, None)
-    early[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
-    while early:
-        oldest, (until, _, _) = next(iter(early.items()))
-        if len(early) <= POSTPONES_HEARD_MAX and until > now:
+    heard = node.postpones_heard
+    heard.pop(msg.job_id, None)
+    heard[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
+    while heard:
+        oldest, (until, _, _) = next(iter(heard.items()))
+        if len(heard) <= POSTPONES_HEARD_MAX and until > now:
             break
-        del early[oldest]
+        del heard[oldest]
 
 
 def _apply_postpone_heard(node: JobHost, job: Job, now: int) -> bool:
     """A job that just came by YOURJOBS, with a POSTPONE that came before it
     (remember_postpone): held past the delay, as if the POSTPONE came
     now, and counted as it says. True if it applied."""
-    early = node.postpones_heard.pop(job.id, None)
-    if early is None or not job.retry:
+    heard = node.postpones_heard.pop(job.id, None)
+    if heard is None or not job.retry:
         return False
-    until, flags, sender = early
+    until, flags, sender = heard
     if until <= now:
         return False
     node.probe("early-postpone-applied", job)
