@@ -56,6 +56,30 @@ def test_generated_tables_match_their_data() -> None:
     assert stale == [], f"stale tables in {stale}: run python scripts/tables.py --write"
 
 
+def test_tables_data_is_not_git_ignored() -> None:
+    """A result a table reads must be committable: an ignored file passes here
+    and fails on a clean clone (stop 50's CI: worker-nodes-*.json)."""
+    tables = _tables()
+    if not ROOT.joinpath(".git").exists():
+        return  # an sdist or archive: nothing is ignored there
+    read = [tables.SWEEPS]
+    for name in tables.TABLES:
+        dated = re.compile(re.escape(name) + r"-\d{4}-\d{2}-\d{2}\.json")
+        read += [p for p in tables.RESULTS.iterdir() if dated.fullmatch(p.name)]
+    read += list(tables.RESULTS.glob("*.jsonl"))
+    assert len(read) > len(tables.TABLES) // 2
+    paths = [str(p.relative_to(ROOT)) for p in read]
+    out = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ignored = out.stdout.split()
+    assert ignored == [], f"git ignores {ignored}: add a !bench/results/... line to .gitignore"
+
+
 def test_every_generated_block_names_a_table() -> None:
     tables = _tables()
     used = set()
