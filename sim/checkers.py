@@ -569,8 +569,9 @@ def check_delay_ends(
     crashes: Crashes | None = None,
 ) -> list[str]:
     """nack-delay-ends: a job NACKed or ENQUEUEd with DELAY d (answered 1)
-    and not acked is queued again (a node says so, ``queued_at``) or
-    delivered again within d plus ``NACK_PROMPT_S`` and ``allowance_s``
+    and not acked (no client sent ACKJOB for it by then) is queued again
+    (a node says so, ``queued_at``) or delivered again within d plus
+    ``NACK_PROMPT_S`` and ``allowance_s``
     after the answer, while no fault is in force and consumers are on; not
     if its TTL may run out first (a delay past the TTL means expiry), a
     queue paused in holds it, another client sent NACK, ENQUEUE or WORKING
@@ -601,7 +602,13 @@ def check_delay_ends(
             continue
         if any(a <= end and t0 <= b for a, b in off + paused) or not calm(t0, end):
             continue
-        if any(t0 < t <= end for t in acks.get(jid, []) + commands.get(jid, [])):
+        if any(t <= end for t in acks.get(jid, [])):
+            # Acked: never queued again. An ACKJOB sent before the NACK counts
+            # as well: the node that took the NACK may not have heard of it
+            # yet (seed 491515: the job's second consumer acked it on n1 as
+            # its first one NACKed it with DELAY 1 on n0, 11 ms apart).
+            continue
+        if any(t0 < t <= end for t in commands.get(jid, [])):
             continue
         if f"n{e.data['node']}" in (crashes or Crashes()).amnesia.get(jid, ()):
             continue

@@ -94,6 +94,7 @@ NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
 RESPONDER_VALIDITY_S = 5
 POSTPONES_HEARD_MAX = 10_000  # POSTPONEs remembered until their delay ends
+REFUSED_BUS_VERSION = bus.SINCE_VERSION[bus.Refused]
 
 NOREPL_TIMEOUT = ReplyError(
     "NOREPL", "Timeout reached before replicating to the requested number of nodes"
@@ -297,9 +298,24 @@ def _refuse(node: JobHost, job: Job) -> None:
     gave away by YOURJOBS before our DELJOB reached it must not bring it
     back here (simulator seed 482158: delivered 0.3 s after the -NOREPL,
     then acked by the holders' DELJOB tombstones, and WAITJOB answered
-    "acked" for a job nobody acked)."""
-    _deljob_to_holders(node, job)
+    "acked" for a job nobody acked). The copies are told REFUSED, not
+    DELJOB, where the link speaks it: a holder that read DELJOB remembered
+    the job as acked, answered another holder that missed the message with
+    SETACK, and WAITJOB there answered "acked" (seed 490768)."""
+    for node_id in job.nodes_delivered:
+        if node_id != node.node_id:
+            node.effects.send(node_id, refused(node, node_id, job.id))
     node.deleted_refused.add(job.id)
+
+
+def refused(node: JobHost, peer: str, job_id: str) -> bus.Refused | bus.DelJob:
+    """What tells ``peer`` that the job's ADDJOB was answered -NOREPL:
+    REFUSED, or DELJOB for a node of a release before it (bus protocol 5
+    and older: its copy reads as acked there, as before)."""
+    other = node.cluster.nodes.get(peer)
+    if other is not None and other.bus_version >= REFUSED_BUS_VERSION:
+        return bus.Refused(job_id)
+    return bus.DelJob(job_id)
 
 
 def _deljob_to_holders(node: JobHost, job: Job) -> None:
@@ -552,8 +568,8 @@ def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     if job_id in node.deleted_acked:
         tell_acked(node, sender, job_id)
     elif job_id in node.deleted_refused:
-        # Refused -NOREPL here; the sender missed our DELJOB: it drops its copy.
-        node.effects.send(sender, bus.DelJob(job_id))
+        # Refused -NOREPL (here, or told so): the sender missed it.
+        node.effects.send(sender, refused(node, sender, job_id))
 
 
 def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> None:
@@ -740,6 +756,15 @@ def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
             job = None  # replicated externally: no copy here, forgotten as acked
     if job is not None:
         node.acknowledge(job)
+        if msg.may_have and sender not in job.nodes_delivered and not job.is_dummy_ack:
+            # The sender acked a copy of its own we did not list: our lists
+            # differ, and the count alone would say it knows every holder we
+            # know. Counted in, ours is longer if it misses one of them, and
+            # we collect the job ourselves (simulator seed 490313: a holder
+            # restarted without the node it had copied the job to, copied it
+            # to a third; the first one's SETACK was answered by counts, the
+            # third kept its copy after the collection).
+            job.nodes_delivered = (*job.nodes_delivered, sender)
     if job is None or len(job.nodes_delivered) <= msg.may_have:
         node.effects.send(sender, bus.GotAck(msg.job_id, job is not None))
         return
@@ -792,6 +817,21 @@ def _on_deljob(node: JobHost, sender: str, msg: bus.DelJob) -> None:
     else:
         # Not here (yet): its REPLJOB may still be on its way.
         node.remember_deleted(msg.job_id, acked=True)
+
+
+def _on_refused(node: JobHost, sender: str, msg: bus.Refused) -> None:
+    """The job's ADDJOB was answered -NOREPL: like DELJOB, the copy goes
+    and a late one is refused, but nobody acked it (unless a client did
+    here: a holder that queued it at its RETRY before hearing this)."""
+    job = node.jobs.get(msg.job_id)
+    if job is not None:
+        if job.state == STATE_WAIT_REPL:
+            return  # our own ADDJOB's ID: a stray, as for DELJOB
+        node.unregister(job)
+    elif msg.job_id not in node.deleted_ids:
+        node.remember_deleted(msg.job_id)
+    if msg.job_id in node.deleted_ids:
+        node.deleted_refused.add(msg.job_id)
 
 
 def _on_pause(node: JobHost, sender: str, msg: bus.Pause) -> None:
@@ -883,8 +923,12 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
         if job.retry and sender not in job.nodes_delivered:
             # Unlike the original, remember where the copy went: an ack
             # made anywhere must reach it, or it comes back after the job
-            # was collected everywhere else.
+            # was collected everywhere else. Recorded, so that a restart
+            # remembers it too (seed 490313: reloaded without the node it
+            # had given the job to, this node answered that node's SETACK
+            # as if it knew no other holder).
             job.nodes_delivered = (*job.nodes_delivered, sender)
+            node.persist(job)
         jobs.append(job)
     # The TTLs a YOURJOBS carries are what is left in this second of the
     # wall clock (whole seconds): written in a later one, it would give the
@@ -1008,6 +1052,7 @@ _HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {
     bus.SetAck: _on_setack,
     bus.GotAck: _on_gotack,
     bus.DelJob: _on_deljob,
+    bus.Refused: _on_refused,
     bus.NeedJobs: _on_needjobs,
     bus.YourJobs: _on_yourjobs,
     bus.Pause: _on_pause,

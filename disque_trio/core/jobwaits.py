@@ -10,7 +10,7 @@ most ``DELETED_IDS_MAX`` IDs):
   it here), or remembers it deleted as acked (collected, FASTACKed, DELJOB
   from its collector);
 * ``gone``: it remembers it deleted without an ack: expired, DELJOB'd
-  here, or its ADDJOB failed;
+  here, or its ADDJOB failed (here, or told so by REFUSED);
 * ``unknown``: nothing of it, when asked: never held here, or its
   tombstone was dropped since;
 * not done yet (the client waits): it holds the job, not acked; or it gave

@@ -20,7 +20,9 @@ of their own (see ``encode_batch``). POSTPONE (103), ours, tells a job's
 holders that the sender queues it after a client's delay (NACK or ENQUEUE
 with DELAY: a message the original never had). GETSTATS/NODESTATS and
 FINDJOB/JOBCOPY (104-107, ours, version 5) ask a node for its figures and
-for its copy of a job, for a dashboard that shows the whole cluster. ``body`` is
+for its copy of a job, for a dashboard that shows the whole cluster.
+REFUSED (108, ours, version 6) tells a job's holders that its ADDJOB was
+answered -NOREPL, where the original sends DELJOB. ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -139,6 +141,7 @@ __all__ = [
     "Postpone",
     "QueueLength",
     "Queued",
+    "Refused",
     "ReplJob",
     "Seconds",
     "SetAck",
@@ -153,9 +156,9 @@ __all__ = [
 
 # The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
-# FINDJOB, JOBCOPY for the cluster dashboard). Two nodes speak the highest
-# both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 5
+# FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED). Two nodes speak
+# the highest both know (``negotiate``): a cluster is upgraded node by node.
+PROTOCOL_VERSION: Final = 6
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -230,6 +233,7 @@ class MsgType(enum.IntEnum):
     NODESTATS = 105  # ours: GETSTATS answered
     FINDJOB = 106  # ours: tell me about your copy of this job
     JOBCOPY = 107  # ours: FINDJOB answered
+    REFUSED = 108  # ours: delete your copy, its ADDJOB was answered -NOREPL
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -420,6 +424,19 @@ class DelJob:
 
 
 @attrs.frozen
+class Refused:
+    """Delete your copy: its ADDJOB was answered -NOREPL (the replication
+    timed out), so no client acked it. A DELJOB says the job is done for
+    good and its copies read as acked (WAITJOB); this one says the job was
+    never added, and a copy that comes back (a holder's YOURJOBS, QUEUED or
+    WILLQUEUE) is told REFUSED again rather than SETACK."""
+
+    TYPE: ClassVar[MsgType] = MsgType.REFUSED
+
+    job_id: JobId
+
+
+@attrs.frozen
 class NeedJobs:
     TYPE: ClassVar[MsgType] = MsgType.NEEDJOBS
 
@@ -555,6 +572,7 @@ Message: TypeAlias = (
     | WillQueue
     | GotAck
     | DelJob
+    | Refused
     | NeedJobs
     | YourJobs
     | Working
@@ -902,12 +920,12 @@ _ENCODERS: Final[MappingProxyType[type[Message], _UnstructureHook]] = MappingPro
 # own: a REPLJOB or YOURJOBS may go stale in the outbox (peers.py), the
 # failure detector's messages go ahead of the queued ones.
 BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
-    {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working, Postpone}
+    {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working, Postpone, Refused}
 )
 # The first protocol version that has each message (the others are in
 # every version this node speaks): never sent on a link that speaks less.
 SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
-    {Postpone: 4, GetStats: 5, NodeStats: 5, FindJob: 5, JobCopy: 5}
+    {Postpone: 4, GetStats: 5, NodeStats: 5, FindJob: 5, JobCopy: 5, Refused: 6}
 )
 
 # At most this many messages in one BATCH: under 100 KB, far below any

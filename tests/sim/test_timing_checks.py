@@ -189,6 +189,10 @@ def test_nack_delay_ends() -> None:
     assert check_delay_ends(never, calm, 0.5, {JOB: [0.0, 5.0]})  # queued too late
     acked = [*base, ev(2.0, "ack", node=1, id=JOB, reply="1", t0=1.9), *phases(0.0, 60.0)]
     assert check_delay_ends(acked, calm, allowance_s=0.5) == []
+    # An ack sent just before the delayed NACK (another consumer's, on
+    # another node, seed 491515) also means no re-queue.
+    crossed = [*base, ev(1.2, "ack", node=1, id=JOB, reply="1", t0=1.08), *phases(0.0, 60.0)]
+    assert check_delay_ends(crossed, calm, allowance_s=0.5) == []
     # Forgotten by the node that took the delay (DEBUG FLUSHALL, seed 120).
     flushed = Crashes(amnesia={JOB: {"n0"}})
     assert check_delay_ends(never, calm, 0.5, crashes=flushed) == []

@@ -42,6 +42,7 @@ from disque_trio.protocol.bus import (
     Postpone,
     Queued,
     QueueLength,
+    Refused,
     ReplJob,
     SetAck,
     WillQueue,
@@ -119,6 +120,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     WillQueue: st.builds(WillQueue, job_id=job_ids),
     GotAck: st.builds(GotAck, job_id=job_ids, known=st.booleans()),
     DelJob: st.builds(DelJob, job_id=job_ids),
+    Refused: st.builds(Refused, job_id=job_ids),
     NeedJobs: st.builds(NeedJobs, queue=queue_names, count=small_uints),
     YourJobs: st.builds(YourJobs, jobs=st.lists(job_data, max_size=4).map(tuple)),
     Working: st.builds(Working, job_id=job_ids),
@@ -685,7 +687,9 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     assert bus.SINCE_VERSION[Postpone] == 4 and bus.MIN_PROTOCOL_VERSION == 3
     # 5: the cluster dashboard's questions and answers.
     for cl in (GetStats, NodeStats, FindJob, JobCopy):
-        assert bus.SINCE_VERSION[cl] == 5 == PROTOCOL_VERSION
+        assert bus.SINCE_VERSION[cl] == 5
+    # 6: REFUSED, what an ADDJOB answered -NOREPL tells its copies.
+    assert bus.SINCE_VERSION[Refused] == 6 == PROTOCOL_VERSION
 
 
 def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:

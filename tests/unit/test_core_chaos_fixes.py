@@ -416,3 +416,64 @@ def test_a_late_copy_of_a_job_refused_norepl_does_not_come_back() -> None:
     reply = run(node, "WAITJOB", job_id, "TIMEOUT", 1)
     assert reply == ["gone"]
     check_invariants(node)
+
+
+def _linked_at(node: Node, version: int) -> None:
+    for peer in node.cluster.others():
+        peer.bus_version = version
+
+
+def test_a_norepl_tells_the_copies_refused_and_they_do_not_read_acked() -> None:
+    """Simulator seed 490768: an ADDJOB REPLICATE 4 timed out (-NOREPL) and
+    its copies were told DELJOB; one holder missed it (a one-way partition),
+    queued its copy at RETRY and announced it (WILLQUEUE). The holder that
+    had read DELJOB remembered the job as acked: it answered SETACK, and a
+    WAITJOB there answered "acked" for a job no client had acked. Nodes of
+    bus protocol 6 are told REFUSED: the copy goes, the job reads "gone",
+    and a holder that missed it is told REFUSED in turn."""
+    node = _with_two_linked_peers()
+    _linked_at(node, bus.PROTOCOL_VERSION)
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 1)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    cj.receive(node, OTHER_ID, bus.GotJob(job_id))
+    node.effects.clear()
+    assert str(node.cancel_wait(adder)).startswith("NOREPL")
+    told = sent(node)
+    assert sorted(to for to, _ in told) == sorted([OTHER_ID, THIRD_ID])
+    assert {m for _, m in told} == {bus.Refused(job_id)}
+
+    # A holder told so.
+    holder, _ = make_node(node_id=OTHER_ID)
+    for peer_id, port in ((node.node_id, 7711), (THIRD_ID, 7713)):
+        peer = holder.cluster.add(peer_id, "127.0.0.1", port, port + 10000)
+        assert peer is not None
+        peer.link_up = True
+        peer.bus_version = bus.PROTOCOL_VERSION
+    holder.refresh_cluster_view()
+    copy = job_data(_job_added_on(node.node_id, holder), holder.now_ms())
+    cj.receive(holder, node.node_id, bus.ReplJob(copy, False))
+    assert copy.id in holder.jobs
+    cj.receive(holder, node.node_id, bus.Refused(copy.id))
+    assert copy.id not in holder.jobs and copy.id not in holder.deleted_acked
+    assert run(holder, "WAITJOB", copy.id, "TIMEOUT", 1) == ["gone"]
+    holder.effects.clear()
+    cj.receive(holder, THIRD_ID, bus.WillQueue(copy.id))  # it missed the message
+    assert sent(holder) == [(THIRD_ID, bus.Refused(copy.id))]
+    holder.effects.clear()
+    cj.receive(holder, THIRD_ID, bus.YourJobs((copy,)))  # nor does a late copy live
+    assert copy.id not in holder.jobs
+    check_invariants(holder)
+
+
+def test_a_node_of_an_older_release_is_still_told_deljob() -> None:
+    """A holder whose link speaks bus protocol 5 (a rolling upgrade under
+    way) has no REFUSED: it is told DELJOB, as before."""
+    node = _with_two_linked_peers()
+    _linked_at(node, bus.SINCE_VERSION[bus.Refused] - 1)
+    adder = run(node, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "RETRY", 1)
+    assert isinstance(adder, Waiter)
+    [job_id] = list(node.jobs)
+    node.effects.clear()
+    assert str(node.cancel_wait(adder)).startswith("NOREPL")
+    assert {m for _, m in sent(node)} == {bus.DelJob(job_id)}

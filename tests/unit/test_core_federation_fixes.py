@@ -1358,3 +1358,71 @@ def test_a_yourjobs_written_before_a_postpone_elsewhere_leaves_the_job_standing_
     elapse(node, clock, 2600)  # the delay is over: a YOURJOBS queues it again
     cj.receive(node, OTHER_ID, yours)
     assert [entry[1] for entry in get(node, "q")] == [job_id]
+
+
+def test_a_copy_given_by_yourjobs_is_recorded_with_its_new_holder() -> None:
+    """Seed 490313: n2 gave a RETRY 3 job to n0 by YOURJOBS, listing n0 as
+    a holder in memory only; it crashed, reloaded its record without n0,
+    and at its RETRY gave the job to n1. n0's SETACK (n0 and n2: two) was
+    answered by counts (n2 and n1: two) and n0 collected the job while n1
+    kept its copy. The holder list a NEEDJOBS answer grows is recorded."""
+    node, clock = make_node()
+    node.persisting = True
+    job_id = add(node, "q", "body", "RETRY", 5)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
+    records_written = [e.record for e in node.effects if isinstance(e, Persist)]
+    assert records_written, "the new holder is not in the AOF"
+    found = aof.record_at(records_written[-1], 0)
+    assert found is not None
+    kind, rec = found[1]
+    assert kind == b"LOADJOB" and isinstance(rec, aof.JobRecord) and rec.id == job_id
+    assert OTHER_ID in rec.nodes_delivered
+    restarted, rclock = make_node()
+    rclock.ms = clock.ms + 5_000  # back from a crash
+    reloaded = records.job_from_record(restarted, rec, restarted.now_ms())
+    assert reloaded is not None and OTHER_ID in reloaded.nodes_delivered
+
+
+def test_a_setack_from_a_holder_not_listed_is_not_answered_by_counts() -> None:
+    """The same seed, at the receiver of the SETACK: it lists two holders,
+    itself and THIRD_ID; the sender (OTHER_ID, not listed) lists two, itself
+    and us, and so misses THIRD_ID. Compared by counts alone the lists look
+    alike, and our GOTACK let the sender collect the job while THIRD_ID kept
+    its copy. Counted in, the sender makes ours longer: we collect the job
+    ourselves, asking every holder (the sender too) to confirm."""
+    node, _ = make_node()
+    for peer_id, port in ((OTHER_ID, 7712), (THIRD_ID, 7713)):
+        peer = node.cluster.add(peer_id, "127.0.0.1", port, port + 10000)
+        assert peer is not None
+        peer.link_up = True
+    node.refresh_cluster_view()
+    job_id = add(node, "q", "body", "RETRY", 5, "REPLICATE", 1)
+    node.jobs[job_id].nodes_delivered = (NODE_ID, THIRD_ID)
+    node.effects.clear()
+
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+
+    held = node.jobs[job_id]
+    assert held.state == JobState.ACKED
+    assert set(held.nodes_delivered) == {NODE_ID, OTHER_ID, THIRD_ID}
+    messages = sent(node)
+    assert not [m for _, m in messages if isinstance(m, bus.GotAck)], messages
+    setacks = {to for to, m in messages if isinstance(m, bus.SetAck)}
+    assert setacks == {OTHER_ID, THIRD_ID}
+    # Every holder confirms: collected, every holder told.
+    for peer_id in (OTHER_ID, THIRD_ID):
+        cj.receive(node, peer_id, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs
+    check_invariants(node)
+
+
+def test_a_setack_from_a_listed_holder_is_still_answered_by_counts() -> None:
+    """The rule above leaves the usual case alone: the sender is listed and
+    knows as many holders as we do, so it is answered GOTACK."""
+    node, _ = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    node.jobs[job_id].nodes_delivered = (NODE_ID, OTHER_ID)
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
+    assert sent(node) == [(OTHER_ID, bus.GotAck(job_id, True))]
