@@ -210,6 +210,7 @@ class NodeServer:
         self.timer = Timer(node.next_deadline, node.now_ms, self._timer_tick, env.alarm())
         self.cron = Cron(self._cron_tick, self._cron_second)
         self.shutdown_requested = False
+        self._fsync_at_exit = True
         self.finished = trio.Event()  # set when run() returns
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
@@ -391,6 +392,7 @@ class NodeServer:
         if self.shutdown_requested:
             return
         self.shutdown_requested = True
+        self._fsync_at_exit = fsync_aof
         log.warning("Disque is now ready to exit, bye bye...")
         for hook in self.on_shutdown:
             hook()
@@ -415,6 +417,14 @@ class NodeServer:
         with trio.move_on_after(DRAIN_S):
             while any(c.busy for c in self.clients.values()):  # noqa: ASYNC110
                 await trio.sleep(0.01)
+        # No command or bus message ran since, but timers may have written
+        # records (an expiry, a re-queue): on the disk before the exit too.
+        self.aof.write_now(force=True)
+        if self._fsync_at_exit and self.aof.state == "on":
+            try:
+                self.env.disk.fsync(self.aof.path)
+            except OSError as e:
+                log.warning("could not fsync the AOF at exit: %s", e.strerror or e)
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 

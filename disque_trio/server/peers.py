@@ -69,6 +69,7 @@ class BusHost(Protocol):
     env: Env
     node: Node
     tls: tls.TlsContexts
+    shutdown_requested: bool  # SHUTDOWN ran: no message is taken after it
 
     def announce_ip(self) -> str: ...
 
@@ -900,7 +901,7 @@ class Bus:
         """Decode and dispatch until the peer closes. The decoder may hold
         frames already (sent right after the peer's proof)."""
         drained = False
-        while True:
+        while not self.server.shutdown_requested:
             handled = 0
             frames = decoder.frames
             while (msg := decoder.next_message()) is not None:

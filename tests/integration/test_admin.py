@@ -190,3 +190,20 @@ def test_which_client_addresses_are_local() -> None:
     assert _is_loopback("::1:51234") and _is_loopback("[::1]:6")
     assert not _is_loopback("10.0.0.7:51234") and not _is_loopback("memory:0")
     assert not _is_loopback("?:0")
+
+
+async def test_no_command_runs_after_shutdown(autojump_clock: trio.testing.MockClock) -> None:
+    """Simulator seed 500542: another client's ADDJOB ran 5 ms after a
+    SHUTDOWN REWRITE-AOF, while the connections finished their replies; it
+    was answered OK, and its record went to the AOF after the last fsync
+    (lost in a crash after the restart). As in the original, whose process
+    exits at SHUTDOWN, nothing runs after it: the connection closes."""
+    async with memory_node() as node:
+        c = await node.client()
+        assert await c.call("PING") == Status("PONG")
+        node.server.shutdown_requested = True  # SHUTDOWN ran on another connection
+        await c.send("ADDJOB", "q", "x", 0)
+        with trio.fail_after(10):  # virtual seconds: an answer would leave it open
+            assert await c.closed()
+        assert not node.server.node.jobs
+        node.server.shutdown_requested = False  # for memory_node's own shutdown
