@@ -392,8 +392,8 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
             ctx.server.env.disk.fsync(aof.path)
     except OSError as e:
         return err(f"Errors trying to SHUTDOWN. Check logs. ({e.strerror or e})")
-    # Fsynced above (or NOSAVE); and once more at the exit, for what timers
-    # wrote while the connections finished their replies.
+    # Fsynced above (or NOSAVE); and once more at the exit, for what ran
+    # while the connections finished (NodeServer._end_after_drain).
     ctx.server.shutdown(fsync_aof=mode != b"nosave")
     # Like Redis, whose process exits: the connection ends with no reply.
     if ctx.client.cancel_scope is not None:

@@ -93,9 +93,6 @@ class ClientHost(Protocol):
     stat_net_in: int
     stat_net_out: int
     stat_query_buffer_closed: int
-    # SHUTDOWN ran: no command runs after it (the node is exiting; the
-    # connections only finish sending the replies of the commands before).
-    shutdown_requested: bool
 
     def new_client(self, stream: trio.abc.Stream) -> Client | None: ...
 
@@ -310,15 +307,6 @@ class _Connection:
                 break
             if run and argv[0].upper() != b"ADDJOB":
                 await self._settle(run)
-            if host.shutdown_requested:
-                # As if the process had exited at SHUTDOWN, as the original's
-                # does: a write taken now would reach the AOF after its last
-                # fsync (simulator seed 500542: an ADDJOB answered OK 5 ms
-                # after another client's SHUTDOWN REWRITE-AOF, lost in a
-                # crash after the restart).
-                await self._settle(run)
-                await self._commit_and_send()
-                raise _Disconnected
             reply = host.execute(client, argv)
             if run or (isinstance(reply, Waiter) and reply.job_id is not None):
                 run.append(reply)  # an ADDJOB: waiting for its copies, or after one

@@ -417,8 +417,15 @@ class NodeServer:
         with trio.move_on_after(DRAIN_S):
             while any(c.busy for c in self.clients.values()):  # noqa: ASYNC110
                 await trio.sleep(0.01)
-        # No command or bus message ran since, but timers may have written
-        # records (an expiry, a re-queue): on the disk before the exit too.
+        # What ran since (the commands the connections still had, bus
+        # messages, timers) is on the disk before the exit too: an ADDJOB
+        # answered OK during the drain had its record appended after the
+        # last fsync (simulator seed 500542: lost in a crash after the
+        # restart). Refusing commands and bus messages after SHUTDOWN
+        # instead left a node that still counted as up deaf to its peers
+        # (its timers re-queued jobs another holder had postponed) and
+        # stalled the simulator's consumers (seeds 511325, 512357, five
+        # others).
         self.aof.write_now(force=True)
         if self._fsync_at_exit and self.aof.state == "on":
             try:

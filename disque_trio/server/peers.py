@@ -69,7 +69,6 @@ class BusHost(Protocol):
     env: Env
     node: Node
     tls: tls.TlsContexts
-    shutdown_requested: bool  # SHUTDOWN ran: no message is taken after it
 
     def announce_ip(self) -> str: ...
 
@@ -901,7 +900,7 @@ class Bus:
         """Decode and dispatch until the peer closes. The decoder may hold
         frames already (sent right after the peer's proof)."""
         drained = False
-        while not self.server.shutdown_requested:
+        while True:
             handled = 0
             frames = decoder.frames
             while (msg := decoder.next_message()) is not None:
