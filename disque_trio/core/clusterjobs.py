@@ -39,7 +39,10 @@ Rules, one per message:
 * POSTPONE(delay): a client asked the sender to queue the job after a
   delay (NACK or ENQUEUE with DELAY): dequeue ours if queued, and re-queue
   no sooner than the delay plus RETRY (the sender queues it; we stand by
-  in case it cannot). A holder that missed it announces WILLQUEUE at its
+  in case it cannot), and pass it on, counting nothing, to the holders we
+  list but the sender (whose list may lack some); a relayed POSTPONE goes
+  no further, and leaves a delay of our own client's in place, to the
+  later end. A holder that missed it announces WILLQUEUE at its
   own RETRY: the sender, still waiting, answers POSTPONE again, as it
   does to holders it learns of, and to a holder's QUEUED or WORKING (which
   may have crossed the POSTPONE) instead of ending its delay. A holder
@@ -669,6 +672,9 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     remember_postpone(node, sender, msg)
     if sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
+    relayed = msg.flags & bus.FLAG_RELAYED
+    if not relayed:
+        _relay_postpone(node, job, sender, msg.delay_ms)
     if job.state == STATE_QUEUED:
         # Queued here too (a lost QUEUED): the client asked for the delay,
         # so this copy waits as well; the sender queues the job.
@@ -677,7 +683,9 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         now = node.now_ms()
-        if job.flags & FLAG_DELAYED and compare_ids_by_job(sender, node.node_id, job.id) < 0:
+        if job.flags & FLAG_DELAYED and (
+            relayed or compare_ids_by_job(sender, node.node_id, job.id) < 0
+        ):
             # Waiting for a delay of our own client's too (two consumers got
             # the job, each asked a holder for a delay): one of the two
             # queues it, at the later of the two ends; the other stands by.
@@ -685,7 +693,9 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
             # POSTPONE, pushed the other a RETRY further, for ever
             # (simulator seed 12: coda-1, NACK DELAY 2 on n0 and on n2,
             # never queued again). The per-job comparison picks the one,
-            # as for two queued copies.
+            # as for two queued copies. A relayed POSTPONE does not name the
+            # node that took the other delay: ours is kept, to the later end,
+            # and a second queued copy is settled by the QUEUED rule.
             standby = now + msg.delay_ms
         else:
             job.flags &= ~FLAG_DELAYED  # the sender queues it
@@ -695,6 +705,27 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         job.nacks += 1
     if msg.flags & bus.FLAG_INCR_DELIV:
         job.deliveries += 1
+
+
+def _relay_postpone(node: JobHost, job: Job, sender: str, delay_ms: int) -> None:
+    """Pass a POSTPONE on to the other holders listed here (not the sender):
+    the sender's list may lack some. A holder that gave its queued copy away
+    by YOURJOBS twice, to the sender and then to a third node, lists both;
+    the sender, which took the job before the second, lists only itself and
+    the giver (simulator seed 520552: n0's NACK DELAY 5 told n2 only, and
+    n1, given the job by n2's late YOURJOBS, delivered it 0.3 s into the
+    delay). A relayed POSTPONE counts nothing (a holder the sender lists
+    hears it twice) and is not relayed again; it goes only to nodes that
+    know the flag (bus protocol 7)."""
+    if delay_ms <= 0:
+        return
+    msg = bus.Postpone(job.id, delay_ms, bus.FLAG_RELAYED)
+    for node_id in job.nodes_delivered:
+        if node_id in (sender, node.node_id):
+            continue
+        peer = node.cluster.nodes.get(node_id)
+        if peer is not None and peer.bus_version >= bus.RELAY_VERSION:
+            node.effects.send(node_id, msg)
 
 
 def remember_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:

@@ -101,6 +101,7 @@ __all__ = [
     "BATCH_MAX",
     "FLAG_INCR_DELIV",
     "FLAG_INCR_NACKS",
+    "FLAG_RELAYED",
     "HANDSHAKE_MAX_FRAME",
     "MAX_FRAME",
     "MAX_FRAME_LIMIT",
@@ -110,6 +111,7 @@ __all__ = [
     "NODE_FLAG_PFAIL",
     "NONCE_LEN",
     "PROTOCOL_VERSION",
+    "RELAY_VERSION",
     "SINCE_VERSION",
     "VERSION_SHIFT",
     "Auth",
@@ -156,9 +158,10 @@ __all__ = [
 
 # The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
-# FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED). Two nodes speak
+# FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED; 7: a POSTPONE
+# relayed by a holder, FLAG_RELAYED). Two nodes speak
 # the highest both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 6
+PROTOCOL_VERSION: Final = 7
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -184,6 +187,11 @@ _HEADER_LEN: Final = 4
 # re-queueing on another node.
 FLAG_INCR_NACKS: Final = 1 << 1
 FLAG_INCR_DELIV: Final = 1 << 2
+# A POSTPONE flag: a holder passes on a POSTPONE its sender sent it to the
+# holders the sender may not know of (protocol 7 and later, RELAY_VERSION);
+# it counts nothing and is not passed on again.
+FLAG_RELAYED: Final = 1 << 3
+RELAY_VERSION: Final = 7
 
 # The node flags a receiver acts on, with the original's bit values
 # (CLUSTER_NODE_* in cluster.h); other bits are the sender's business.
@@ -464,7 +472,8 @@ class Postpone:
     NACK or ENQUEUE with DELAY): hold your copy past that, as for WORKING.
     ``flags`` counts what the client's command counted (FLAG_INCR_NACKS
     for NACK, FLAG_INCR_DELIV for ENQUEUE of a delivered job); 0 when the
-    sender repeats it (a WILLQUEUE answered, a holder learned)."""
+    sender repeats it (a WILLQUEUE answered, a holder learned), and
+    FLAG_RELAYED alone when a holder passes it on."""
 
     TYPE: ClassVar[MsgType] = MsgType.POSTPONE
 

@@ -689,7 +689,9 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     for cl in (GetStats, NodeStats, FindJob, JobCopy):
         assert bus.SINCE_VERSION[cl] == 5
     # 6: REFUSED, what an ADDJOB answered -NOREPL tells its copies.
-    assert bus.SINCE_VERSION[Refused] == 6 == PROTOCOL_VERSION
+    assert bus.SINCE_VERSION[Refused] == 6
+    # 7: a POSTPONE relayed by a holder (a flag, no new message).
+    assert bus.RELAY_VERSION == 7 == PROTOCOL_VERSION
 
 
 def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:

@@ -200,6 +200,77 @@ def test_a_holder_learned_during_the_delay_hears_postpone() -> None:
     assert [to for to, _ in _postpones(node)] == [THIRD_ID]
 
 
+def _speaking(node: Node, version: int = bus.PROTOCOL_VERSION) -> None:
+    for peer in (OTHER_ID, THIRD_ID, NODE_ID):
+        if peer != node.node_id:
+            node.cluster.nodes[peer].bus_version = version
+
+
+def test_a_holder_passes_postpone_on_to_holders_its_sender_may_not_know() -> None:
+    """Simulator seed 520552: n2 gave its queued copy by YOURJOBS to n0,
+    then (queued again at its RETRY) to n1; n0's client asked NACK DELAY 5
+    and n0, listing only n2 and itself, told n2 alone. n1, given the job by
+    the second YOURJOBS, delivered it 0.3 s into the delay. A holder now
+    passes a POSTPONE on to the holders it lists, but not to its sender,
+    counting nothing; a relayed POSTPONE is not passed on again, and a node
+    of a release before bus protocol 7 is not sent one."""
+    node, _ = _in_cluster()
+    job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
+    other, _ = _holder_of(node, job_id)
+    _speaking(other)
+    copy = job(other, job_id)
+    copy.nodes_delivered = (NODE_ID, OTHER_ID, THIRD_ID)
+    other.effects.clear()
+    cj.receive(other, NODE_ID, bus.Postpone(job_id, 30_000, bus.FLAG_INCR_NACKS))
+    assert _postpones(other) == [(THIRD_ID, bus.Postpone(job_id, 30_000, bus.FLAG_RELAYED))]
+    assert copy.nacks == 1
+    other.effects.clear()
+    cj.receive(other, THIRD_ID, bus.Postpone(job_id, 29_000, bus.FLAG_RELAYED))
+    assert _postpones(other) == []  # not relayed again
+    assert copy.nacks == 1  # and counting nothing
+    _speaking(other, bus.RELAY_VERSION - 1)
+    cj.receive(other, NODE_ID, bus.Postpone(job_id, 28_000, 0))
+    assert _postpones(other) == []
+
+
+def test_a_relayed_postpone_holds_the_job_a_late_yourjobs_brings() -> None:
+    """The other half of seed 520552: the relayed POSTPONE reaches n1 before
+    the YOURJOBS that gives it the job; the job comes, stands by past the
+    delay (plus a RETRY), and the POSTPONE's relay counted nothing."""
+    giver, _ = _in_cluster(OTHER_ID)
+    job_id = add(giver, "q", "body", "REPLICATE", 1, "RETRY", 5)
+    cj.receive(giver, THIRD_ID, bus.NeedJobs("q", 1))
+    [yours] = [m for _, m in sent(giver) if isinstance(m, bus.YourJobs)]
+    node, clock = _in_cluster(THIRD_ID)
+    cj.receive(node, OTHER_ID, bus.Postpone(job_id, 5_000, bus.FLAG_RELAYED))
+    assert job_id not in node.jobs
+    elapse(node, clock, 300)
+    cj.receive(node, OTHER_ID, yours)
+    held = job(node, job_id)
+    assert held.state == JobState.ACTIVE and held.nacks == 0
+    assert get(node, "q") == []
+    elapse(node, clock, 4_700 + 5_000 - 500)
+    assert get(node, "q") == []  # standing by: the node that took the delay queues it
+    check_invariants(node)
+
+
+def test_a_relayed_postpone_leaves_a_delay_of_our_own_client_in_place() -> None:
+    """Two consumers each asked a holder for a delay: a relayed POSTPONE does
+    not say which node took the other one, so this node keeps its own, to
+    the later end, and queues the job then."""
+    node, clock = _in_cluster()
+    job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID, THIRD_ID))
+    run(node, "NACK", job_id, "DELAY", 3)
+    cj.receive(node, OTHER_ID, bus.Postpone(job_id, 8_000, bus.FLAG_RELAYED))
+    held = job(node, job_id)
+    assert held.flags & FLAG_DELAYED and held.nacks == 1
+    elapse(node, clock, 7_900)
+    assert held.state == JobState.ACTIVE
+    elapse(node, clock, 100)
+    assert [entry[1] for entry in get(node, "q")] == [job_id]
+    check_invariants(node)
+
+
 def test_the_end_of_the_delay_announces_queued_counting_nothing() -> None:
     node, clock = _in_cluster()
     job_id = _delivered(node, "RETRY", 5, holders=(OTHER_ID,))
