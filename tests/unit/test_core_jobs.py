@@ -736,3 +736,33 @@ def test_a_controlled_restart_queues_jobs_only_once_the_whole_aof_is_read() -> N
     assert job(again, taken).state == JobState.ACTIVE
     assert [j.id for j in again.queues["q"].jobs] == [kept]
     check_invariants(again)
+
+
+def test_a_job_a_later_loadjob_replaces_leaves_no_tombstone() -> None:
+    """Simulator seed 520222: a restart read two LOADJOB records of a job
+    (queued, then delivered); replacing the first left a tombstone, not
+    acked, beside the job. DEBUG FLUSHALL dropped the job, and for the
+    tombstone's minute WAITJOB there answered gone for a job another node
+    had FASTACKed since. A replaced copy is not a deleted one."""
+    node, clock = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    queued = job_record(job(node, job_id))
+    delivered = attrs.evolve(queued, state=int(JobState.ACTIVE))
+    again, _ = make_node()
+    again.clock = clock
+    replay(again, [(aof.LOADJOB, queued), (aof.LOADJOB, delivered)], False)
+    assert job(again, job_id).state == JobState.ACTIVE
+    assert job_id not in again.deleted_ids and job_id not in again.deleted_acked
+    again.flush_all()  # DEBUG FLUSHALL
+    assert run(again, "WAITJOB", job_id, "TIMEOUT", 1) == ["unknown"]
+    check_invariants(again)
+
+
+def test_a_loadjob_after_a_deljob_keeps_the_tombstone_it_had() -> None:
+    node, clock = make_node()
+    job_id = add(node, "q", "body", "RETRY", 5)
+    rec = job_record(job(node, job_id))
+    again, _ = make_node()
+    again.clock = clock
+    replay(again, [(aof.LOADJOB, rec), (aof.DELJOB, job_id), (aof.LOADJOB, rec)], False)
+    assert job_id in again.jobs and job_id in again.deleted_ids
