@@ -501,13 +501,29 @@ def _delayed(e: Event) -> bool:
     return e.op in DELAYED_OPS and bool(e.data.get("delay")) and e.data.get("reply") == "1"
 
 
-def _commands_at(history: list[Event]) -> dict[str, list[float]]:
-    """Job id -> when a client sent NACK, ENQUEUE or WORKING for it."""
-    out: dict[str, list[float]] = {}
+def _commands_at(history: list[Event]) -> dict[str, list[tuple[float, float, Event]]]:
+    """Job id -> (sent, answered, event) of each NACK, ENQUEUE or WORKING a
+    client sent for it."""
+    out: dict[str, list[tuple[float, float, Event]]] = {}
     for e in history:
         if e.op in (*DELAYED_OPS, "working"):
-            out.setdefault(e.data["id"], []).append(float(e.data.get("t0", e.t)))
+            out.setdefault(e.data["id"], []).append((float(e.data.get("t0", e.t)), e.t, e))
     return out
+
+
+def _other_command(
+    commands: Mapping[str, list[tuple[float, float, Event]]], e: Event, t0: float, until: float
+) -> bool:
+    """Whether another client's NACK, ENQUEUE or WORKING for e's job may
+    have been applied after e's command and by ``until``: sent by then and
+    not answered before e's was sent. Two commands in flight together are
+    applied in either order (seed 551573: an ENQUEUE DELAY 1 sent 0.4 ms
+    before another client's ENQUEUE DELAY 2 was applied after it, and the
+    job came back 1 s later, not 2)."""
+    return any(
+        other is not e and sent <= until and answered > t0
+        for sent, answered, other in commands.get(e.data["id"], ())
+    )
 
 
 def _paused_windows(history: list[Event]) -> list[tuple[float, float]]:
@@ -552,7 +568,7 @@ def check_delay_holds(
         early = [t for t in sent.get(jid, ()) if start < t < end]
         if not early or not calm(t0, e.t + delay):
             continue
-        if any(t0 < t <= early[0] for t in commands.get(jid, ())):
+        if _other_command(commands, e, t0, early[0]):
             continue
         out.append(
             f"nack-delay-holds: {jid} {e.op.upper()} DELAY {delay} answered at t={e.t:.2f} "
@@ -608,7 +624,7 @@ def check_delay_ends(
             # yet (seed 491515: the job's second consumer acked it on n1 as
             # its first one NACKed it with DELAY 1 on n0, 11 ms apart).
             continue
-        if any(t0 < t <= end for t in commands.get(jid, [])):
+        if _other_command(commands, e, t0, end):
             continue
         if f"n{e.data['node']}" in (crashes or Crashes()).amnesia.get(jid, ()):
             continue

@@ -179,6 +179,26 @@ def test_nack_delay_holds() -> None:
     assert check_nack([*early, *phases(0.0, 60.0)], calm) == []
 
 
+def test_nack_delay_checks_excuse_a_command_in_flight_with_it() -> None:
+    # Seed 551573: c1's ENQUEUE DELAY 1 was sent just before c0's ENQUEUE
+    # DELAY 2 and answered after it; the node may apply them in either order.
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b")]
+    mine = delayed(1.1, 2, op="enqueue")  # sent 1.09, answered 1.1
+    crossing = Event(1.105, "c1", "enqueue", {**mine.data, "delay": 1, "t0": 1.085})
+    early = ev(2.12, "get", node=0, id=JOB, body="b")
+    assert check_delay_holds([*base, mine, crossing, early], calm, allowance_s=0.5) == []
+    # One answered before mine was sent was applied first: mine holds.
+    before = Event(1.08, "c1", "enqueue", {**mine.data, "delay": 1, "t0": 1.07})
+    [violation] = check_delay_holds([*base, before, mine, early], calm, allowance_s=0.5)
+    assert violation.startswith("nack-delay-holds:") and "DELAY 2" in violation
+    # nack-delay-ends: the crossing DELAY 5 may be the one that counts.
+    late = Event(1.105, "c1", "enqueue", {**mine.data, "delay": 5, "t0": 1.085})
+    never = [*base, mine, late, *phases(0.0, 60.0)]
+    assert check_delay_ends(never, calm, allowance_s=0.5) == []
+    alone = [*base, mine, *phases(0.0, 60.0)]
+    assert check_delay_ends(alone, calm, allowance_s=0.5)
+
+
 def test_nack_delay_ends() -> None:
     base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), delayed(1.1, 2, op="enqueue")]
     never = [*base, *phases(0.0, 60.0)]
