@@ -555,8 +555,8 @@ def check_delay_holds(
     is delivered by no node (a GETJOB reply sent, ``delivered_at``; the
     clients' reads when unknown) from a network delay after the command's
     answer until d less ``allowance_s`` after it, while no fault is in force
-    and no other client sent NACK, ENQUEUE or WORKING for it meanwhile (a
-    duplicate delivery's own say)."""
+    and no other client's NACK, ENQUEUE or WORKING for it was in flight
+    with it or sent meanwhile (a duplicate delivery's own say)."""
     sent = delivered_at if delivered_at is not None else _delivery_times(history)
     commands = _commands_at(history)
     out = []
@@ -590,8 +590,8 @@ def check_delay_ends(
     ``NACK_PROMPT_S`` and ``allowance_s``
     after the answer, while no fault is in force and consumers are on; not
     if its TTL may run out first (a delay past the TTL means expiry), a
-    queue paused in holds it, another client sent NACK, ENQUEUE or WORKING
-    for it meanwhile, or the node that took the delay forgot the job (a
+    queue paused in holds it, another client's NACK, ENQUEUE or WORKING
+    for it was in flight with it or sent meanwhile, or the node that took the delay forgot the job (a
     DEBUG FLUSHALL, ``Crashes.amnesia``: the others stand by longer)."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
