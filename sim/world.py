@@ -162,15 +162,21 @@ class SimClock:
         self.base_ms = base_ms + skew_ms
         self.rate = 1.0 + drift_ppm / 1_000_000
         self.offset_ms = 0
+        self._high_ms = 0  # the wall clock's reading just before its last jump back
 
     def wall_ms(self) -> int:
         return self.base_ms + self.offset_ms + int(trio.current_time() * 1000 * self.rate)
+
+    def high_ms(self) -> int:
+        """The latest time the wall clock has read so far (it jumps back)."""
+        return max(self._high_ms, self.wall_ms())
 
     def mono_ms(self) -> int:
         """Drifts with the wall clock (one oscillator), never jumps."""
         return int(trio.current_time() * 1000 * self.rate)
 
     def jump(self, ms: int) -> None:
+        self._high_ms = self.high_ms()
         self.offset_ms += ms
 
 

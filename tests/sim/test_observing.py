@@ -4,6 +4,8 @@ load, the node's always rules, the BUGGIFY knobs' share of plans."""
 from __future__ import annotations
 
 import attrs
+import trio
+import trio.testing
 
 from disque_trio.core import always
 from disque_trio.core.job import FLAG_DELAYED, Job, JobState
@@ -61,6 +63,36 @@ def test_a_rewrite_that_drops_state_is_named() -> None:
     # Acked before, it stays acked.
     acked = load_model(aof.loadjob(delayed) + aof.ackjob(ID), NOW_MS)
     assert compare_loads(acked, old) == [f"{ID} acked before, not after"]
+
+
+def test_a_job_expired_before_the_clock_went_back_is_not_owed() -> None:
+    # Seed 554398: the node dropped an expired job at its load, then its
+    # clock jumped back, inside the job's TTL, while it rewrote its AOF.
+    etime = NOW_MS // 1000 + 5
+    old = load_model(aof.loadjob(record(etime=etime)), NOW_MS)
+    assert compare_loads(old, {}, {}) == [f"job {ID} gone"]
+    assert compare_loads(old, {}, {}, high_ms=etime * 1000 + 1) == []
+    # Still held in memory, or not expired by the latest reading: owed.
+    held = Job(ID, "q", b"body", JobState.ACTIVE)
+    assert compare_loads(old, {}, {ID: held}, high_ms=etime * 1000 + 1) == [f"job {ID} gone"]
+    assert compare_loads(old, {}, {}, high_ms=etime * 1000 - 1) == [f"job {ID} gone"]
+
+
+def test_the_sim_clock_remembers_its_latest_reading_across_a_jump_back() -> None:
+    from sim.world import SimClock
+
+    async def main() -> None:
+        clock = SimClock(1_000_000)
+        await trio.sleep(2)
+        before = clock.wall_ms()
+        clock.jump(-6000)
+        assert clock.wall_ms() == before - 6000
+        assert clock.high_ms() == before
+        clock.jump(+6000)
+        await trio.sleep(1)
+        assert clock.high_ms() == clock.wall_ms() == before + 1000
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_always_rules_report_only_when_enabled() -> None:
