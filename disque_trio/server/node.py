@@ -238,6 +238,13 @@ class NodeServer:
         port is taken.
         """
         self.load()
+        # The node's identity is on disk before anything it does can name
+        # it: killed before its first cron tick, a new node came back with
+        # a fresh ID, and the jobs its AOF held listed the old one as a
+        # holder, which no node would ever answer for (simulator seed
+        # 564200: an acked job that could never be collected). The
+        # original saves nodes.conf, fsynced, when it makes its ID.
+        self.save_cluster_config()
         if listeners is None:
             bound = await self.bind()
             listeners, bus_listeners, web_listeners = bound.client, bound.bus, bound.web

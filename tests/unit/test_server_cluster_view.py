@@ -42,3 +42,31 @@ def test_a_restarted_node_counts_its_peers_before_hearing_from_them(tmp_path: Pa
         assert job_id in node.deleted_expired  # a late copy of it is refused
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_new_node_has_its_identity_on_disk_before_it_serves(tmp_path: Path) -> None:
+    """Simulator seed 564200: a new node killed before its first cron tick
+    (which wrote nodes.conf) came back with a fresh ID, and the jobs its
+    AOF held listed the old one as a holder: acked, they could never be
+    collected. nodes.conf is written before the first client is served."""
+    conf = tmp_path / "nodes.conf"
+
+    async def main() -> None:
+        server = NodeServer(
+            make_config(cluster_config_file=str(conf)), virtual_env(), persist_cluster=True
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run, [])
+            # No time has passed (the mock clock does not move by itself):
+            # no cron tick has run.
+            assert trio.current_time() == 0
+            assert conf.exists()
+            assert server.node.node_id in conf.read_text()
+            server.shutdown()
+            nursery.cancel_scope.cancel()
+        again = NodeServer(
+            make_config(cluster_config_file=str(conf)), virtual_env(), persist_cluster=True
+        )
+        assert again.node.node_id == server.node.node_id
+
+    trio.run(main, clock=trio.testing.MockClock())
