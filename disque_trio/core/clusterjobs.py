@@ -97,6 +97,9 @@ NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
 RESPONDER_VALIDITY_S = 5
 POSTPONES_HEARD_MAX = 10_000  # POSTPONEs remembered until their delay ends
+# The epoch of an acked tombstone that a later ACKJOB must not trust
+# (Node.acked_epoch never gives it): a dummy ack every node answered.
+NO_EPOCH = (-1, -1)
 REFUSED_BUS_VERSION = bus.SINCE_VERSION[bus.Refused]
 
 NOREPL_TIMEOUT = ReplyError(
@@ -824,6 +827,12 @@ def _on_gotack(node: JobHost, sender: str, msg: bus.GotAck) -> None:
         job.nodes_confirmed = confirmed
         if len(confirmed) >= len(node.cluster.nodes):
             node.unregister(job)
+            # Every node said it held no copy, but one may have got a copy
+            # after it answered (by YOURJOBS from a node that had not
+            # answered yet: simulator seed 563819, a later ACKJOB here
+            # answered 0 from the tombstone and told nobody). The tombstone
+            # gets no epoch: a later ACKJOB makes a dummy ack again.
+            node.deleted_acked[job.id] = NO_EPOCH
         return
     if job.nodes_confirmed is not None and set(job.nodes_delivered) <= set(job.nodes_confirmed):
         _deljob_to_holders(node, job)

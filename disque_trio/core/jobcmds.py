@@ -253,7 +253,9 @@ def _dummy_ack(node: Node, job_id: str) -> Job | None:
         # from an AOF that never got its ack, and announces that copy only
         # to its own holder list (seed 123372: n0 reloaded a job acked by
         # n4's dummy ack, gave it to n1 by YOURJOBS, and a later ACKJOB on
-        # n4 answered 0 with no SETACK: delivered again).
+        # n4 answered 0 with no SETACK: delivered again). Nor if what was
+        # deleted was itself a dummy ack (its tombstone has no epoch: seed
+        # 563819, clusterjobs._on_gotack).
         return None
     # Registered, it is recorded in the AOF (records.aof_record): durable
     # like any ack, since the client was answered and the holders may hear

@@ -652,6 +652,27 @@ def test_ackjob_after_collection_makes_a_dummy_ack_once_a_holder_relinked() -> N
     assert (OTHER_ID, bus.SetAck(job_id, 0)) in sent(node)
 
 
+def test_ackjob_after_a_dummy_ack_every_node_denied_makes_a_dummy_ack_again() -> None:
+    # Seed 563819: n0's dummy ack of n1's job reached n2, which held no copy
+    # (GOTACK, not known); n1, cut off, gave its copy to n2 by YOURJOBS,
+    # then answered n0 it held none either, and n0 collected the dummy ack.
+    # Later ACKJOBs on n0 answered 0 from the tombstone and told nobody:
+    # n2 delivered the job again and again.
+    node, job_id, _ = _replica_of_a_job_added_on_other()
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.refresh_cluster_view()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
+    cj.receive(node, THIRD_ID, bus.GotAck(job_id, False))
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, False))
+    assert job_id not in node.jobs and job_id in node.deleted_acked
+    node.effects.clear()
+    assert run(node, "ACKJOB", job_id) == 0
+    assert node.jobs[job_id].is_dummy_ack
+    told = {peer for peer, m in sent(node) if isinstance(m, bus.SetAck)}
+    assert {OTHER_ID, THIRD_ID} <= told
+
+
 def _node_with_other() -> tuple[Node, FakeClock]:
     """A node whose table holds OTHER_ID too."""
     node, clock = make_node()
