@@ -1040,8 +1040,16 @@ class World:
                     )
 
     async def _check_holders(self, job_id: str, ok_at: float) -> None:
+        disturbed = (self.net.resets, self.probes["crash"])
         await trio.sleep(HOLDERS_SETTLE_S)
-        if not self.healthy():
+        # A connection reset after the answer loses the REPLJOBs still on
+        # their way that carried the grown list (seed 564908: n4 missed n3
+        # until n3's first WILLQUEUE, which taught it).
+        if (
+            not self.healthy()
+            or self.net.changed_at >= ok_at
+            or (self.net.resets, self.probes["crash"]) != disturbed
+        ):
             return
         # The copies replication made (a copy federation moved since is
         # announced by QUEUED, which may still be on its way).
