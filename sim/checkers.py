@@ -591,8 +591,9 @@ def check_delay_ends(
     after the answer, while no fault is in force and consumers are on; not
     if its TTL may run out first (a delay past the TTL means expiry), a
     queue paused in holds it, another client's NACK, ENQUEUE or WORKING
-    for it was in flight with it or sent meanwhile, or the node that took the delay forgot the job (a
-    DEBUG FLUSHALL, ``Crashes.amnesia``: the others stand by longer)."""
+    for it was in flight with it or sent meanwhile, or the node that took
+    the delay forgot the job (a DEBUG FLUSHALL, ``Crashes.amnesia``: the
+    others stand by longer)."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
     paused = _paused_windows(history)

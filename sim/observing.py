@@ -124,15 +124,14 @@ def compare_loads(
     out = []
     for job_id, was in sorted(old.items()):
         now = new.get(job_id)
-        expired = (
-            memory is not None
-            and job_id not in memory
-            and was.body is not None
-            and was.etime * 1000 <= high_ms
-        )
-        if now is None and expired:
-            continue
         if now is None:
+            if (
+                memory is not None
+                and job_id not in memory
+                and was.body is not None
+                and was.etime * 1000 <= high_ms
+            ):
+                continue  # expired by the latest clock reading, dropped
             kind = "dummy ack" if was.body is None else ("acked job" if was.acked else "job")
             out.append(f"{kind} {job_id} gone")
             continue

@@ -162,7 +162,7 @@ class SimClock:
         self.base_ms = base_ms + skew_ms
         self.rate = 1.0 + drift_ppm / 1_000_000
         self.offset_ms = 0
-        self._high_ms = 0  # the wall clock's reading just before its last jump back
+        self._high_ms = 0  # the wall clock's reading just before its last jump
 
     def wall_ms(self) -> int:
         return self.base_ms + self.offset_ms + int(trio.current_time() * 1000 * self.rate)
@@ -987,12 +987,12 @@ class World:
             self._nursery.start_soon(self._check_postpone, job_id, index, t0, delay)
 
     async def _check_postpone(self, job_id: str, index: int, t0: float, delay: int) -> None:
-        disturbed = (self.net.resets, self.probes["crash"])
+        disturbed = self._disturbances()
         await trio.sleep(HOLDERS_SETTLE_S)
         if (
             not self.healthy()
             or self.net.changed_at >= t0
-            or (self.net.resets, self.probes["crash"]) != disturbed
+            or self._disturbances() != disturbed
             or self.last_jump_at >= t0 - 1
         ):
             return
@@ -1039,17 +1039,18 @@ class World:
                         f"n{index} (RETRY {job.retry})"
                     )
 
+    def _disturbances(self) -> tuple[int, int]:
+        """Connection resets and crashes so far: a check over messages in
+        flight stands aside if either moved while it waited."""
+        return self.net.resets, self.probes["crash"]
+
     async def _check_holders(self, job_id: str, ok_at: float) -> None:
-        disturbed = (self.net.resets, self.probes["crash"])
+        disturbed = self._disturbances()
         await trio.sleep(HOLDERS_SETTLE_S)
         # A connection reset after the answer loses the REPLJOBs still on
         # their way that carried the grown list (seed 564908: n4 missed n3
         # until n3's first WILLQUEUE, which taught it).
-        if (
-            not self.healthy()
-            or self.net.changed_at >= ok_at
-            or (self.net.resets, self.probes["crash"]) != disturbed
-        ):
+        if not self.healthy() or self.net.changed_at >= ok_at or self._disturbances() != disturbed:
             return
         # The copies replication made (a copy federation moved since is
         # announced by QUEUED, which may still be on its way).
@@ -1081,14 +1082,10 @@ class World:
         check ``acked-collected`` sees that it went; seed 5089: a node just
         replaced, its links to two nodes not up yet, kept one 4 s)."""
         incarnations = {n.name: n.incarnation for n in self.nodes}
-        disturbed = (self.net.resets, self.probes["crash"])
+        disturbed = self._disturbances()
         since = trio.current_time()
         await trio.sleep(COLLECT_SETTLE_S)
-        if (
-            not self.healthy()
-            or self.net.changed_at >= since
-            or (self.net.resets, self.probes["crash"]) != disturbed
-        ):
+        if not self.healthy() or self.net.changed_at >= since or self._disturbances() != disturbed:
             # A fault, a reset or a crash may have eaten the DELJOB, even
             # one that came and went within the wait (seed 390: a 0.7 s
             # isolation cut the DELJOB in flight).
