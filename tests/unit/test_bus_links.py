@@ -349,6 +349,92 @@ async def test_the_commits_of_one_scheduler_pass_share_one_write_per_link() -> N
         nursery.cancel_scope.cancel()
 
 
+class ReplicatingHost(LinkHost):
+    """A link host whose node holds no job (Bus.send looks there for a
+    REPLJOB's copy)."""
+
+    class node:
+        jobs: dict[str, object] = {}
+
+
+async def _two_waves_of_addjobs(first: Any, second: Any) -> list[bytes]:
+    """What the link gets when one commit sends ``first``, a REPLJOB, and
+    wakes a task that sends ``second`` in the next pass."""
+    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+    bus = Bus(ReplicatingHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+    woken = trio.Event()
+
+    async def commit_first() -> None:
+        bus.send(PEER, first)
+        bus.flush_soon()
+        woken.set()  # its client runs in the next pass
+
+    async def commit_second() -> None:
+        await woken.wait()
+        bus.send(PEER, second)
+        bus.flush_soon()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run, [])
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        link = bus.links[PEER] = PeerLink(PEER)
+        stream = TakesSome(1 << 20)
+        link.stream = stream
+        nursery.start_soon(commit_second)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(commit_first)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    return stream.written
+
+
+async def test_repljobs_wait_a_pass_more_for_the_next_wave_of_addjobs() -> None:
+    """A commit that sent a REPLJOB has the flusher yield one pass more
+    (Bus._flusher): the REPLJOBs of ADDJOBs read in the next pass, such as
+    a client woken by the first commit, join the same write. Without it,
+    the flusher writes in the next pass, before the second commit in half
+    of Trio's orders of that pass; ten runs cover both."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    job_id = "D-" + "0" * 8 + "-" + "1" * 24 + "-05a1"
+    job = bus_msgs.JobData(job_id, "q", b"body", 3, 10**15, 86400, 0, 300, 1, 2, (ME,))
+    first, second = bus_msgs.ReplJob(job), bus_msgs.ReplJob(attrs.evolve(job, body=b"2"))
+    for _ in range(10):
+        written = await _two_waves_of_addjobs(first, second)
+        assert len(written) == 1
+        decoder = bus_msgs.FrameDecoder()
+        decoder.feed(written[0])
+        assert [decoder.next_message(), decoder.next_message()] == [first, second]
+        assert decoder.next_message() is None
+
+
+async def test_gotjobs_do_not_wait_a_pass_more() -> None:
+    """Messages answering the bus (GOTJOB) are written in the pass after
+    their commit, as before: the flusher yields only for REPLJOBs."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
+    bus = Bus(ReplicatingHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
+    got = bus_msgs.GotJob("D-" + "0" * 8 + "-" + "1" * 24 + "-05a1")
+    seen: list[int] = []
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(bus.run, [])
+        table.add(PEER, "127.0.0.1", 7712, 17712)
+        link = bus.links[PEER] = PeerLink(PEER)
+        stream = TakesSome(1 << 20)
+        link.stream = stream
+        bus.send(PEER, got)
+        bus.flush_soon()
+        # The flusher runs in the next pass; a second yield of this task
+        # ends after that pass, whatever the order within it.
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        seen.append(len(stream.written))
+        nursery.cancel_scope.cancel()
+    assert seen == [1]
+
+
 def test_without_a_flusher_task_a_flush_soon_writes_at_once() -> None:
     from disque_trio.protocol import bus as bus_msgs
 
