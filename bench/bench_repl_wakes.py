@@ -7,8 +7,8 @@ This script measures how much each batch costs, whatever its size: a
 3-node cluster of each implementation given, ``redis-benchmark`` driving
 ``ADDJOB q <10 bytes> 0 REPLICATE 3`` at -P 1 with 10, 25, 50, 100 and 200
 clients (more clients in flight, larger batches), and at -P 16 with 50.
-For each run it reads, before and after, each replica's utime + stime
-(``/proc/<pid>/stat``) and how often it went to sleep waiting for its
+For each run it reads, before and after, each replica's CPU time
+(``bench_repl_cost.cpu_ns``) and how often it went to sleep waiting for its
 sockets (``voluntary_ctxt_switches`` in ``/proc/<pid>/status``: one per
 wake-up of its event loop, which then reads whatever batch of frames came),
 and prints them per job. A least-squares line through the runs, replicas'
@@ -36,7 +36,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench_repl_cost import CLK_TCK, Fleet, wait_quiet
+from bench_repl_cost import Fleet, wait_quiet
 from bench_single import (
     BODY,
     BenchError,
@@ -81,12 +81,12 @@ def run_point(fleet: Fleet, clients: int, depth: int, n: int) -> Point:
             raise BenchError(f"{srv.kind}: DEBUG FLUSHALL failed")
     pids = [s.pid for s in nodes]
     wakes0 = [wakeups(p) for p in pids[1:]]
-    ticks0 = wait_quiet(pids)
+    cpu0 = wait_quiet(pids)
     argv = ["ADDJOB", "q", BODY.decode(), "0", "REPLICATE", "3"]
     rate = redis_benchmark(nodes[0].port, n, depth, argv, bench_timeout(n, 200.0), clients)
-    ticks1 = wait_quiet(pids)
+    cpu1 = wait_quiet(pids)
     wakes1 = [wakeups(p) for p in pids[1:]]
-    us = [(b - a) / CLK_TCK * 1e6 / n for a, b in zip(ticks0, ticks1, strict=True)]
+    us = [(b - a) / 1e3 / n for a, b in zip(cpu0, cpu1, strict=True)]
     wakes = [(b - a) / n for a, b in zip(wakes0, wakes1, strict=True)]
     return Point(fleet.label, clients, depth, rate, us[0], sum(us[1:]) / 2, sum(wakes) / 2)
 
