@@ -450,12 +450,12 @@ class Bus:
                 # A node that takes ADDJOBs from many clients at -P 1 reads
                 # them in waves, a pass apart: yielding once more lets the
                 # next wave's REPLJOBs join this write. Its replicas then
-                # wake, read and answer half as often for as many jobs
-                # (fifty clients: about 48 jobs a write instead of 31, and
-                # 7 % less CPU per job on the replicas), for one pass more
+                # wake, read and answer a third less often for as many jobs
+                # (fifty clients: about 48 jobs a write instead of 31; 4 to
+                # 8 % less CPU per job on the replicas), for one pass more
                 # before an ADDJOB is answered. Bus messages answering bus
-                # messages (GOTJOBs) do not wait: a replica's extra pass
-                # would cost it more than it gathers.
+                # messages (GOTJOBs) do not wait: a replica gathers nothing
+                # in that pass, and the pass costs it what it saved.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             self._replicating = False
             self._flush_due = trio.Event()
