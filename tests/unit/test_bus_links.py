@@ -6,7 +6,9 @@ pass in one write."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -315,27 +317,44 @@ def test_a_commit_writes_its_frames_to_an_idle_link_at_once_in_one_write() -> No
         link.receive_channel.receive_nowait()
 
 
-async def test_the_commits_of_one_scheduler_pass_share_one_write_per_link() -> None:
-    """Commits ask for a flush (Bus.flush_soon); the flusher task writes
-    once the tasks of that pass are done: the messages of every commit of
-    the pass, in one write per link."""
-    from disque_trio.protocol import bus as bus_msgs
+class ReplicatingHost(LinkHost):
+    """A link host whose node holds no job (Bus.send looks there for a
+    REPLJOB's copy)."""
 
+    class node:
+        jobs: dict[str, object] = {}
+
+
+@contextlib.asynccontextmanager
+async def _flushing_bus() -> AsyncIterator[tuple[Bus, TakesSome, trio.Nursery]]:
+    """A running bus (its flusher task started) with an idle link to PEER
+    whose writes land in a TakesSome; cancelled at the end."""
     table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
-    bus = Bus(LinkHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
-    pings = [bus_msgs.Ping(ME, i, ()) for i in range(3)]
-
-    async def commit(msg: bus_msgs.Ping) -> None:
-        bus.send(PEER, msg)
-        bus.flush_soon()
-        assert stream.written == []  # not before the pass ends
-
+    bus = Bus(ReplicatingHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
     async with trio.open_nursery() as nursery:
         await nursery.start(bus.run, [])
         table.add(PEER, "127.0.0.1", 7712, 17712)
         link = bus.links[PEER] = PeerLink(PEER)
         stream = TakesSome(1 << 20)
         link.stream = stream
+        yield bus, stream, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_commits_of_one_scheduler_pass_share_one_write_per_link() -> None:
+    """Commits ask for a flush (Bus.flush_soon); the flusher task writes
+    once the tasks of that pass are done: the messages of every commit of
+    the pass, in one write per link."""
+    from disque_trio.protocol import bus as bus_msgs
+
+    pings = [bus_msgs.Ping(ME, i, ()) for i in range(3)]
+    async with _flushing_bus() as (bus, stream, nursery):
+
+        async def commit(msg: bus_msgs.Ping) -> None:
+            bus.send(PEER, msg)
+            bus.flush_soon()
+            assert stream.written == []  # not before the pass ends
+
         for msg in pings:
             nursery.start_soon(commit, msg)
         await trio.testing.wait_all_tasks_blocked()
@@ -346,45 +365,28 @@ async def test_the_commits_of_one_scheduler_pass_share_one_write_per_link() -> N
         assert decoder.next_message() is None
         # Trio runs the tasks of a pass in an order of its own.
         assert sorted(got, key=lambda m: m.flags) == pings  # type: ignore[union-attr]
-        nursery.cancel_scope.cancel()
-
-
-class ReplicatingHost(LinkHost):
-    """A link host whose node holds no job (Bus.send looks there for a
-    REPLJOB's copy)."""
-
-    class node:
-        jobs: dict[str, object] = {}
 
 
 async def _two_waves_of_addjobs(first: Any, second: Any) -> list[bytes]:
     """What the link gets when one commit sends ``first``, a REPLJOB, and
     wakes a task that sends ``second`` in the next pass."""
-    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
-    bus = Bus(ReplicatingHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
     woken = trio.Event()
+    async with _flushing_bus() as (bus, stream, nursery):
 
-    async def commit_first() -> None:
-        bus.send(PEER, first)
-        bus.flush_soon()
-        woken.set()  # its client runs in the next pass
+        async def commit_first() -> None:
+            bus.send(PEER, first)
+            bus.flush_soon()
+            woken.set()  # its client runs in the next pass
 
-    async def commit_second() -> None:
-        await woken.wait()
-        bus.send(PEER, second)
-        bus.flush_soon()
+        async def commit_second() -> None:
+            await woken.wait()
+            bus.send(PEER, second)
+            bus.flush_soon()
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(bus.run, [])
-        table.add(PEER, "127.0.0.1", 7712, 17712)
-        link = bus.links[PEER] = PeerLink(PEER)
-        stream = TakesSome(1 << 20)
-        link.stream = stream
         nursery.start_soon(commit_second)
         await trio.testing.wait_all_tasks_blocked()
         nursery.start_soon(commit_first)
         await trio.testing.wait_all_tasks_blocked()
-        nursery.cancel_scope.cancel()
     return stream.written
 
 
@@ -413,26 +415,15 @@ async def test_gotjobs_do_not_wait_a_pass_more() -> None:
     their commit, as before: the flusher yields only for REPLJOBs."""
     from disque_trio.protocol import bus as bus_msgs
 
-    table = ClusterTable(ME, "127.0.0.1", 7711, 17711, random.Random(0), 1000)
-    bus = Bus(ReplicatingHost(), table, lambda sender, msg: None)  # type: ignore[arg-type]
     got = bus_msgs.GotJob("D-" + "0" * 8 + "-" + "1" * 24 + "-05a1")
-    seen: list[int] = []
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(bus.run, [])
-        table.add(PEER, "127.0.0.1", 7712, 17712)
-        link = bus.links[PEER] = PeerLink(PEER)
-        stream = TakesSome(1 << 20)
-        link.stream = stream
+    async with _flushing_bus() as (bus, stream, _):
         bus.send(PEER, got)
         bus.flush_soon()
         # The flusher runs in the next pass; a second yield of this task
         # ends after that pass, whatever the order within it.
         await trio.lowlevel.checkpoint()
         await trio.lowlevel.checkpoint()
-        seen.append(len(stream.written))
-        nursery.cancel_scope.cancel()
-    assert seen == [1]
+        assert len(stream.written) == 1
 
 
 def test_without_a_flusher_task_a_flush_soon_writes_at_once() -> None:
