@@ -219,6 +219,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "chain": lambda: _result("chain"),
     "overload": lambda: _result("overload"),
     "repl-cost": lambda: _result("repl-cost"),
+    "repl-ab": lambda: _result("repl-ab"),
     "workers": lambda: _result("workers"),
     "worker-nodes": lambda: _result("worker-nodes"),
     "integrations": lambda: _result("integrations"),
