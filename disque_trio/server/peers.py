@@ -451,8 +451,8 @@ class Bus:
                 # them in waves, a pass apart: yielding once more lets the
                 # next wave's REPLJOBs join this write. Its replicas then
                 # wake, read and answer a third less often for as many jobs
-                # (fifty clients: about 48 jobs a write instead of 31; 4 to
-                # 8 % less CPU per job on the replicas), for one pass more
+                # (fifty clients: about 48 jobs a write instead of 31; a
+                # few percent less CPU per job on them), for one pass more
                 # before an ADDJOB is answered. Bus messages answering bus
                 # messages (GOTJOBs) do not wait: a replica gathers nothing
                 # in that pass, and the pass costs it what it saved.
