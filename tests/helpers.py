@@ -50,12 +50,25 @@ class MemoryNode:
         return RespClient(ours)
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
     """A loopback port that is free, and so are port+1000 (web) and
-    port+10000 (cluster bus), the node's derived ports."""
+    port+10000 (cluster bus), the node's derived ports. All three lie below
+    the kernel's range for outgoing connections' local ports: a port picked
+    inside it was free when checked and taken by some client's connection
+    before the node bound it (CI at 7dda601: "port 38636 is already in use")."""
     rng = random.Random()
+    top = max(10_001, _ephemeral_low() - 10_000)
     for _ in range(200):
-        port = rng.randrange(20000, 40000)
+        port = rng.randrange(10_000, top)
         if all(_bindable(p) for p in (port, port + 1000, port + 10000)):
             return port
     raise RuntimeError("no free port triple found")
