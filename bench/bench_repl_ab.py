@@ -31,15 +31,26 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench_repl_cost import SCENARIOS, SCHEDSTAT, SYNC_P1, SYNC_P16, Fleet, Sample, run_once
+from bench_repl_cost import (
+    REPLICA_TARGET,
+    SCENARIOS,
+    SCHEDSTAT,
+    SYNC_P1,
+    SYNC_P16,
+    Fleet,
+    Sample,
+    markdown,
+    run_once,
+    trio_fleet,
+)
 from bench_single import arm_signals, guarded, median
 
-REPLICA_TARGET = 1.3
 COLUMNS = [
     "checkout",
     "replicas, -P 1",
@@ -51,13 +62,9 @@ COLUMNS = [
 
 
 def fleets(peers: list[str], root: str) -> list[Fleet]:
-    node = ["--loglevel", "notice", "--enable-debug-command", "local"]
-    out = [Fleet("disque-trio", [sys.executable, "-m", "disque_trio", *node], False, root)]
+    out = [trio_fleet("disque-trio", root)]
     for i, peer in enumerate(peers):
-        path = str(Path(peer).resolve())
-        label = f"peer {i + 1} ({Path(path).name})"
-        argv = ["env", f"PYTHONPATH={path}", sys.executable, "-m", "disque_trio", *node]
-        out.append(Fleet(label, argv, False, root))
+        out.append(trio_fleet(f"peer {i + 1} ({Path(peer).resolve().name})", root, peer))
     return out
 
 
@@ -81,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.fleets = fleets(args.peer, tempfile.mkdtemp(prefix="bench-repl-ab-"))
+        self.root = tempfile.mkdtemp(prefix="bench-repl-ab-")
+        self.fleets = fleets(args.peer, self.root)
         self.samples: dict[str, dict[str, list[Sample]]] = {}
         self.load = [os.getloadavg()[0]]
 
@@ -94,12 +102,16 @@ class Bench:
         rounds: int = self.args.rounds
         return -(-rounds // self.per_start())
 
-    def stop(self) -> None:
+    def stop_fleets(self) -> None:
         for fleet in self.fleets:
             try:
                 fleet.stop()
             except Exception as e:  # keep stopping the others
                 print(f"stopping {fleet.label}: {e}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self.stop_fleets()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def run(self) -> None:
         scenarios = {s[0]: s for s in SCENARIOS}
@@ -107,7 +119,7 @@ class Bench:
         per_start = self.per_start()
         for r in range(self.args.rounds):
             if r % per_start == 0:
-                self.stop()
+                self.stop_fleets()
                 for fleet in self.fleets:
                     print(f"starting {fleet.label}: a 3-node cluster", flush=True)
                     fleet.start(lone=False)
@@ -138,10 +150,7 @@ class Bench:
                     f"{median([s.rate for s in p1]):,.0f}",
                 ]
             )
-        table = "\n".join(
-            ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-            + ["| " + " | ".join(row) + " |" for row in rows]
-        )
+        table = markdown(COLUMNS, rows)
         cpu = "in ns (schedstat)" if SCHEDSTAT else "in clock ticks"
         conditions = (
             f"{self.args.rounds} rounds of {self.args.jobs:,} jobs a run on clusters started "

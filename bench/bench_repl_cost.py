@@ -213,6 +213,16 @@ class Sample:
         return sum(self.us[1:])
 
 
+def trio_fleet(label: str, root: str, checkout: str | None = None) -> Fleet:
+    """disque-trio nodes of this checkout, or of another one's ``disque_trio``
+    (first on ``PYTHONPATH``), with DEBUG FLUSHALL allowed between runs."""
+    node = [sys.executable, "-m", "disque_trio", "--loglevel", "notice"]
+    node += ["--enable-debug-command", "local"]
+    if checkout is not None:
+        node = ["env", f"PYTHONPATH={Path(checkout).resolve()}", *node]
+    return Fleet(label, node, False, root)
+
+
 def run_once(fleet: Fleet, scenario: tuple[str, int, int, list[str]], n: int) -> Sample:
     _, count, depth, extra = scenario
     nodes = fleet.nodes(count)
@@ -286,14 +296,9 @@ class Bench:
         print(msg, flush=True)
 
     def start(self) -> None:
-        node = ["--loglevel", "notice", "--enable-debug-command", "local"]
-        self.fleets.append(
-            Fleet("disque-trio", [sys.executable, "-m", "disque_trio", *node], False, self.root)
-        )
+        self.fleets.append(trio_fleet("disque-trio", self.root))
         if self.args.peer:
-            peer = str(Path(self.args.peer).resolve())
-            argv = ["env", f"PYTHONPATH={peer}", sys.executable, "-m", "disque_trio", *node]
-            self.fleets.append(Fleet("before", argv, False, self.root))
+            self.fleets.append(trio_fleet("before", self.root, self.args.peer))
         if self.args.disque_c:
             argv = [self.args.disque_c, "--daemonize", "no", "--appendonly", "no"]
             self.fleets.append(Fleet("C Disque", [*argv, "--loglevel", "notice"], True, self.root))
