@@ -80,7 +80,7 @@ from .job import (
     Job,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, Pause, Queue
-from .records import job_data, job_from_data, merge_holders
+from .records import job_data, job_from_data, merge_holders, pending_of
 from .waiters import Waiter
 
 REPL_ADD_NODE_MS = 50  # while short of replicas, one more node this often
@@ -528,7 +528,15 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
         # A copy we hold: learn the holders added since, whatever our state
         # (paused in, leaving, short of memory refuse new copies only).
         before = job.nodes_delivered
+        pending = pending_of(node, job.id)
         job.nodes_delivered = merge_holders(node, before, data.nodes_delivered, job.id)
+        if job.state != STATE_WAIT_REPL and (
+            job.nodes_delivered != before or pending_of(node, job.id) != pending
+        ):
+            # Recorded again: these holders may never speak to us, and a
+            # copy reloaded without them would never tell them of its
+            # queueing (seed 594353; records.job_record).
+            node.persist(job)
         tell_new_holders(node, job, (n for n in job.nodes_delivered if n not in before))
     if not msg.noreply:
         node.effects.send(sender, bus.GotJob(data.id))

@@ -58,7 +58,7 @@ from .job import (
     Job,
 )
 from .queue import PAUSED_IN, PAUSED_OUT, QUEUE_MAX_IDLE_SECONDS, Pause, Queue
-from .records import PENDING_HOLDERS_MS, aof_record, job_record
+from .records import PENDING_HOLDERS_MS, aof_record, job_record, pending_by_job, pending_of
 from .scan import ScanSnapshot
 from .stats import NodeStats
 from .waiters import Waiter
@@ -470,9 +470,14 @@ class Node:
         self.etime_shift_s += shift
         records: list[bytes] = []
         persisting = self.persisting
+        pending = pending_by_job(self) if persisting else {}
         for job in self.jobs.values():
             job.etime = self.shared_int(job.etime - shift)
-            if persisting and job.body is not None and (record := aof_record(job)):
+            if (
+                persisting
+                and job.body is not None
+                and (record := aof_record(job, pending.get(job.id, ())))
+            ):
                 records.append(record)
         if records:
             # One effect: as large as a rewrite of the file, at worst.
@@ -525,7 +530,7 @@ class Node:
         if job.id in self.jobs:
             return False
         record = None
-        if self.persisting and (data := aof_record(job)):
+        if self.persisting and (data := aof_record(job, pending_of(self, job.id))):
             # Encoded before the job is held: never a job in memory whose
             # record could not be written. A dummy ack is recorded too (the
             # client was answered; the holders may hear of it only later).
@@ -546,7 +551,7 @@ class Node:
     def persist(self, job: Job) -> None:
         """Record the job's whole state in the AOF (when it is on)."""
         if self.persisting and job.body is not None:
-            self.effects.append(Persist(aof.loadjob(job_record(job))))
+            self.effects.append(Persist(aof.loadjob(job_record(job, pending_of(self, job.id)))))
 
     def hand_over(self, job: Job, follow: bool) -> None:
         """The job leaves this node alive, held elsewhere only: a RETRY 0

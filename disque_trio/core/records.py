@@ -37,8 +37,31 @@ MAX_PENDING_HOLDER_JOBS = 10_000
 PENDING_HOLDERS_MS = 60_000
 
 
-def job_record(job: Job) -> aof.JobRecord:
-    """The job as the AOF stores it."""
+def pending_of(node: JobHost, job_id: str) -> tuple[str, ...]:
+    """The pending holders of one job (merge_holders): nodes a peer's list
+    named while still in their handshake here."""
+    pending = node.pending_holders
+    if not pending:
+        return ()
+    return tuple(n for n, job_ids in pending.items() if job_id in job_ids)
+
+
+def pending_by_job(node: JobHost) -> dict[str, tuple[str, ...]]:
+    """pending_of for every job at once (an AOF rewrite)."""
+    by_job: dict[str, tuple[str, ...]] = {}
+    for n, job_ids in node.pending_holders.items():
+        for job_id in job_ids:
+            by_job[job_id] = (*by_job.get(job_id, ()), n)
+    return by_job
+
+
+def job_record(job: Job, pending: tuple[str, ...] = ()) -> aof.JobRecord:
+    """The job as the AOF stores it, with its pending holders: lost in a
+    crash, they left two queued copies that never heard of each other
+    (simulator seed 594353: n0, a replacement, took n1's queued copies by
+    YOURJOBS while its handshake with n2 was not through; n0 crashed and
+    came back listing n1 alone, so n0 and n2 each kept a queued copy for
+    good, each telling only n1)."""
     return aof.JobRecord(
         job.id,
         job.queue,
@@ -54,18 +77,19 @@ def job_record(job: Job) -> aof.JobRecord:
         job.nodes_delivered,
         job.qtime,
         job.flags,
+        pending,
     )
 
 
-def aof_record(job: Job) -> bytes | None:
-    """What the AOF holds for a job: its whole state (LOADJOB), a dummy
-    ack's ACKJOB (no body: an ack of a job never held here), or nothing
-    while it waits for its copies."""
+def aof_record(job: Job, pending: tuple[str, ...] = ()) -> bytes | None:
+    """What the AOF holds for a job: its whole state (LOADJOB, with its
+    ``pending`` holders), a dummy ack's ACKJOB (no body: an ack of a job
+    never held here), or nothing while it waits for its copies."""
     if job.state == JobState.WAIT_REPL:
         return None
     if job.body is None:
         return aof.ackjob(job.id)
-    return aof.loadjob(job_record(job))
+    return aof.loadjob(job_record(job, pending))
 
 
 def wire_ttl(job: Job, now: int) -> int:
@@ -189,6 +213,10 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
     )
     job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags
     job.nodes_delivered = rec.nodes_delivered or node.myself_only
+    if rec.pending:
+        # Still in their handshake when recorded: added now if they are
+        # through it (nodes.conf was read first), else pending again.
+        job.nodes_delivered = merge_holders(node, job.nodes_delivered, rec.pending, rec.id)
     if JobState(rec.state) == JobState.ACKED:
         job.state = JobState.ACKED
     elif rec.retry and rec.flags & FLAG_DELAYED and rec.qtime > now:
@@ -317,5 +345,7 @@ __all__ = [
     "job_from_record",
     "job_record",
     "merge_holders",
+    "pending_by_job",
+    "pending_of",
     "replay",
 ]

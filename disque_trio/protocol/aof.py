@@ -4,7 +4,9 @@ The AOF is a sequence of RESP arrays, like the original's, so it can be read
 with any RESP tool and checked record by record:
 
 * ``LOADJOB <job>``: a job this node holds, as a msgpack array (its whole
-  state: written when the copy is created, and by rewrites);
+  state, and the holders still in their handshake here when there are
+  any: written when the copy is created, when it changes, and by
+  rewrites);
 * ``ACKJOB <id>``: the job was acknowledged here (with no LOADJOB of the
   job before it: a dummy ack, an acknowledgement of a job this node never
   held, which a replay makes again);
@@ -76,29 +78,33 @@ class JobRecord:
     nodes_delivered: tuple[str, ...]
     qtime: int
     flags: int
+    # Holders a peer's list named while still in their handshake here
+    # (core/records.merge_holders): added to the list once they answer.
+    # Written only when there are any, as a 15th element; an older node
+    # reads the first 14 and ignores it.
+    pending: tuple[str, ...] = ()
 
 
 def loadjob(rec: JobRecord) -> bytes:
-    payload = msgpack.packb(
-        [
-            rec.id,
-            rec.queue.encode("utf-8", "surrogateescape"),
-            rec.body,
-            rec.state,
-            rec.repl,
-            rec.ctime,
-            rec.etime,
-            rec.delay,
-            rec.retry,
-            rec.nacks,
-            rec.deliveries,
-            list(rec.nodes_delivered),
-            rec.qtime,
-            rec.flags,
-        ],
-        use_bin_type=True,
-    )
-    return encode([LOADJOB, payload])
+    fields: list[object] = [
+        rec.id,
+        rec.queue.encode("utf-8", "surrogateescape"),
+        rec.body,
+        rec.state,
+        rec.repl,
+        rec.ctime,
+        rec.etime,
+        rec.delay,
+        rec.retry,
+        rec.nacks,
+        rec.deliveries,
+        list(rec.nodes_delivered),
+        rec.qtime,
+        rec.flags,
+    ]
+    if rec.pending:
+        fields.append(list(rec.pending))
+    return encode([LOADJOB, msgpack.packb(fields, use_bin_type=True)])
 
 
 def ackjob(job_id: str) -> bytes:
@@ -155,6 +161,7 @@ def _decode(argv: list[bytes], offset: int) -> Record:
             tuple(str(n) for n in f[11]),
             _int(f[12], MAX_INT64),
             _int(f[13], MAX_INT64),
+            tuple(str(n) for n in f[14]) if len(f) > 14 else (),
         )
     except Exception as e:  # any shape problem is damage at this offset
         raise AofError(offset, f"malformed LOADJOB: {e}") from None

@@ -30,7 +30,7 @@ import trio.lowlevel
 from ..config import Config
 from ..core.job import JobState
 from ..core.node import Node
-from ..core.records import aof_record, replay
+from ..core.records import aof_record, pending_by_job, replay
 from ..env import Disk, Env
 from ..protocol import aof as records
 from ..protocol.replies import ReplyError
@@ -353,10 +353,13 @@ class AppendOnlyFile:
         node = self.server.node
         try:
             snapshot = list(node.jobs.values())
+            pending = pending_by_job(node)
             parts: list[bytes] = []
             for i in range(0, len(snapshot), REWRITE_CHUNK):
                 for job in snapshot[i : i + REWRITE_CHUNK]:
-                    if node.jobs.get(job.id) is job and (record := aof_record(job)):
+                    if node.jobs.get(job.id) is job and (
+                        record := aof_record(job, pending.get(job.id, ()))
+                    ):
                         parts.append(record)
                 await trio.lowlevel.checkpoint()
             self.write_now()  # records appended until now go in the buffer
@@ -462,7 +465,10 @@ class AppendOnlyFile:
         start's own settings (a node started with flags only has no config
         file to keep the option in)."""
         node = self.server.node
-        data = b"".join(record for j in node.jobs.values() if (record := aof_record(j)))
+        pending = pending_by_job(node)
+        data = b"".join(
+            record for j in node.jobs.values() if (record := aof_record(j, pending.get(j.id, ())))
+        )
         self.disk.replace(self.path, data)
         if self.server.config.aof_enqueue_jobs_once:
             self.disk.replace(self.restart_marker, _RESTART_MARKER_TEXT)

@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import attrs
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,6 +39,7 @@ records_st = st.builds(
     nodes_delivered=st.lists(st.text(max_size=40), max_size=7).map(tuple),
     qtime=INT64,
     flags=st.integers(0, 2**31),
+    pending=st.lists(st.text(max_size=40), max_size=3).map(tuple),
 )
 
 
@@ -92,6 +94,22 @@ def test_loadjob_round_trip(rec: JobRecord) -> None:
         "utf-8", "surrogateescape"
     )
     assert aof.scan(data) == (len(data), None)
+
+
+def test_pending_holders_ride_as_a_15th_element_only_when_there_are_any() -> None:
+    """A record without pending holders is the 14 fields it always was, and
+    one with them adds a 15th: a node of the release before reads the 14
+    it knows from either, and this one reads both."""
+    plain = job(1)
+    with_pending = attrs.evolve(plain, pending=("5a5a5a5a" * 5,))
+    fields = msgpack.unpackb(aof.loadjob(plain).split(b"\r\n", 4)[4][:-2])
+    assert len(fields) == 14
+    more = msgpack.unpackb(aof.loadjob(with_pending).split(b"\r\n", 4)[4][:-2])
+    assert more[:14] == fields and more[14] == ["5a5a5a5a" * 5]
+    [(_, _, (_, back))] = list(aof.records(aof.loadjob(with_pending)))
+    assert back == with_pending
+    [(_, _, (_, back))] = list(aof.records(aof.loadjob(plain)))
+    assert isinstance(back, JobRecord) and back.pending == ()
 
 
 @settings(max_examples=100, deadline=None)

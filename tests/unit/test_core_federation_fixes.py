@@ -205,6 +205,76 @@ def test_a_holder_still_in_its_handshake_is_added_once_it_answers() -> None:
     assert any(to == THIRD_ID and isinstance(m, bus.Queued) for to, m in sent(node))
 
 
+@pytest.mark.parametrize("known_at_restart", [False, True])
+def test_a_pending_holder_outlives_a_crash_in_the_aof(known_at_restart: bool) -> None:
+    """Seed 594353: n0, a replacement, took n1's queued copies by YOURJOBS
+    while its handshake with n2, another holder, was not through; n0
+    crashed and came back from its AOF listing n1 alone. n0 and n2 each
+    kept a queued copy for good, each telling only n1. The record now
+    carries the pending holder: reloaded, it is pending again (or listed,
+    if nodes.conf knew it by then), and added and told once it answers."""
+    job_id, msg = _yourjobs_from_other_listing_third()
+    node, _ = make_node()
+    node.persisting = True
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE  # known by gossip only
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, msg)
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    data = b"".join(e.record for e in node.effects if isinstance(e, Persist))
+    [rec] = [r for _, _, (kind, r) in aof.records(data) if kind == aof.LOADJOB]
+    assert isinstance(rec, aof.JobRecord)
+    assert THIRD_ID not in rec.nodes_delivered and rec.pending == (THIRD_ID,)
+    # The crash: a new process with the same ID reads the file.
+    again, _ = make_node()
+    again.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    again.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    if not known_at_restart:
+        again.cluster.nodes[THIRD_ID].flags |= HANDSHAKE
+    again.refresh_cluster_view()
+    records.replay(again, [(aof.LOADJOB, rec)], False)
+    copy = job(again, job_id)
+    if known_at_restart:
+        assert THIRD_ID in copy.nodes_delivered and not again.pending_holders
+        return
+    assert THIRD_ID not in copy.nodes_delivered
+    assert again.pending_holders == {THIRD_ID: {job_id}}
+    again.enqueue(copy)  # its RETRY came: queued again, as in the seed
+    again.effects.clear()
+    again.cluster.link_changed(THIRD_ID, True, again.now_ms())  # it answered
+    again.refresh_cluster_view()
+    assert THIRD_ID in copy.nodes_delivered and not again.pending_holders
+    assert (THIRD_ID, bus.Queued(job_id, 0)) in sent(again)
+
+
+@pytest.mark.parametrize("in_handshake", [False, True])
+def test_a_copy_whose_holders_grew_by_a_list_is_recorded_again(in_handshake: bool) -> None:
+    """A list merged into a copy held here names holders that may never
+    speak to us: the copy is recorded again, with them (listed, or pending
+    while their handshake is not through), or a crash forgets them."""
+    node, job_id, data = _replica_of_a_job_added_on_other()
+    node.persisting = True
+    node.cluster.add(THIRD_ID, "127.0.0.1", 7713, 17713)
+    if in_handshake:
+        node.cluster.nodes[THIRD_ID].flags |= HANDSHAKE
+    node.refresh_cluster_view()
+    cj.receive(node, OTHER_ID, bus.ReplJob(data, False))
+    node.effects.clear()
+    more = attrs.evolve(data, nodes_delivered=(*data.nodes_delivered, THIRD_ID))
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))
+    [record] = [e.record for e in node.effects if isinstance(e, Persist)]
+    [(_, _, (_, rec))] = list(aof.records(record))
+    assert isinstance(rec, aof.JobRecord) and rec.id == job_id
+    if in_handshake:
+        assert THIRD_ID not in rec.nodes_delivered and rec.pending == (THIRD_ID,)
+    else:
+        assert THIRD_ID in rec.nodes_delivered and rec.pending == ()
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.ReplJob(more, True))  # nothing new
+    assert not [e for e in node.effects if isinstance(e, Persist)]
+
+
 def test_a_holder_that_answers_after_the_ack_holds_up_the_collection() -> None:
     # Seed 492135135: a wiped node's new incarnation took a job by YOURJOBS
     # while its handshakes with three holders were not through, delivered

@@ -16,6 +16,7 @@ from disque_trio.config import Config
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
 from disque_trio.env import Alarm, Env, ScopeAlarm, TrioClock
+from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol.replies import NULL_ARRAY, Reply, Status
 from disque_trio.protocol.resp import NOT_READY, ReplyReader
 from disque_trio.server.aof import AppendOnlyFile
@@ -25,6 +26,8 @@ from disque_trio.server.delivery import Delivery
 from disque_trio.server.timer import CRON_PERIOD_S, MAX_SLEEP_S, Cron, Timer
 from sim.clock import TimerAlarm, Timers
 from sim.disk import DiskHandle, SimDisk
+
+from .core_support import add
 
 
 @pytest.fixture
@@ -371,6 +374,30 @@ async def test_a_rewrite_that_works_ends_a_write_failure() -> None:
         assert dict(aof.info())["aof_buffer_length"] == 0
         assert aof.path in sim_disk.durable
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("how", ["background", "shutdown"])
+async def test_aof_rewrites_keep_the_pending_holders(how: str) -> None:
+    """A holder still in its handshake when a peer's list named it is
+    written with the job's record (seed 594353), by rewrites too."""
+    aof, _, sim_disk = aof_for("always")
+    node = aof.server.node
+    third = "5a5a5a5a" * 5
+    held, alone = (add(node, "q", body, "RETRY", 5) for body in ("held", "alone"))
+    node.pending_holders[third] = {held}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        if how == "background":
+            assert await aof.rewrite()
+        else:
+            aof.shutdown_rewrite()
+        nursery.cancel_scope.cancel()
+    written = {
+        rec.id: rec.pending
+        for _, _, (kind, rec) in aof_records.records(sim_disk.durable[aof.path])
+        if isinstance(rec, aof_records.JobRecord)
+    }
+    assert written == {held: (third,), alone: ()}
 
 
 def test_turning_the_aof_off_releases_what_waited_for_a_failed_write() -> None:
