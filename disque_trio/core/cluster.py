@@ -82,6 +82,7 @@ class PeerNode:
         "link_since",
         "link_up",
         "node_id",
+        "ping_again",
         "ping_sent",
         "pong_received",
         "port",
@@ -94,6 +95,7 @@ class PeerNode:
         self.cport = cport
         self.flags = flags
         self.ping_sent = 0  # ms of the PING awaiting a PONG; 0 = none in flight
+        self.ping_again = 0  # ms of the last PING sent again for it (_check_node)
         self.pong_received = 0  # ms of the last PONG (only a PONG: pings keep their pace)
         self.link_up = False  # our outbound link is connected (shell-owned fact)
         self.link_since = 0
@@ -440,6 +442,24 @@ class ClusterTable:
         if node.link_up and not node.ping_sent and now - node.pong_received > half:
             self._send_heartbeat(node, bus.Ping, now)
             return
+        node.ping_again = min(node.ping_again, now)
+        if (
+            node.link_up
+            and node.ping_sent
+            and now - node.ping_sent > half
+            and now - node.ping_again >= PING_PERIOD_MS
+        ):
+            # No PONG for half a node timeout on a link that is up: the PING
+            # or its PONG may be lost (a frame dropped, heartbeats pushed
+            # out of a full queue), and nothing else sends one while a ping
+            # is in flight. Ask again, once a second; ping_sent keeps its
+            # time, so the failure detector's clock runs on. Without it a
+            # lost PONG left the node flagged PFAIL at every cron tick, and
+            # cleared by its next message, for a whole node timeout, until
+            # the link was restarted as stuck: a PAUSE BCAST sent at such a
+            # tick skipped it (simulator seed 600678, after bus chaos).
+            node.ping_again = now
+            self.send(node.node_id, self.heartbeat(bus.Ping))
         if not node.ping_sent and not node.link_up and node.pong_received:
             # No link and no ping in flight: failure detection still needs
             # a clock running, as if a ping had been sent.

@@ -746,6 +746,41 @@ def test_cron_pings_nodes_whose_pong_is_older_than_half_the_timeout() -> None:
     assert table.nodes[first].ping_sent == START_MS + 1  # still waiting
 
 
+def test_a_ping_without_pong_for_half_the_timeout_is_sent_again_each_second() -> None:
+    """Seed 600678: bus chaos dropped the PONG to a PING sent on a fresh
+    link. Nothing sent another while that one was in flight, so for a
+    whole node timeout, until the link was restarted as stuck, the node
+    was flagged PFAIL at every cron tick and cleared by its next message;
+    a PAUSE BCAST made at such a tick skipped it. The PING goes again each
+    second after half a node timeout without a PONG, keeping its time (the
+    failure detector's clock runs on), and the first PONG ends it."""
+    timeout = 10_000
+    table = make_table(timeout=timeout)
+    table.add(B, "10.0.0.2", 7712, 17712)
+    table.link_changed(B, True, START_MS)
+    assert [(d, type(m)) for d, m in sent(table)] == [(B, bus.Ping)]  # lost
+    b = table.nodes[B]
+    pings = []
+    for ms in range(START_MS + STEP_MS, START_MS + timeout // 2 + 2_500, STEP_MS):
+        table.cron(ms)
+        pings += [ms for d, m in sent(table) if d == B and isinstance(m, bus.Ping)]
+    half = START_MS + timeout // 2
+    assert pings == [half + STEP_MS, half + STEP_MS + 1_000, half + STEP_MS + 2_000]
+    assert b.ping_sent == START_MS  # the first one's time
+    table.on_heartbeat(bus.Pong(B, 0, ()), half + 2_500)
+    assert b.ping_sent == 0
+    table.cron(half + 2_600)
+    assert not [m for d, m in sent(table) if isinstance(m, bus.Ping)]
+    # No PONG at all: PFAIL after the node timeout, as before.
+    table = make_table(timeout=timeout)
+    table.add(B, "10.0.0.2", 7712, 17712)
+    table.link_changed(B, True, START_MS)
+    table.cron(START_MS + timeout)
+    assert not table.nodes[B].flags & PFAIL
+    table.cron(START_MS + timeout + 1)
+    assert table.nodes[B].flags & PFAIL
+
+
 def test_cron_pings_one_random_linked_node_a_second() -> None:
     table = with_peers(B, C, D)
     for node_id in (B, C, D):
