@@ -1,8 +1,9 @@
 """The docs' tables, made from the run logs kept as data.
 
 Sweeps are lines of ``sim/sweeps.jsonl``; benchmark runs are files in
-``bench/results/`` (``NAME-YYYY-MM-DD.json``, one run each; the newest of a
-name is the current one) and, for figures taken over time, JSON lines
+``bench/results/`` (``NAME-YYYY-MM-DD.json``, one run each, or
+``NAME-YYYY-MM-DDTHHMM.json`` for a later run of the same day; the newest of
+a name is the current one) and, for figures taken over time, JSON lines
 (``chatter.jsonl``, ``sim-speed.jsonl``, ``tcl-suite.jsonl``).
 
 A page carries a generated table between two markers::
@@ -46,10 +47,21 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def result_files(name: str) -> list[Path]:
+    """The runs of one benchmark kept as data, oldest first:
+    ``bench/results/NAME-YYYY-MM-DD.json``, and ``NAME-YYYY-MM-DDTHHMM.json``
+    for a later run of the same day (newer than the day's run without a
+    time)."""
+    dated = re.compile(re.escape(name) + r"-(\d{4}-\d{2}-\d{2}(?:T\d{4})?)\.json")
+    runs = sorted(
+        (m.group(1), p) for p in RESULTS.iterdir() if (m := dated.fullmatch(p.name)) is not None
+    )
+    return [p for _, p in runs]
+
+
 def _latest(name: str) -> dict[str, Any]:
-    """The newest ``bench/results/NAME-YYYY-MM-DD.json``."""
-    dated = re.compile(re.escape(name) + r"-\d{4}-\d{2}-\d{2}\.json")
-    files = sorted(p for p in RESULTS.iterdir() if dated.fullmatch(p.name))
+    """The newest run of ``name`` (:func:`result_files`)."""
+    files = result_files(name)
     if not files:
         raise SystemExit(f"no bench/results/{name}-YYYY-MM-DD.json")
     data: dict[str, Any] = json.loads(files[-1].read_text())

@@ -6,6 +6,7 @@ door whose commands are the ones CI runs."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -56,6 +57,26 @@ def test_generated_tables_match_their_data() -> None:
     assert stale == [], f"stale tables in {stale}: run python scripts/tables.py --write"
 
 
+def test_a_later_run_of_the_same_day_is_the_current_one(tmp_path: Path) -> None:
+    tables = _tables()
+    tables.RESULTS = tmp_path
+    for name in (
+        "repl-cost-2026-12-06T1745.json",
+        "repl-cost-2026-12-06.json",
+        "repl-cost-2026-12-05.json",
+        "repl-cost-2026-12-06-before.json",  # a peer's figures, not a run of its own
+        "repl-ab-2026-12-07.json",
+    ):
+        (tmp_path / name).write_text(json.dumps({"date": name}))
+    files = [p.name for p in tables.result_files("repl-cost")]
+    assert files == [
+        "repl-cost-2026-12-05.json",
+        "repl-cost-2026-12-06.json",
+        "repl-cost-2026-12-06T1745.json",
+    ]
+    assert tables._latest("repl-cost")["date"] == "repl-cost-2026-12-06T1745.json"
+
+
 def test_tables_data_is_not_git_ignored() -> None:
     """A result a table reads must be committable: an ignored file passes here
     and fails on a clean clone (stop 50's CI: worker-nodes-*.json)."""
@@ -64,8 +85,7 @@ def test_tables_data_is_not_git_ignored() -> None:
         return  # an sdist or archive: nothing is ignored there
     read = [tables.SWEEPS]
     for name in tables.TABLES:
-        dated = re.compile(re.escape(name) + r"-\d{4}-\d{2}-\d{2}\.json")
-        read += [p for p in tables.RESULTS.iterdir() if dated.fullmatch(p.name)]
+        read += tables.result_files(name)
     read += list(tables.RESULTS.glob("*.jsonl"))
     assert len(read) > len(tables.TABLES) // 2
     paths = [str(p.relative_to(ROOT)) for p in read]
