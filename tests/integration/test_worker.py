@@ -98,11 +98,17 @@ async def test_acks_nacks_dead_letters_and_metrics(node: NodeProcess) -> None:
         assert worker.metrics_bound_port is not None
         # A job counts as done once its handler returned and its ACKJOB was
         # answered: the last one may still be on its way (seen on a loaded
-        # machine: 19 of 20).
+        # machine: 19 of 20). Likewise a dead letter is counted once the
+        # original's ACKJOB, sent after the letter was added, is answered
+        # (seen: the letter queued, the counters at 2 failures, 0 dead).
+        counted = (
+            'disque_worker_jobs_done_total{queue="ok"} 20.0',
+            'disque_worker_jobs_dead_lettered_total{queue="bad"} 1.0',
+        )
         with anyio.fail_after(10):
             while True:
                 text = await _http_get(worker.metrics_bound_port, "/metrics")
-                if 'disque_worker_jobs_done_total{queue="ok"} 20.0' in text:
+                if all(line in text for line in counted):
                     break
                 await anyio.sleep(0.05)
         assert "404" in (await _http_get(worker.metrics_bound_port, "/nope")).split("\r\n")[0]
