@@ -593,12 +593,19 @@ def check_delay_ends(
     queue paused in holds it, another client's NACK, ENQUEUE or WORKING
     for it was in flight with it or sent meanwhile, or the node that took
     the delay forgot the job (a DEBUG FLUSHALL, ``Crashes.amnesia``: the
-    others stand by longer)."""
+    others stand by longer). A delay of the job's answered before and
+    still running (another consumer's, the job delivered twice) may end
+    later: the job is then due by that end instead, since two holders each
+    waiting for a delay queue it at the later of the two ends."""
     _healed, stopped = _phase_times(history)
     off = _consumers_off(history)
     paused = _paused_windows(history)
     commands = _commands_at(history)
     gets = _delivery_times(history)
+    delays: dict[str, list[Event]] = {}
+    for e in history:
+        if _delayed(e):
+            delays.setdefault(e.data["id"], []).append(e)
     added: dict[str, tuple[float, int]] = {}
     acks: dict[str, list[float]] = {}
     for e in history:
@@ -612,6 +619,14 @@ def check_delay_ends(
             continue
         jid, delay, t0 = e.data["id"], int(e.data["delay"]), float(e.data["t0"])
         end = e.t + delay + NACK_PROMPT_S + allowance_s
+        # Seed 622230: c1's ENQUEUE DELAY 4 on n1 was answered, then c2's
+        # ENQUEUE DELAY 1 on n2 (both got the job); n1 kept its later end
+        # and queued the job 3.8 s after c2's answer, as documented.
+        for other in delays.get(jid, ()):
+            other_end = other.t + int(other.data["delay"])
+            running = other.t < t0 and other_end > e.t
+            if running and not any(other.t < t < t0 for t in gets.get(jid, ())):
+                end = max(end, other_end + NACK_PROMPT_S + allowance_s)
         ok_t, ttl = added.get(jid, (0.0, 0))
         if stopped is not None and end >= stopped:
             continue

@@ -199,6 +199,27 @@ def test_nack_delay_checks_excuse_a_command_in_flight_with_it() -> None:
     assert check_delay_ends(alone, calm, allowance_s=0.5)
 
 
+def test_nack_delay_ends_waits_for_a_longer_delay_still_running() -> None:
+    # Seed 622230: two consumers got the job; c1's ENQUEUE DELAY 4 was
+    # answered on n1, then c0's ENQUEUE DELAY 1 on n0. The holders queue it
+    # at the later of the two ends (n1's), not 1 s after c0's answer.
+    base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b")]
+    longer = Event(1.05, "c1", "enqueue", {**delayed(1.05, 4).data, "node": 1})
+    shorter = delayed(1.2, 1, op="enqueue")  # sent 1.19
+    back = ev(5.1, "get", node=1, id=JOB, body="b")
+    assert check_delay_ends([*base, longer, shorter, back, *phases(0.0, 60.0)], calm, 0.5) == []
+    # Due by that end all the same.
+    [violation] = check_delay_ends([*base, longer, shorter, *phases(0.0, 60.0)], calm, 0.5)
+    assert "DELAY 1 answered at t=1.20" in violation and "not queued again by t=6.55" in violation
+    # A longer delay already over (the job delivered again since) counts
+    # for nothing: the shorter one is due by its own end.
+    between = ev(1.1, "get", node=1, id=JOB, body="b")
+    [violation] = check_delay_ends(
+        [*base, longer, between, shorter, *phases(0.0, 60.0)], calm, 0.5
+    )
+    assert "not queued again by t=3.70" in violation
+
+
 def test_nack_delay_ends() -> None:
     base = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), delayed(1.1, 2, op="enqueue")]
     never = [*base, *phases(0.0, 60.0)]
