@@ -602,10 +602,6 @@ def check_delay_ends(
     paused = _paused_windows(history)
     commands = _commands_at(history)
     gets = _delivery_times(history)
-    delays: dict[str, list[Event]] = {}
-    for e in history:
-        if _delayed(e):
-            delays.setdefault(e.data["id"], []).append(e)
     added: dict[str, tuple[float, int]] = {}
     acks: dict[str, list[float]] = {}
     for e in history:
@@ -622,10 +618,12 @@ def check_delay_ends(
         # Seed 622230: c1's ENQUEUE DELAY 4 on n1 was answered, then c2's
         # ENQUEUE DELAY 1 on n2 (both got the job); n1 kept its later end
         # and queued the job 3.8 s after c2's answer, as documented.
-        for other in delays.get(jid, ()):
-            other_end = other.t + int(other.data["delay"])
-            running = other.t < t0 and other_end > e.t
-            if running and not any(other.t < t < t0 for t in gets.get(jid, ())):
+        for _sent, answered, other in commands.get(jid, ()):
+            if not _delayed(other):
+                continue
+            other_end = answered + int(other.data["delay"])
+            running = answered < t0 and other_end > e.t
+            if running and not any(answered < t < t0 for t in gets.get(jid, ())):
                 end = max(end, other_end + NACK_PROMPT_S + allowance_s)
         ok_t, ttl = added.get(jid, (0.0, 0))
         if stopped is not None and end >= stopped:
