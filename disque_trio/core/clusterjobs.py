@@ -563,6 +563,20 @@ def _on_enqueue(node: JobHost, sender: str, msg: bus.Enqueue) -> None:
     if q is not None and q.pause & PAUSED_IN:
         return
     job.flags &= ~FLAG_BCAST_QUEUED
+    if job.retry == 0:
+        # At most once: a copy taken by REPLJOB never queues itself (qtime
+        # 0), and this ENQUEUE, from the node that added it and kept no
+        # copy (leaving, or short of memory), is its one queueing. Left at
+        # 0, the job was answered and never delivered (issue 57).
+        if job.flags & FLAG_DELIVERED or job.state != STATE_ACTIVE:
+            return
+        now = node.now_ms()
+        job.qtime = now + msg.delay * 1000
+        if msg.delay == 0:
+            node.enqueue(job, now=now)
+        else:
+            node.update_awake(job, now=now)
+        return
     if msg.delay == 0:
         node.enqueue(job)
     else:
