@@ -78,6 +78,7 @@ class PeerNode:
         "fail_reports",
         "fail_time",
         "flags",
+        "incarnation",
         "ip",
         "link_since",
         "link_up",
@@ -105,6 +106,10 @@ class PeerNode:
         # The bus protocol version our outbound link to it speaks (shell-
         # owned fact; 0 until a link came up): features wait for it.
         self.bus_version = 0
+        # The random number its heartbeats carry, drawn anew at each start
+        # (0 until heard, and from releases before bus protocol 8): another
+        # one means the process restarted, and lost its queues.
+        self.incarnation = 0
 
     @property
     def failing(self) -> bool:
@@ -128,6 +133,9 @@ class ClusterTable:
         self.timeout_ms = timeout_ms
         self.myself = PeerNode(node_id, ip, port, cport, MYSELF)
         self.myself.link_up = True
+        # This process's incarnation, in every heartbeat it sends: a peer
+        # that hears another one from us knows we restarted (never 0).
+        self.myself.incarnation = rng.getrandbits(bus.INCARNATION_BITS) | 1
         self.nodes: dict[str, PeerNode] = {node_id: self.myself}
         self.blacklist: dict[str, int] = {}  # forgotten node id -> until ms
         # Messages for the shell to send (Send effects). A Node replaces it
@@ -152,6 +160,11 @@ class ClusterTable:
         # Peers whose link came up since the core last looked (it drains
         # this: Node.refresh_cluster_view), in order, for acks waiting on them.
         self.came_up: dict[str, None] = {}
+        # Peers lost since the core last looked (it drains this too): marked
+        # FAIL here or told so, or heard from as a new incarnation (the
+        # process restarted, within the node timeout or not). What they had
+        # queued is queued again by the survivors (Node.fail_over).
+        self.lost: dict[str, None] = {}
         self.stats_sent = 0
         self.stats_received = 0
         self._next_ping_ms = 0
@@ -308,6 +321,11 @@ class ClusterTable:
         if isinstance(msg, bus.Pong):
             sender.ping_sent = 0
             sender.pong_received = now
+        incarnation = msg.flags >> bus.INCARNATION_SHIFT
+        if incarnation != sender.incarnation:
+            if sender.incarnation and incarnation:
+                self.lost[sender.node_id] = None  # it restarted
+            sender.incarnation = incarnation
         self.heard_from(sender)
         if (sender.flags ^ msg.flags) & LEAVING:
             sender.flags ^= LEAVING
@@ -327,6 +345,7 @@ class ClusterTable:
             return
         node.flags = (node.flags & ~PFAIL) | FAIL
         node.fail_time = now
+        self.lost[node.node_id] = None
 
     def _process_gossip(
         self, sender: PeerNode, entries: Iterable[bus.GossipEntry], now: int
@@ -384,6 +403,7 @@ class ClusterTable:
             return
         node.flags = (node.flags & ~PFAIL) | FAIL
         node.fail_time = now
+        self.lost[node.node_id] = None
         for other in self.others():
             if other is not node:
                 self.send(other.node_id, bus.Fail(node.node_id))
@@ -479,7 +499,12 @@ class ClusterTable:
         self.effects.send(node_id, msg)
 
     def heartbeat(self, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
-        flags = self.myself.flags & LEAVING | bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
+        myself = self.myself
+        flags = (
+            myself.flags & LEAVING
+            | bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
+            | myself.incarnation << bus.INCARNATION_SHIFT
+        )
         return kind(self.node_id, flags, self.gossip())
 
     def gossip(self) -> tuple[bus.GossipEntry, ...]:

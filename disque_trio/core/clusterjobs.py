@@ -64,8 +64,10 @@ from typing import Any
 
 from ..protocol import bus
 from ..protocol.replies import ReplyError, Status
+from .cluster import NOT_REACHABLE
 from .host import JobHost
 from .job import (
+    FLAG_ANNOUNCE,
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
@@ -96,6 +98,19 @@ NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25
 NEEDJOBS_ADHOC_MAX_MS = 2000
 RESPONDER_VALIDITY_S = 5
+# A NEEDJOBS makes its sender an interested node for this long: a job
+# queued here meanwhile, with no consumer of ours waiting, is announced to
+# it at once (HAVEJOBS). Longer than the longest gap between two NEEDJOBS
+# broadcasts of a node whose consumers keep waiting (NEEDJOBS_BCAST_MAX_MS).
+INTEREST_MS = NEEDJOBS_BCAST_MAX_MS + 10_000
+# At most one HAVEJOBS per queue and interested node this often: a node
+# whose consumers left keeps its interest a while, and a busy queue here
+# must not send it a message per job.
+HAVEJOBS_MIN_INTERVAL_MS = 250
+# A holder that does not take over a lost node's job itself (another one is
+# chosen) queues it this long after the loss unless the chosen one's QUEUED
+# came meanwhile (it may be lost too, or not know of the loss yet).
+FAILOVER_STANDBY_MS = 1000
 POSTPONES_HEARD_MAX = 10_000  # POSTPONEs remembered until their delay ends
 # The epoch of an acked tombstone that a later ACKJOB must not trust
 # (Node.acked_epoch never gives it): a dummy ack every node answered.
@@ -114,10 +129,15 @@ NOREPL_EXPIRED = ReplyError(
 def compare_ids_by_job(a: str, b: str, job_id: str) -> int:
     """Which of two nodes wins for this job: the IDs mixed with the job's
     random part, so that no node always wins (like the original)."""
-    salt = job_id[11:35]
-    mix_a = bytes(ord(x) ^ ord(salt[i % 24]) for i, x in enumerate(a))
-    mix_b = bytes(ord(x) ^ ord(salt[i % 24]) for i, x in enumerate(b))
+    mix_a = _id_mix(a, job_id)
+    mix_b = _id_mix(b, job_id)
     return (mix_a > mix_b) - (mix_a < mix_b)
+
+
+def _id_mix(node_id: str, job_id: str) -> bytes:
+    """A node ID mixed with the job's random part (compare_ids_by_job)."""
+    salt = job_id[11:35]
+    return bytes(ord(x) ^ ord(salt[i % 24]) for i, x in enumerate(node_id))
 
 
 # ----------------------------------------------------------- replication
@@ -331,6 +351,55 @@ def _deljob_to_holders(node: JobHost, job: Job) -> None:
             node.effects.send(node_id, msg)
 
 
+# ------------------------------------------------------------- fail-over
+
+
+def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
+    """The holder that had this job queued (``lost``) is gone (FAIL, or
+    restarted and so lost its queues) without handing it to a consumer: the
+    job owes nobody its RETRY. One surviving holder queues it now (at the
+    end of a DELAY or a client's delay still running there), announcing it
+    to the others (QUEUED, counting nothing); the others stand by for
+    FAILOVER_STANDBY_MS more, in case the one chosen cannot (it is lost too,
+    or has not seen the loss yet). The one chosen wins the per-job
+    comparison of node IDs among the holders this node sees reachable (and
+    itself, unless leaving), so that the holders of the cluster's jobs
+    share the work; each holder decides alone, and two that see the
+    cluster differently both queue it: the QUEUED rule then keeps one."""
+    at = now
+    delay_end = job.ctime // 1_000_000 + job.delay * 1000
+    if job.delay and delay_end > now:
+        at = delay_end  # added there with a DELAY not over yet
+    heard = node.postpones_heard.get(job.id)
+    if heard is not None and heard[2] == lost and heard[0] > at:
+        at = heard[0]  # a client's NACK or ENQUEUE DELAY there
+    me = node.node_id
+    nodes = node.cluster.nodes
+    candidates = [
+        holder
+        for holder in job.nodes_delivered
+        if holder != lost
+        and (
+            (holder == me and not node.leaving)
+            or (holder in nodes and holder != me and not nodes[holder].flags & NOT_REACHABLE)
+        )
+    ]
+    chosen = max(candidates, key=lambda h: _id_mix(h, job.id)) if candidates else me
+    job.flags |= FLAG_ANNOUNCE
+    if chosen == me:
+        node.probe("failover-taken", job)
+        job.flags &= ~FLAG_BCAST_WILLQUEUE
+        if at <= now:
+            node.enqueue(job, now=now)
+            return
+        job.qtime = at
+    else:
+        node.probe("failover-standby", job)
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        job.qtime = at + FAILOVER_STANDBY_MS
+    node.update_awake(job, now=now)
+
+
 # ------------------------------------------------------ hooks from node
 
 
@@ -458,6 +527,8 @@ def receive_from_stranger(node: JobHost, sender: str, msg: object) -> None:
     if job.state == STATE_QUEUED and compare_ids_by_job(sender, node.node_id, job.id) > 0:
         node.dequeue(job)
     _postpone_requeue(node, job)
+    if job.state == STATE_ACTIVE:
+        job.queued_on = sender
 
 
 def _postpone_requeue(
@@ -483,7 +554,7 @@ def _postpone_requeue(
             again = node.now_ms() + job.retry * 1000 + node.time_error()
             node.set_requeue_time(job, max(job.qtime, again))
         return
-    job.flags &= ~FLAG_DELAYED
+    job.flags &= ~(FLAG_DELAYED | FLAG_ANNOUNCE)
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         now = node.now_ms()
@@ -523,6 +594,10 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
             return  # deleted here lately: a late copy would resurrect it
         job = job_from_data(node, data)
         job.flags |= FLAG_BCAST_QUEUED
+        if sender in data.nodes_delivered:
+            # From the node that added it and keeps a copy: it queues the
+            # job (after its DELAY), unless told otherwise.
+            job.queued_on = sender
         node.register(job)
     else:
         # A copy we hold: learn the holders added since, whatever our state
@@ -577,6 +652,10 @@ def _on_enqueue(node: JobHost, sender: str, msg: bus.Enqueue) -> None:
         else:
             node.update_awake(job, now=now)
         return
+    # The other holders heard of the job from the node that added it, which
+    # keeps no copy: they learn who queued it (a fail-over needs to know,
+    # Node.fail_over), counting nothing.
+    job.flags |= FLAG_ANNOUNCE
     if msg.delay == 0:
         node.enqueue(job)
     else:
@@ -622,6 +701,9 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
         # It loses the same comparison, so it dequeues and does not answer.
         node.effects.send(sender, bus.Queued(job.id, 0))
     _postpone_requeue(node, job, sender, working)
+    # Queued there, or handed to a consumer there (WORKING: nothing to take
+    # over if that node is lost; its consumer's RETRY stands).
+    job.queued_on = sender if job.state == STATE_ACTIVE and not working else None
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1
@@ -698,6 +780,9 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     if sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
     relayed = msg.flags & bus.FLAG_RELAYED
+    # The sender queues the job at the end of the delay; a relayed POSTPONE
+    # does not name the node that does.
+    job.queued_on = None if relayed else sender
     if not relayed:
         _relay_postpone(node, job, sender, msg.delay_ms)
     if job.state == STATE_QUEUED:
@@ -913,10 +998,7 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
     if reached_zero and rate == 0:
         return
     responders = _valid_responders(node, q, now)
-    to_fetch = NEEDJOBS_MIN_REQUEST
-    if responders:
-        to_fetch = rate // len(responders)
-    to_fetch = min(max(to_fetch, NEEDJOBS_MIN_REQUEST), NEEDJOBS_MAX_REQUEST)
+    to_fetch = _to_fetch(rate, len(responders))
     bcast_delay = min(NEEDJOBS_BCAST_MIN_MS << q.needjobs_bcast_attempt, NEEDJOBS_BCAST_MAX_MS)
     if now - q.needjobs_bcast_ms > bcast_delay:
         q.needjobs_bcast_ms = now
@@ -932,6 +1014,87 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
         q.needjobs_adhoc_attempt = min(q.needjobs_adhoc_attempt + 1, 16)
         for node_id in responders:
             node.effects.send(node_id, bus.NeedJobs(name, to_fetch))
+
+
+def _to_fetch(rate: int, responders: int) -> int:
+    """How many jobs an ad-hoc NEEDJOBS asks each source for: the queue's
+    import rate shared among them, within bounds."""
+    to_fetch = rate // responders if responders else NEEDJOBS_MIN_REQUEST
+    return min(max(to_fetch, NEEDJOBS_MIN_REQUEST), NEEDJOBS_MAX_REQUEST)
+
+
+def ask_again_for_waiting_queues(node: JobHost, peers: Iterable[str]) -> None:
+    """Links to ``peers`` came up (again): each hears NEEDJOBS for every
+    queue our consumers wait on with nothing queued here. A peer that
+    restarted forgot who asked it for jobs (it tells the nodes that did as
+    soon as it has some: HAVEJOBS), and ours would otherwise ask again only
+    at its broadcast back-off, up to NEEDJOBS_BCAST_MAX_MS later."""
+    if node.leaving:
+        return
+    waiting = sorted(name for name, q in node.queues.items() if q.waiters and not q.jobs)
+    for peer in peers:
+        for name in waiting:
+            node.effects.send(peer, bus.NeedJobs(name, 1))
+
+
+def tell_interested(node: JobHost, q: Queue, now: int) -> None:
+    """A job was queued here and none of our consumers waits on its queue:
+    the nodes that asked for jobs of it lately (NEEDJOBS) hear HAVEJOBS, at
+    most one every HAVEJOBS_MIN_INTERVAL_MS, and ask for them at once if
+    their consumers still wait. A node whose consumers wait for a long time
+    asks again only every NEEDJOBS_BCAST_MAX_MS (30 s): the job waited for
+    that (issue 57: an idle consumer on another node got a job after 19 to
+    23 s, as with the original)."""
+    if q.pause & PAUSED_OUT or q.import_rate(now) > 0:
+        return  # we would not give them (_on_needjobs)
+    interested = node.interest[q.name]
+    mono = node.clock.mono_ms()
+    for node_id, (heard, told) in list(interested.items()):
+        if mono - heard > INTEREST_MS:
+            del interested[node_id]
+        elif mono - told >= HAVEJOBS_MIN_INTERVAL_MS:
+            interested[node_id] = (heard, mono)
+            node.effects.send(node_id, bus.HaveJobs(q.name))
+    if not interested:
+        del node.interest[q.name]
+
+
+def forget_stale_interest(node: JobHost) -> None:
+    """Drop the interested nodes heard from too long ago (the cron)."""
+    mono = node.clock.mono_ms()
+    for name, interested in list(node.interest.items()):
+        for node_id, (heard, _) in list(interested.items()):
+            if mono - heard > INTEREST_MS:
+                del interested[node_id]
+        if not interested:
+            del node.interest[name]
+
+
+def _remember_interest(node: JobHost, sender: str, name: str) -> None:
+    """A NEEDJOBS from ``sender``: tell it when jobs of the queue come here
+    (tell_interested), if it speaks HAVEJOBS."""
+    peer = node.cluster.nodes.get(sender)
+    if peer is None or peer.bus_version < bus.HAVEJOBS_VERSION:
+        return
+    interested = node.interest.get(name)
+    if interested is None:
+        interested = node.interest[name] = {}
+    told = interested.get(sender, (0, -HAVEJOBS_MIN_INTERVAL_MS))[1]
+    interested[sender] = (node.clock.mono_ms(), told)
+
+
+def _on_havejobs(node: JobHost, sender: str, msg: bus.HaveJobs) -> None:
+    """The sender has jobs of a queue we asked for: if our consumers still
+    wait on it with nothing queued here, ask it now, as a source."""
+    q = node.queues.get(msg.queue)
+    if q is None or not q.waiters or q.jobs or node.leaving:
+        return
+    now = node.now_ms()
+    q.needjobs_responders[sender] = now // 1000
+    q.needjobs_adhoc_ms = now
+    q.needjobs_adhoc_attempt = 0
+    rate = q.import_rate(now)
+    node.effects.send(sender, bus.NeedJobs(q.name, _to_fetch(rate, len(q.needjobs_responders))))
 
 
 def needjobs_due(node: JobHost, name: str) -> int | None:
@@ -962,6 +1125,7 @@ def queue_drained(node: JobHost, q: Queue) -> None:
 
 
 def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
+    _remember_interest(node, sender, msg.queue)
     q = node.queues.get(msg.queue)
     if q is None or not q.jobs or q.pause & PAUSED_OUT:
         return
@@ -1116,6 +1280,7 @@ _HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {
     bus.DelJob: _on_deljob,
     bus.Refused: _on_refused,
     bus.NeedJobs: _on_needjobs,
+    bus.HaveJobs: _on_havejobs,
     bus.YourJobs: _on_yourjobs,
     bus.Pause: _on_pause,
     bus.Postpone: _on_postpone,

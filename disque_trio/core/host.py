@@ -23,8 +23,18 @@ from .stats import NodeStats
 from .waiters import Waiter
 
 
+class Clock(Protocol):
+    """What the core needs of time: wall-clock milliseconds since the epoch,
+    and a monotonic clock for ages that a wall-clock step must not cut short."""
+
+    def wall_ms(self) -> int: ...
+
+    def mono_ms(self) -> int: ...
+
+
 class JobHost(Protocol):
     node_id: str
+    clock: Clock
     jobs: dict[str, Job]
     queues: dict[str, Queue]
     effects: Effects
@@ -47,6 +57,7 @@ class JobHost(Protocol):
     pending_since: dict[str, int]
     answered_queued: set[str]
     answered_queued_before: set[str]
+    interest: dict[str, dict[str, tuple[int, int]]]
 
     def now_ms(self) -> int: ...
 

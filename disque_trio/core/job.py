@@ -66,6 +66,13 @@ FLAG_HOLDERS_GREW = 16
 # ENQUEUE with DELAY): qtime is that moment, the other holders were told
 # (POSTPONE), and the queueing counts nothing more (the command counted).
 FLAG_DELAYED = 32
+# The next queueing here is a first one for the cluster: it counts nothing
+# (the job was not delivered since it was last queued) and is announced to
+# the other holders (QUEUED, counting nothing), so that they know who has it
+# queued. A fail-over (the holder that had it queued was lost,
+# Node.fail_over: the others stand by for it), or the ENQUEUE of a node that
+# added the job and kept no copy.
+FLAG_ANNOUNCE = 64
 
 NodeIds = tuple[str, ...]
 
@@ -88,6 +95,7 @@ class Job:
         "nodes_delivered",
         "qtime",
         "queue",
+        "queued_on",
         "repl",
         "retry",
         "state",
@@ -111,6 +119,14 @@ class Job:
     gc_retry: int  # collection attempts so far, for exponential back-off
     nodes_delivered: NodeIds  # nodes that may hold a copy
     nodes_confirmed: NodeIds | None  # replication or ack confirmations
+    # The other holder that, as far as this node heard, has the job queued
+    # and has not handed it to a consumer (its QUEUED, or the REPLJOB of
+    # the node that added it and queues it), or will queue it at the end
+    # of a client's delay (POSTPONE). None when that is unknown, when a
+    # consumer holds the job (WORKING), or when it is queued here. If that
+    # holder is lost, this copy is queued by a surviving holder at once
+    # instead of after RETRY (Node.fail_over).
+    queued_on: str | None
 
     def __init__(
         self,
@@ -141,6 +157,7 @@ class Job:
         self.gc_retry = 0
         self.nodes_delivered = ()
         self.nodes_confirmed = None
+        self.queued_on = None
 
     @property
     def is_dummy_ack(self) -> bool:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection
-from typing import Protocol
 
 from ..protocol import aof, bus
 from ..protocol.replies import NULL_ARRAY, Reply
@@ -43,8 +42,10 @@ from . import jobwaits
 from .awake import AwakeIndex
 from .cluster import HANDSHAKE, LEAVING, NOT_REACHABLE, ClusterTable
 from .effects import Effects, Persist, Wake, WakeQueue
+from .host import Clock
 from .ids import JobIdGenerator, creator_prefix
 from .job import (
+    FLAG_ANNOUNCE,
     FLAG_BCAST_QUEUED,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
@@ -100,15 +101,6 @@ JOB_OVERHEAD_BYTES = 600
 SHARED_INTS_MAX = 4096
 QUEUE_OVERHEAD_BYTES = 1200
 BASE_MEMORY_BYTES = 1 << 20
-
-
-class Clock(Protocol):
-    """What the core needs of time: wall-clock milliseconds since the epoch,
-    and a monotonic clock for ages that a wall-clock step must not cut short."""
-
-    def wall_ms(self) -> int: ...
-
-    def mono_ms(self) -> int: ...
 
 
 def _drop_aged(entries: dict[str, int], now: int) -> list[str]:
@@ -213,6 +205,17 @@ class Node:
         self.answered_queued: set[str] = set()
         self.answered_queued_before: set[str] = set()
         self._answered_crons = 0
+        # Jobs handed to a client since the last cron whose other holders
+        # are not told yet: the cron tells those still in a consumer's hands
+        # (WORKING), so that they neither re-queue them before RETRY nor
+        # take them over if this node is lost (Node.fail_over). A job acked
+        # within that tenth of a second costs its holders nothing more.
+        self.delivered_untold: dict[str, None] = {}
+        # Nodes that asked for jobs of a queue (NEEDJOBS) lately: queue name
+        # -> node id -> (monotonic ms of its last NEEDJOBS, of our last
+        # HAVEJOBS to it). A job queued here with no consumer of ours
+        # waiting tells them at once (clusterjobs.tell_interested).
+        self.interest: dict[str, dict[str, tuple[int, int]]] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here. An
         # observer that leaves during a notification replaces the list (a
@@ -272,7 +275,31 @@ class Node:
         if came_up:
             if self.acked_jobs:
                 self.retry_acks_waiting_on(came_up.keys())
+            cj.ask_again_for_waiting_queues(self, came_up.keys())
             came_up.clear()
+        lost = self.cluster.lost
+        while lost:
+            node_id = next(iter(lost))
+            del lost[node_id]
+            self.fail_over(node_id)
+
+    def fail_over(self, lost: str) -> int:
+        """A node was lost (FAIL, or it restarted): every job it had queued
+        and not handed to a consumer, as far as this node heard (a copy's
+        ``queued_on``), is queued again by one surviving holder now, not
+        after its RETRY; the others stand by for it (clusterjobs.take_over).
+        One pass over the jobs: a node is lost rarely. Returns how many
+        jobs it looked after."""
+        now = self.now_ms()
+        taken = 0
+        for job in list(self.jobs.values()):
+            if job.queued_on != lost:
+                continue
+            job.queued_on = None
+            if job.state == STATE_ACTIVE and job.retry:
+                cj.take_over(self, job, lost, now)
+                taken += 1
+        return taken
 
     def _members_changed(self) -> None:
         """The peers past their handshake may have changed. Each one that
@@ -691,11 +718,14 @@ class Node:
         # did not list us queued its own copy, and we used to wait a second
         # retry period).
         job.flags &= ~FLAG_TOLD_QUEUED
-        if job.flags & FLAG_DELAYED:
+        job.queued_on = None
+        if job.flags & (FLAG_DELAYED | FLAG_ANNOUNCE):
             # The end of a NACK or ENQUEUE DELAY: the command counted and
-            # told the holders (POSTPONE); they hear QUEUED, counting
-            # nothing, so that they push their timers again.
-            job.flags = (job.flags & ~FLAG_DELAYED) | FLAG_BCAST_QUEUED
+            # told the holders (POSTPONE); or a fail-over, which counts
+            # nothing (the holder lost had not delivered it). They hear
+            # QUEUED, counting nothing, so that they push their timers
+            # again (and stand down, for a fail-over).
+            job.flags = (job.flags & ~(FLAG_DELAYED | FLAG_ANNOUNCE)) | FLAG_BCAST_QUEUED
             cj.announce_queued(self, job)
         elif job.flags & FLAG_BCAST_QUEUED or nack:
             # A re-queue (not the first queueing): tell the other holders so
@@ -718,6 +748,8 @@ class Node:
             self._notify("queued", job)
         if q.waiters and not q.pause & PAUSED_OUT:
             self.wake_queue(q)
+        elif self.interest and q.name in self.interest:
+            cj.tell_interested(self, q, now)
         return True
 
     def enqueue_later(self, job: Job, delay_ms: int, nack: bool) -> bool:
@@ -777,6 +809,8 @@ class Node:
         if job is None:
             return None
         q.atime = self.now_ms() // 1000
+        if job.retry and len(job.nodes_delivered) > 1:
+            self.delivered_untold[job.id] = None
         self._notify("delivered", job)
         if not q.jobs:
             self.schedule_queue_gc(q)
@@ -949,6 +983,10 @@ class Node:
             self.answered_queued = set()
         if self.moved_waits:
             jobwaits.expire_moved(self)
+        if self.delivered_untold:
+            self.tell_deliveries()
+        if self.interest:
+            cj.forget_stale_interest(self)
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]
@@ -957,6 +995,18 @@ class Node:
             # A pass looks at every job: once a second is enough.
             self._next_eviction_ms = now + 1000
             self.evict_for_memory(now)
+
+    def tell_deliveries(self) -> None:
+        """The jobs handed to a client since the last cron and still in a
+        consumer's hands (not acked, not queued again, no client delay): their
+        other holders hear WORKING, which pushes their re-queue to RETRY from
+        now and tells them that no fail-over is due if this node is lost."""
+        jobs = self.jobs
+        for job_id in self.delivered_untold:
+            job = jobs.get(job_id)
+            if job is not None and job.state == STATE_ACTIVE and not job.flags & FLAG_DELAYED:
+                cj.broadcast_working(self, job)
+        self.delivered_untold.clear()
 
     # -------------------------------------------------------------- timers
 

@@ -22,7 +22,10 @@ with DELAY: a message the original never had). GETSTATS/NODESTATS and
 FINDJOB/JOBCOPY (104-107, ours, version 5) ask a node for its figures and
 for its copy of a job, for a dashboard that shows the whole cluster.
 REFUSED (108, ours, version 6) tells a job's holders that its ADDJOB was
-answered -NOREPL, where the original sends DELJOB. ``body`` is
+answered -NOREPL, where the original sends DELJOB. HAVEJOBS (109, ours,
+version 8) tells a node that asked for jobs of a queue (NEEDJOBS) that
+the sender now has some: it asks again at once instead of after its
+broadcast back-off. ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -103,6 +106,9 @@ __all__ = [
     "FLAG_INCR_NACKS",
     "FLAG_RELAYED",
     "HANDSHAKE_MAX_FRAME",
+    "HAVEJOBS_VERSION",
+    "INCARNATION_BITS",
+    "INCARNATION_SHIFT",
     "MAX_FRAME",
     "MAX_FRAME_LIMIT",
     "MIN_PROTOCOL_VERSION",
@@ -126,6 +132,7 @@ __all__ = [
     "GotAck",
     "GotJob",
     "Handshake",
+    "HaveJobs",
     "Heartbeat",
     "JobCopy",
     "JobData",
@@ -159,9 +166,10 @@ __all__ = [
 # The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
 # FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED; 7: a POSTPONE
-# relayed by a holder, FLAG_RELAYED). Two nodes speak
+# relayed by a holder, FLAG_RELAYED; 8: HAVEJOBS, and the sender's
+# incarnation in a heartbeat's flags). Two nodes speak
 # the highest both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 7
+PROTOCOL_VERSION: Final = 8
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -202,6 +210,12 @@ NODE_FLAG_LEAVING: Final = 1 << 7  # CLUSTER LEAVING yes: replicate nothing to i
 # version the sender speaks (0 from releases before version 4, which
 # ignore these bits): a link that speaks less is re-opened to speak more.
 VERSION_SHIFT: Final = 16
+# And from bit 24, INCARNATION_BITS of a random number the sender drew when
+# it started (0 from releases before version 8, which ignore these bits too):
+# another number from the same node ID means its process restarted.
+INCARNATION_SHIFT: Final = 24
+INCARNATION_BITS: Final = 32
+HAVEJOBS_VERSION: Final = 8
 
 # The shapes core/ids.py makes (protocol/ imports nothing of the node).
 _NODE_ID_LEN: Final = 40
@@ -242,6 +256,7 @@ class MsgType(enum.IntEnum):
     FINDJOB = 106  # ours: tell me about your copy of this job
     JOBCOPY = 107  # ours: FINDJOB answered
     REFUSED = 108  # ours: delete your copy, its ADDJOB was answered -NOREPL
+    HAVEJOBS = 109  # ours: you asked for jobs of this queue; I have some now
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -453,6 +468,17 @@ class NeedJobs:
 
 
 @attrs.frozen
+class HaveJobs:
+    """The sender has jobs of ``queue`` queued, and heard a NEEDJOBS for it
+    from the receiver lately: if its consumers still wait, it asks the
+    sender again now (version 8)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.HAVEJOBS
+
+    queue: str
+
+
+@attrs.frozen
 class YourJobs:
     TYPE: ClassVar[MsgType] = MsgType.YOURJOBS
 
@@ -583,6 +609,7 @@ Message: TypeAlias = (
     | DelJob
     | Refused
     | NeedJobs
+    | HaveJobs
     | YourJobs
     | Working
     | Pause
@@ -934,7 +961,15 @@ BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
 # The first protocol version that has each message (the others are in
 # every version this node speaks): never sent on a link that speaks less.
 SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
-    {Postpone: 4, GetStats: 5, NodeStats: 5, FindJob: 5, JobCopy: 5, Refused: 6}
+    {
+        Postpone: 4,
+        GetStats: 5,
+        NodeStats: 5,
+        FindJob: 5,
+        JobCopy: 5,
+        Refused: 6,
+        HaveJobs: HAVEJOBS_VERSION,
+    }
 )
 
 # At most this many messages in one BATCH: under 100 KB, far below any

@@ -29,6 +29,7 @@ from disque_trio.protocol.bus import (
     GotAck,
     GotJob,
     Handshake,
+    HaveJobs,
     JobCopy,
     JobData,
     Meet,
@@ -122,6 +123,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     DelJob: st.builds(DelJob, job_id=job_ids),
     Refused: st.builds(Refused, job_id=job_ids),
     NeedJobs: st.builds(NeedJobs, queue=queue_names, count=small_uints),
+    HaveJobs: st.builds(HaveJobs, queue=queue_names),
     YourJobs: st.builds(YourJobs, jobs=st.lists(job_data, max_size=4).map(tuple)),
     Working: st.builds(Working, job_id=job_ids),
     Pause: st.builds(Pause, queue=queue_names, flags=st.integers(0, 3)),
@@ -691,7 +693,9 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     # 6: REFUSED, what an ADDJOB answered -NOREPL tells its copies.
     assert bus.SINCE_VERSION[Refused] == 6
     # 7: a POSTPONE relayed by a holder (a flag, no new message).
-    assert bus.RELAY_VERSION == 7 == PROTOCOL_VERSION
+    assert bus.RELAY_VERSION == 7
+    # 8: HAVEJOBS, and the sender's incarnation in a heartbeat's flags.
+    assert bus.SINCE_VERSION[HaveJobs] == bus.HAVEJOBS_VERSION == 8 == PROTOCOL_VERSION
 
 
 def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:

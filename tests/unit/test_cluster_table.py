@@ -59,6 +59,12 @@ FLAG_ORDER = ("myself", "fail?", "fail", "handshake", "noaddr", "leaving")
 VERSION_BITS = bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
 
 
+def own_bits(table: ClusterTable) -> int:
+    """What a table's own heartbeats carry besides node flags: the bus
+    protocol version it speaks and its incarnation."""
+    return VERSION_BITS | table.myself.incarnation << bus.INCARNATION_SHIFT
+
+
 def make_table(node_id: str = ME, seed: int = 0, timeout: int = T) -> ClusterTable:
     return ClusterTable(node_id, "10.0.0.1", 7711, 17711, random.Random(seed), timeout)
 
@@ -192,10 +198,10 @@ def test_set_leaving() -> None:
     table = make_table()
     table.set_leaving(True)
     assert table.myself.flags == MYSELF | LEAVING
-    assert table.heartbeat(bus.Ping).flags == LEAVING | VERSION_BITS
+    assert table.heartbeat(bus.Ping).flags == LEAVING | own_bits(table)
     table.set_leaving(False)
     assert table.myself.flags == MYSELF
-    assert table.heartbeat(bus.Ping).flags == VERSION_BITS
+    assert table.heartbeat(bus.Ping).flags == own_bits(table)
 
 
 # -------------------------------------------------------------------- gossip
@@ -396,7 +402,7 @@ def test_ping_and_meet_from_a_known_node_are_answered(kind: type[bus.Heartbeat])
     assert dest == B
     assert isinstance(msg, bus.Pong)
     assert msg.sender == ME
-    assert msg.flags == VERSION_BITS  # not leaving; the version it speaks
+    assert msg.flags == own_bits(table)  # not leaving; the version it speaks
     assert {e.node_id for e in msg.gossip} <= {B, C}
     assert table.nodes[B].pong_received == 0  # only a PONG counts as one
     assert table.stats_received == 1

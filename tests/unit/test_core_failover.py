@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from disque_trio.core import clusterjobs as cj
+from disque_trio.core.cluster import FAIL
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
+from disque_trio.core.waiters import Waiter
+from disque_trio.protocol import bus
 
-from .core_support import FakeClock, elapse, get, make_node, run, sent
+from .core_support import FakeClock, elapse, fields, get, make_node, run, sent, settle
 
 A_ID = "a1" * 20
 B_ID = "b2" * 20
@@ -31,6 +34,7 @@ class Wired:
                     peer = node.cluster.add(other, "127.0.0.1", 7711 + i, 17711 + i)
                     assert peer is not None
                     peer.link_up = True
+                    peer.bus_version = bus.PROTOCOL_VERSION
             node.refresh_cluster_view()
         self.down: set[str] = set()
 
@@ -46,19 +50,39 @@ class Wired:
                     if to in self.nodes and to not in self.down:
                         seen.append(msg)
                         cj.receive(self.nodes[to], sender, msg)
+                        settle(self.nodes[to])  # the delivery tasks' rounds
         return seen
 
     def elapse(self, ms: int) -> None:
-        """Let ``ms`` pass on every live node, in steps of 100 ms, carrying
-        the messages at each step."""
+        """Let ``ms`` pass on every live node, in steps of 100 ms (a cron
+        period), carrying the messages at each step."""
         for _ in range(ms // 100):
             for node_id, node in self.nodes.items():
                 if node_id not in self.down:
                     start = self.clock.ms
                     elapse(node, self.clock, 100)
+                    node.cron()
                     self.clock.ms = start
             self.clock.ms += 100
             self.pump()
+
+    def lose(self, node_id: str) -> None:
+        """The node is killed, and every other node marks it FAIL."""
+        self.down.add(node_id)
+        for other_id, node in self.nodes.items():
+            if other_id not in self.down:
+                node.cluster.nodes[node_id].flags |= FAIL
+                node.cluster.lost[node_id] = None
+                node.refresh_cluster_view()
+        self.pump()
+
+    def queued_on(self) -> dict[str, list[str]]:
+        """Node ID -> the job IDs it has queued."""
+        return {
+            node_id: sorted(j.id for j in node.jobs.values() if j.state == JobState.QUEUED)
+            for node_id, node in self.nodes.items()
+            if node_id not in self.down
+        }
 
 
 def _leaving(node: Node) -> None:
@@ -115,3 +139,169 @@ def test_a_delayed_job_added_on_a_leaving_node_is_queued_after_the_delay() -> No
     w.elapse(1000)
     [delivered] = get(b, "q")
     assert delivered[1] == job_id
+
+
+def _three_with_jobs(count: int, *opts: object) -> tuple[Wired, list[str]]:
+    """Three nodes; ``count`` jobs added on A with REPLICATE 3 RETRY 3600,
+    queued there, copies on B and C."""
+    w = Wired(A_ID, B_ID, C_ID)
+    a = w.nodes[A_ID]
+    ids = []
+    for i in range(count):
+        waiter = run(a, "ADDJOB", "q", f"job {i}", 0, "REPLICATE", 3, "RETRY", 3600, *opts)
+        assert isinstance(waiter, Waiter)
+        w.pump()
+        ids.append(waiter.reply)
+    assert all(isinstance(job_id, str) and job_id in a.jobs for job_id in ids), ids
+    for node_id in (B_ID, C_ID):
+        for job_id in ids:
+            assert w.nodes[node_id].jobs[job_id].queued_on == A_ID
+    return w, ids
+
+
+def test_the_jobs_a_lost_node_had_queued_are_queued_once_by_a_survivor_at_once() -> None:
+    w, ids = _three_with_jobs(20)
+    w.lose(A_ID)
+    queued = w.queued_on()
+    # Each job is queued on exactly one survivor, and both take some.
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(ids)
+    assert queued[B_ID] and queued[C_ID]
+    # The other one stood down (the QUEUED came): its re-queue is a RETRY away.
+    for node_id, other in ((B_ID, C_ID), (C_ID, B_ID)):
+        for job_id in queued[node_id]:
+            copy = w.nodes[other].jobs[job_id]
+            assert copy.state == JobState.ACTIVE and copy.queued_on == node_id
+            assert copy.qtime - w.clock.ms > 3_500_000
+    w.elapse(5000)
+    taken = get(w.nodes[B_ID], "q", count=100) + get(w.nodes[C_ID], "q", count=100)
+    assert sorted(entry[1] for entry in taken) == sorted(ids)
+    # Counted as what it is: a first delivery, not an additional one.
+    info = fields(run(w.nodes[B_ID], "SHOW", ids[0]))
+    assert info["additional-deliveries"] == 0
+
+
+def test_jobs_the_lost_node_handed_to_consumers_wait_for_their_retry() -> None:
+    w, ids = _three_with_jobs(10)
+    a = w.nodes[A_ID]
+    delivered = [entry[1] for entry in get(a, "q", count=4)]
+    w.elapse(200)  # its cron tells the other holders (WORKING)
+    for node_id in (B_ID, C_ID):
+        for job_id in delivered:
+            copy = w.nodes[node_id].jobs[job_id]
+            assert copy.queued_on is None
+            assert copy.qtime - w.clock.ms > 3_500_000  # RETRY from the delivery
+    w.lose(A_ID)
+    w.elapse(5000)
+    queued = w.queued_on()
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(set(ids) - set(delivered))
+
+
+def test_a_job_acked_within_the_cron_period_costs_the_holders_nothing() -> None:
+    w, _ = _three_with_jobs(3)
+    a = w.nodes[A_ID]
+    [entry] = get(a, "q")
+    assert run(a, "ACKJOB", entry[1]) == 1
+    messages = w.pump()
+    w.elapse(200)
+    assert not any(isinstance(m, bus.Working) for m in messages)
+
+
+def test_a_restarted_holder_is_taken_for_lost() -> None:
+    """Killed and started again within the node timeout, it is never marked
+    FAIL, and its queues are gone: its next heartbeat, from a new
+    incarnation, has the survivors take its jobs over."""
+    w, ids = _three_with_jobs(6)
+    b = w.nodes[B_ID]
+    w.down.add(A_ID)  # its new process holds nothing: what it hears goes nowhere
+    first = bus.Ping(A_ID, 5 << bus.INCARNATION_SHIFT, ())
+    b.cluster.on_heartbeat(first, w.clock.ms)
+    b.refresh_cluster_view()
+    assert not b.cluster.lost
+    b.cluster.on_heartbeat(bus.Ping(A_ID, 5 << bus.INCARNATION_SHIFT, ()), w.clock.ms)
+    b.refresh_cluster_view()
+    assert w.queued_on()[B_ID] == []  # the same one: nothing happens
+    b.cluster.on_heartbeat(bus.Ping(A_ID, 9 << bus.INCARNATION_SHIFT, ()), w.clock.ms)
+    b.refresh_cluster_view()
+    w.pump()
+    assert all(b.jobs[job_id].queued_on != A_ID for job_id in ids)
+    w.elapse(1500)  # C knows nothing of the restart: B's standby ends too
+    queued = w.queued_on()
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(ids)
+
+
+def test_a_survivor_standing_by_queues_the_job_when_the_chosen_one_cannot() -> None:
+    w, ids = _three_with_jobs(10)
+    b, c = w.nodes[B_ID], w.nodes[C_ID]
+    # B alone hears of the loss; C, frozen, never queues anything.
+    w.down.add(A_ID)
+    w.down.add(C_ID)
+    b.cluster.nodes[A_ID].flags |= FAIL
+    b.cluster.lost[A_ID] = None
+    b.refresh_cluster_view()
+    w.pump()
+    taken_at_once = len(w.queued_on()[B_ID])
+    assert 0 < taken_at_once < len(ids)  # C was chosen for some
+    w.elapse(cj.FAILOVER_STANDBY_MS + 200)
+    assert sorted(w.queued_on()[B_ID]) == sorted(ids)
+    assert all(c.jobs[job_id].state == JobState.ACTIVE for job_id in ids)
+
+
+def test_a_delayed_job_of_a_lost_node_is_queued_at_the_end_of_its_delay() -> None:
+    w, ids = _three_with_jobs(4, "DELAY", 5)
+    w.elapse(1000)
+    w.lose(A_ID)
+    w.elapse(3000)
+    assert w.queued_on() == {B_ID: [], C_ID: []}
+    w.elapse(1500)
+    queued = w.queued_on()
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(ids)
+
+
+def test_a_consumer_on_another_node_hears_of_a_job_at_once_however_long_it_waited() -> None:
+    w = Wired(A_ID, B_ID, C_ID)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    waiter = run(b, "GETJOB", "FROM", "q")
+    assert isinstance(waiter, Waiter)
+    for _ in range(100):  # 10 s: B's NEEDJOBS broadcast backs off
+        w.elapse(100)
+        cj.need_jobs(b, "q")
+        w.pump()
+    assert b.queues["q"].needjobs_bcast_attempt >= 2
+    job_id = run(a, "ADDJOB", "q", "hello", 0, "REPLICATE", 1)
+    messages = w.pump()
+    # Then B tells A it queued the copy A gave (as after any YOURJOBS), and,
+    # its queue drained by its consumer, asks A for more (as it always did).
+    kinds = [type(m) for m in messages]
+    assert kinds == [bus.HaveJobs, bus.NeedJobs, bus.YourJobs, bus.Queued, bus.NeedJobs]
+    assert waiter.done and waiter.reply[0][1] == job_id
+
+
+def test_a_node_whose_consumers_left_ignores_havejobs() -> None:
+    w = Wired(A_ID, B_ID)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    waiter = run(b, "GETJOB", "TIMEOUT", 100, "FROM", "q")
+    assert isinstance(waiter, Waiter)
+    cj.need_jobs(b, "q")
+    w.pump()
+    b.cancel_wait(waiter)  # it timed out
+    messages = []
+    for i in range(5):  # five jobs in one go: one HAVEJOBS
+        run(a, "ADDJOB", "q", f"job {i}", 0, "REPLICATE", 1)
+        messages += w.pump()
+    assert [type(m) for m in messages] == [bus.HaveJobs]
+    assert len(a.queues["q"].jobs) == 5
+    # The interest goes after INTEREST_MS.
+    w.elapse(cj.INTEREST_MS + 200)
+    assert a.interest == {}
+
+
+def test_a_peer_whose_link_comes_up_hears_needjobs_for_the_queues_waited_on() -> None:
+    w = Wired(A_ID, B_ID)
+    b = w.nodes[B_ID]
+    waiter = run(b, "GETJOB", "FROM", "q", "r")
+    assert isinstance(waiter, Waiter)
+    b.effects.clear()
+    b.cluster.link_changed(A_ID, True, w.clock.ms)
+    b.refresh_cluster_view()
+    asked = sorted(m.queue for to, m in sent(b) if isinstance(m, bus.NeedJobs) and to == A_ID)
+    assert asked == ["q", "r"]
