@@ -2,7 +2,8 @@
 
 Like ``disque-server``: an optional config file first, then any directive as a
 ``--flag``. Exit status 0 after a clean shutdown (SIGINT, SIGTERM, SHUTDOWN),
-1 with a one-line reason on a bad configuration or a port in use.
+1 with a one-line reason on a bad configuration, a port in use or a
+cluster-config-file another running node holds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import trio_websocket
 
 from . import checkaof
 from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
-from .env import real_env
+from .env import Env, LockedError, real_env
 from .server.aof import AofLoadError
 from .server.logs import LineFormatter, set_log_level
 from .server.node import ListenError, NodeServer
@@ -87,14 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"*** FATAL CONFIG ERROR *** {e}", file=sys.stderr)
         return 1
-    _tune_gc()
     log = logging.getLogger("disque_trio")
+    env = real_env()
+    if not _claim_cluster_config(env, config, log):
+        return 1
+    _tune_gc()
     for name in config.ignored_settings():
         log.warning("directive '%s' is accepted but has no effect", name)
     _fit_open_files_limit(config, log)
     pidfile = PidFile(config.pidfile) if config.pidfile else None
     try:
-        trio.run(_serve, config, pidfile, tls)
+        trio.run(_serve, config, env, pidfile, tls)
     except (AofLoadError, ConfigError) as e:
         log.error("%s", e)
         return 1
@@ -107,6 +111,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pidfile is not None:
             pidfile.remove()
     return 0
+
+
+def _claim_cluster_config(env: Env, config: Config, log: logging.Logger) -> bool:
+    """One node per cluster-config-file, as in Redis: lock it for the life
+    of the process before the node reads or writes it and before any port
+    is bound. Two nodes started in one directory would otherwise share one
+    identity, the second overwriting the first's nodes.conf. False (and
+    the reason logged) when another node holds it; a file that cannot be
+    locked at all (an unwritable directory, where nodes.conf cannot be
+    saved either) is only a warning, as a failed save is."""
+    path = config.cluster_config_file  # relative to `dir`, the working directory now
+    try:
+        env.disk.lock(path)
+    except LockedError as e:
+        log.error("Could not start: %s; give each node its own dir or cluster-config-file", e)
+        return False
+    except OSError as e:
+        log.warning(
+            "could not lock %s (%s): a second node started on it would not be refused",
+            os.path.abspath(path),
+            e.strerror or e,
+        )
+    return True
 
 
 # Descriptors a node needs besides its clients: listening sockets, the AOF,
@@ -392,9 +419,9 @@ def _describe_os_error(e: OSError, config: Config) -> str:
 
 
 async def _serve(
-    config: Config, pidfile: PidFile | None = None, tls: TlsContexts | None = None
+    config: Config, env: Env, pidfile: PidFile | None = None, tls: TlsContexts | None = None
 ) -> None:
-    server = NodeServer(config, real_env(), tls_contexts=tls)
+    server = NodeServer(config, env, tls_contexts=tls)
     # Load and bind before the nursery exists, so that a bad AOF or a port
     # in use surfaces as itself (main() turns it into one line), not wrapped.
     server.load()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import gc
 import os
 import random
@@ -73,6 +74,23 @@ class Disk(Protocol):
     def remove(self, path: str) -> None:
         """Delete a file (nothing if it does not exist)."""
         ...
+
+    def lock(self, path: str) -> None:
+        """Hold ``path`` for this process until it ends: raises
+        :class:`LockedError` when another process holds it, OSError when it
+        cannot be locked at all (its directory is not writable)."""
+        ...
+
+
+class LockedError(Exception):
+    """A file a node keeps to itself (its cluster-config-file) is held by
+    another process: :meth:`Disk.lock`."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid  # the holder's, when its lock file names it
+        holder = f" (pid {pid})" if pid is not None else ""
+        super().__init__(f"{path} is in use by another disque-trio node{holder}")
 
 
 class SystemClock:
@@ -147,6 +165,8 @@ class FileDisk:
         # (unbuffered) files, so that a failed write leaves no bytes behind
         # in a buffer to go out with the next one.
         self._open: dict[str, BinaryIO] = {}
+        # lock(): path -> the descriptor of its lock file.
+        self._locks: dict[str, int] = {}
 
     def append(self, path: str, data: bytes) -> None:
         f = self._open.get(path)
@@ -194,6 +214,51 @@ class FileDisk:
             os.remove(path)
         except FileNotFoundError:
             pass
+
+    def lock(self, path: str) -> None:
+        # An flock() on a lock file beside the path (nodes.conf.lock), not
+        # on the path itself: replace() renames a new file over the path,
+        # so a lock on nodes.conf would guard only the inode the node found
+        # at start, gone at its first save, and a second node would lock
+        # the new one and start. flock(), not fcntl()/lockf(): a POSIX
+        # record lock belongs to the whole process, never conflicts with
+        # another lock of the same process, and is dropped when any
+        # descriptor of the file is closed; flock's belongs to this open
+        # file. The kernel drops either when the process dies, SIGKILL
+        # included. The descriptor is a raw one, kept until the process
+        # ends (or unlock()) even if this FileDisk is dropped; the lock
+        # file is never removed (a node that opened it just before the
+        # unlink would lock the old inode, and the next one a new file of
+        # the same name). It holds the pid of its holder, for the message.
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_pid(fd)
+            os.close(fd)
+            raise LockedError(os.path.abspath(path), holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        with contextlib.suppress(OSError):  # the pid is a courtesy; the lock is what counts
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._locks[path] = fd
+
+    def unlock(self, path: str) -> None:
+        """Release :meth:`lock` before the process ends (tests)."""
+        fd = self._locks.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid a lock file names, or None (empty: its holder has not
+    written it yet)."""
+    try:
+        return int(os.pread(fd, 32, 0).decode("ascii").strip())
+    except (OSError, ValueError):
+        return None
 
 
 class Alarm(Protocol):

@@ -44,6 +44,10 @@ class SimDisk:
         self.durable.pop(path, None)
         self.pending.pop(path, None)
 
+    def lock(self, path: str) -> None:
+        """Nothing to do: a SimDisk is one node's, and the simulator starts
+        its nodes itself (the CLI takes the lock for a real process)."""
+
     def crash(self, torn: float = 0.0) -> int:
         """Lose what was not fsynced. With ``torn`` in (0, 1] that fraction
         of each file's unsynced bytes reached the platter anyway (a prefix,
@@ -97,3 +101,6 @@ class DiskHandle:
     def remove(self, path: str) -> None:
         if self.alive:
             self.disk.remove(path)
+
+    def lock(self, path: str) -> None:
+        self.disk.lock(path)

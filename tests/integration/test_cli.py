@@ -244,6 +244,48 @@ def test_an_unwritable_pidfile_is_one_warning(node_factory: object, tmp_path: Pa
     ]
 
 
+def test_a_second_node_in_the_same_dir_is_refused(node: NodeProcess) -> None:
+    """Issue 57: two nodes started in one directory shared one identity,
+    the second overwriting the first's nodes.conf. The second now refuses
+    to start, before it reads or writes nodes.conf or binds a port."""
+    assert node.proc is not None
+    conf = node.workdir / "nodes.conf"
+    before = conf.read_bytes()
+    my_id = redis.Redis(port=node.port, socket_timeout=10).execute_command("CLUSTER", "MYID")
+    port = free_port()
+    result = run_cli("--port", str(port), "--bind", "127.0.0.1", cwd=node.workdir, timeout=10)
+    line = one_error_line(result)
+    assert line.endswith(
+        f"# Could not start: {conf} is in use by another disque-trio node "
+        f"(pid {node.proc.pid}); give each node its own dir or cluster-config-file"
+    )
+    assert conf.read_bytes() == before
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    assert ping_from(node.port)
+    # The kernel releases the lock of a killed node: it restarts in its
+    # dir with its identity.
+    assert node.kill(signal.SIGKILL) == -signal.SIGKILL
+    node.start()
+    assert redis.Redis(port=node.port, socket_timeout=10).execute_command("CLUSTER", "MYID") == (
+        my_id
+    )
+
+
+def test_a_cluster_config_file_that_cannot_be_locked_is_a_warning(
+    node_factory: object,
+) -> None:
+    """Where the lock file cannot be made, nodes.conf cannot be saved
+    either; as that failed save, it is a warning, and the node runs."""
+    node: NodeProcess = node_factory("--cluster-config-file", "missing/nodes.conf")  # type: ignore[operator]
+    assert node.kill(signal.SIGTERM) == 0
+    warnings = [t for m, t in log_lines(node.output()) if m == "#" and "lock" in t]
+    assert warnings == [
+        f"could not lock {node.workdir / 'missing/nodes.conf'} (No such file or directory): "
+        "a second node started on it would not be refused"
+    ]
+
+
 def test_a_directive_without_dashes_suggests_the_flag(tmp_path: Path) -> None:
     line = one_error_line(run_cli("port", "7716", cwd=tmp_path))
     assert line.startswith("*** FATAL CONFIG ERROR ***")
@@ -280,7 +322,7 @@ def test_files_a_node_writes_in_a_checkout_are_ignored(node_factory: object) -> 
     assert node.proc is not None and node.proc.wait(timeout=15) == 0
     # (node-output.log is the test harness's: the node's stdout.)
     written = sorted(p.name for p in node.workdir.iterdir() if p != node.log_path)
-    assert written == ["disque.aof", "nodes.conf"]
+    assert written == ["disque.aof", "nodes.conf", "nodes.conf.lock"]
     # Also the names of temporary files and of check-aof's backups.
     names = [*written, "nodes.conf.tmp-123", "disque.aof.tmp-123", "disque.aof.bak"]
     names += ["disque.aof.bak.2", ".disque.aof.check-aof-123.tmp", ".disque-conf-x1.tmp"]
