@@ -1087,12 +1087,17 @@ def _on_havejobs(node: JobHost, sender: str, msg: bus.HaveJobs) -> None:
     """The sender has jobs of a queue we asked for: if our consumers still
     wait on it with nothing queued here, ask it now, as a source."""
     q = node.queues.get(msg.queue)
-    if q is None or not q.waiters or q.jobs or node.leaving:
+    if q is None or node.leaving:
         return
     now = node.now_ms()
+    # A source, even while none of our consumers waits: between two GETJOBs
+    # of a consumer in a loop nobody does, and the next one to block asks
+    # it at once (need_jobs: responders), not at the broadcast back-off.
     q.needjobs_responders[sender] = now // 1000
-    q.needjobs_adhoc_ms = now
     q.needjobs_adhoc_attempt = 0
+    if not q.waiters or q.jobs:
+        return
+    q.needjobs_adhoc_ms = now
     rate = q.import_rate(now)
     node.effects.send(sender, bus.NeedJobs(q.name, _to_fetch(rate, len(q.needjobs_responders))))
 

@@ -28,6 +28,7 @@ from .args import (
 )
 from .ids import is_at_most_once_id
 from .job import (
+    FLAG_ANNOUNCE,
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
     STATE_ACKED,
@@ -388,6 +389,12 @@ def working(node: Node, argv: list[bytes]) -> Reply:
     if job.state == STATE_QUEUED:
         node.dequeue(job)
     job.flags |= FLAG_BCAST_WILLQUEUE
+    # A consumer holds it, whichever node it got it from (that node may be
+    # gone, and its client moved here): nothing to take over if the holder
+    # we thought had it queued is lost (Node.fail_over), and a queueing
+    # later is a retry again, not a first one.
+    job.queued_on = None
+    job.flags &= ~FLAG_ANNOUNCE
     # Postpone, never advance: on a job still waiting for its DELAY, a RETRY
     # shorter than the delay left would otherwise queue it early.
     node.set_requeue_time(job, max(job.qtime, now + job.retry * 1000 + node.time_error()))

@@ -305,3 +305,43 @@ def test_a_peer_whose_link_comes_up_hears_needjobs_for_the_queues_waited_on() ->
     b.refresh_cluster_view()
     asked = sorted(m.queue for to, m in sent(b) if isinstance(m, bus.NeedJobs) and to == A_ID)
     assert asked == ["q", "r"]
+
+
+def test_a_consumer_that_moved_keeps_its_job_from_being_taken_over() -> None:
+    """A's consumer holds a job; A is killed before it told the others
+    (its cron did not run): the client sends WORKING to B, which then
+    neither queues it nor lets C take it over."""
+    w, ids = _three_with_jobs(3)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    [entry] = get(a, "q")
+    held = entry[1]
+    w.down.add(A_ID)  # killed: its deliveries untold
+    assert run(b, "WORKING", held) == 3600
+    w.pump()
+    w.lose(A_ID)
+    w.elapse(3000)
+    queued = w.queued_on()
+    assert held not in queued[B_ID] + queued[C_ID]
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(set(ids) - {held})
+
+
+def test_havejobs_between_two_getjobs_makes_the_next_one_ask_at_once() -> None:
+    """A consumer in a GETJOB loop is not blocked when HAVEJOBS comes: its
+    node remembers the sender as a source, and asks it as soon as the
+    consumer blocks again."""
+    w = Wired(A_ID, B_ID)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    waiter = run(b, "GETJOB", "TIMEOUT", 100, "FROM", "q")
+    assert isinstance(waiter, Waiter)
+    cj.need_jobs(b, "q")
+    w.pump()
+    b.cancel_wait(waiter)
+    job_id = run(a, "ADDJOB", "q", "hello", 0, "REPLICATE", 1)
+    w.pump()  # HAVEJOBS, ignored for now
+    assert job_id in a.jobs and a.jobs[job_id].state == JobState.QUEUED
+    waiter = run(b, "GETJOB", "TIMEOUT", 1000, "FROM", "q")
+    assert isinstance(waiter, Waiter)
+    w.clock.ms += 30
+    cj.need_jobs(b, "q")  # its delivery task, at the first deadline
+    w.pump()
+    assert waiter.done and waiter.reply[0][1] == job_id
