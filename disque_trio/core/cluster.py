@@ -322,8 +322,9 @@ class ClusterTable:
             sender.ping_sent = 0
             sender.pong_received = now
         incarnation = msg.flags >> bus.INCARNATION_SHIFT
-        if incarnation != sender.incarnation:
-            if sender.incarnation and incarnation:
+        if incarnation and incarnation != sender.incarnation:
+            # 0: a release before bus protocol 8, which draws none.
+            if sender.incarnation:
                 self.lost[sender.node_id] = None  # it restarted
             sender.incarnation = incarnation
         self.heard_from(sender)
@@ -487,6 +488,13 @@ class ClusterTable:
         if node.ping_sent and now - node.ping_sent > self.timeout_ms:
             if not node.flags & (PFAIL | FAIL):
                 node.flags |= PFAIL
+                if self.size <= 2:
+                    # Two nodes never agree on a FAIL (a majority of two is
+                    # both): the one left decides alone, as the holder of
+                    # every other copy. Its jobs queued there are taken over
+                    # (Node.fail_over), as each holder's RETRY would do on
+                    # either side of a partition anyway.
+                    self.lost[node.node_id] = None
             self._maybe_mark_failed(node, now)
 
     def _send_heartbeat(self, node: PeerNode, kind: type[bus.Heartbeat], now: int) -> None:

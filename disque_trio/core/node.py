@@ -985,8 +985,8 @@ class Node:
             jobwaits.expire_moved(self)
         if self.delivered_untold:
             self.tell_deliveries()
-        if self.interest:
-            cj.forget_stale_interest(self)
+        if self.interest and self._answered_crons == 0:
+            cj.forget_stale_interest(self)  # every ANSWERED_QUEUED_CRONS crons
         level = self.memory_level()
         # Idle queues go sooner under pressure (300 s, 10 s, 2 s).
         self.queue_max_idle = (QUEUE_MAX_IDLE_SECONDS, 10, 2, 2)[level]

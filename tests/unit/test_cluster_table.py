@@ -559,6 +559,38 @@ def test_unanswered_ping_makes_a_node_pfail_after_the_timeout() -> None:
     assert node not in table.reachable()
 
 
+def test_a_node_is_lost_at_fail_or_in_a_cluster_of_two_at_pfail() -> None:
+    """What the core takes over the jobs of (Node.fail_over): a node marked
+    FAIL, and in a cluster of two, where no FAIL can be agreed, the one
+    suspected."""
+    two = with_peers(B)
+    two.link_changed(B, True, START_MS)
+    two.cron(START_MS + T + 1)
+    assert two.nodes[B].flags == PFAIL and list(two.lost) == [B]
+    three = three_nodes()
+    t = START_MS + T // 2 + 1
+    three.cron(t)
+    three.on_heartbeat(bus.Pong(C, 0, ()), t)
+    three.cron(t + T + 1)
+    assert three.nodes[B].flags == PFAIL and not three.lost
+    three.on_heartbeat(ping(C, entry(B, PFAIL)), t + T + 2)
+    assert three.nodes[B].flags == FAIL and list(three.lost) == [B]
+    told = three_nodes()
+    told.on_fail(bus.Fail(C), START_MS)
+    assert list(told.lost) == [C]
+
+
+def test_a_heartbeat_from_a_new_incarnation_is_a_node_lost() -> None:
+    table = with_peers(B)
+    table.on_heartbeat(bus.Ping(B, 7 << bus.INCARNATION_SHIFT, ()), START_MS)
+    table.on_heartbeat(bus.Ping(B, 7 << bus.INCARNATION_SHIFT, ()), START_MS + 1)
+    table.on_heartbeat(bus.Ping(B, 0, ()), START_MS + 2)  # an older release: no number
+    assert not table.lost
+    table.on_heartbeat(bus.Pong(B, 8 << bus.INCARNATION_SHIFT, ()), START_MS + 3)
+    assert list(table.lost) == [B]
+    assert make_table(seed=1).myself.incarnation != make_table(seed=2).myself.incarnation
+
+
 def test_backward_clock_step_does_not_blind_failure_detection() -> None:
     """Marks from before a step back of the wall clock are in the future:
     left alone they kept a silent node from being pinged, so from PFAIL,
