@@ -413,7 +413,7 @@ class AsyncClient:
         """Count these jobs as held by this client (delivered by ``node``,
         if known), as if it had fetched them: for jobs fetched through
         another client and settled through this one."""
-        self.router.held.hold(node, job_ids)
+        self.router.hold(node, job_ids)
 
     def release(self, *job_ids: str) -> None:
         """These jobs are no longer held (settled through another client)."""

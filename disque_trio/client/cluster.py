@@ -292,13 +292,25 @@ class Router:
         """These jobs were delivered by the node at ``address`` (and are
         held, when ``hold_jobs``)."""
         job_ids = list(job_ids)
+        self._remember(address, job_ids)
+        if self.hold_jobs:
+            self.held.hold(address, job_ids)
+
+    def hold(self, address: Address | None, job_ids: Iterable[str]) -> None:
+        """Jobs delivered to another client (by ``address``, if known)
+        and settled through this one: held here, routed as if delivered
+        here."""
+        job_ids = list(job_ids)
+        if address is not None:
+            self._remember(address, job_ids)
+        self.held.hold(address, job_ids)
+
+    def _remember(self, address: Address, job_ids: Iterable[str]) -> None:
         for job_id in job_ids:
             self._delivered_by[job_id] = address
             self._delivered_by.move_to_end(job_id)
         while len(self._delivered_by) > DELIVERED_BY_MAX:
             self._delivered_by.popitem(last=False)
-        if self.hold_jobs:
-            self.held.hold(address, job_ids)
 
     def delivered_by(self, job_id: str) -> Address | None:
         """The node that delivered the job to this client, if remembered."""
@@ -412,9 +424,7 @@ class Router:
         while its creator is out."""
         result = plan.finish()
         for address, job_ids in result.moved.items():
-            for job_id in job_ids:
-                if job_id in self._delivered_by:
-                    self._delivered_by[job_id] = address
+            self._remember(address, job_ids)
         return result
 
     def jobs_received(self, job_ids: Iterable[str], now: float) -> Address | None:
