@@ -405,7 +405,9 @@ class AsyncClient:
             ) from None
         finally:
             if self.router.held.due:
-                await self._reassert()  # this call found a node gone that held jobs came from
+                await (
+                    self._reassert_quietly()
+                )  # this call found a node gone that held jobs came from
 
     # ------------------------------------------------------------ held jobs
 
@@ -439,15 +441,15 @@ class AsyncClient:
     ) -> None:
         """``check_held`` every ``interval`` seconds while jobs are held,
         until cancelled: run it in a task beside the code that works on
-        the jobs (the Worker does). Never raises for a node's trouble."""
+        the jobs (the Worker does). Never raises: what goes wrong is logged."""
         task_status.started()
         while True:
             await anyio.sleep(interval)
             if len(self.router.held) and not self._closed:
                 try:
                     await self.check_held()
-                except DisqueError as e:
-                    log.debug("checking the held jobs failed: %s", e)
+                except Exception:
+                    log.exception("checking the held jobs failed")
 
     async def _probe(self, address: Address) -> None:
         try:
@@ -470,6 +472,14 @@ class AsyncClient:
                 continue
             self.router.learn(other, hello)
             return
+
+    async def _reassert_quietly(self) -> None:
+        """A round at the end of a call: whatever goes wrong in it is the
+        round's, never the call's."""
+        try:
+            await self._reassert()
+        except Exception:
+            log.exception("keeping the held jobs of a gone node alive failed")
 
     async def _reassert(self) -> ReassertResult | None:
         """A round of WORKING for the held jobs whose node is gone

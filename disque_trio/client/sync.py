@@ -352,7 +352,7 @@ class Client:
             ) from None
         finally:
             if self.router.held.due:
-                self._reassert()  # this call found a node gone that held jobs came from
+                self._reassert_quietly()  # this call found a node gone that held jobs came from
 
     # ------------------------------------------------------------ held jobs
 
@@ -397,6 +397,14 @@ class Client:
                 continue
             self.router.learn(other, hello)
             return
+
+    def _reassert_quietly(self) -> None:
+        """A round at the end of a call: whatever goes wrong in it is the
+        round's, never the call's."""
+        try:
+            self._reassert()
+        except Exception:
+            log.exception("keeping the held jobs of a gone node alive failed")
 
     def _reassert(self) -> ReassertResult | None:
         """A round of WORKING for the held jobs whose node is gone

@@ -337,8 +337,8 @@ class Acknowledger:
         if work.watch:
             try:
                 client.check_held()
-            except DisqueError as e:
-                log.info("checking the nodes of the jobs held failed: %s", e)
+            except Exception:  # the acks above were sent: not counted lost
+                log.exception("checking the nodes of the jobs held failed (carrying on)")
 
     def _send_acks(self, client: Client, batch: list[str]) -> None:
         for attempt in range(self.attempts):
