@@ -13,9 +13,11 @@
 The layers (docs/client.md): ``commands`` (commands as data and typed
 replies), ``protocol`` (``ClientProtocol``: bytes in and out, no I/O),
 ``cluster`` (``Router``: which node, when to move or retry, no I/O),
-``scan`` (QSCAN/JSCAN cursors), and the shells ``aio`` (``AsyncClient``,
-on AnyIO: Trio or asyncio) and ``sync`` (``Client``, on sockets). Only
-``disque_trio.protocol`` is used from the rest of the package.
+``held`` (``HeldJobs``: the jobs a consumer holds, kept alive elsewhere
+when their node is gone), ``scan`` (QSCAN/JSCAN cursors), and the shells
+``aio`` (``AsyncClient``, on AnyIO: Trio or asyncio) and ``sync``
+(``Client``, on sockets). Only ``disque_trio.protocol`` is used from the
+rest of the package.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .errors import (
     ResponseError,
     TooLateError,
 )
+from .held import HeldJobs, Reassert, ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
 from .scan import Scan
 from .sync import Client
@@ -62,6 +65,7 @@ __all__ = [
     "DisqueConnectionError",
     "DisqueError",
     "DisqueTimeoutError",
+    "HeldJobs",
     "HelloInfo",
     "Job",
     "JobInfo",
@@ -77,6 +81,8 @@ __all__ = [
     "ProducerTracker",
     "ProtocolViolationError",
     "QueueStats",
+    "Reassert",
+    "ReassertResult",
     "Response",
     "ResponseError",
     "Router",

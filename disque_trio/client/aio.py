@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import select
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -21,13 +22,14 @@ import anyio.abc
 from . import commands as cmds
 from ._base import (
     ADD_JOBS_RUN,
+    PROBE_TIMEOUT,
     ClientOptions,
     NodesSpec,
     addjob_commands,
     combine,
-    encode_text,
     job_ids_of,
-    schedule_delay,
+    log_reassert,
+    log_retry,
 )
 from .cluster import Router
 from .commands import Command
@@ -38,7 +40,9 @@ from .errors import (
     DisqueTimeoutError,
     LeavingError,
     NoNodeAvailableError,
+    ResponseError,
 )
+from .held import ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
@@ -75,6 +79,20 @@ class _Connection:
     @property
     def reusable(self) -> bool:
         return self.proto.reusable
+
+    def peer_closed(self) -> bool:
+        """Whether the node closed this idle connection, checked without
+        waiting: its socket is closed, or has something to read (its end
+        of file). A command written to it would be lost, never run."""
+        try:
+            sock = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        except anyio.TypedAttributeLookupError:
+            return False  # not a socket (tests)
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     async def call(self, command: Command[T]) -> T:
         """Send one command and read its reply; a broken connection is
@@ -191,6 +209,7 @@ class AsyncClient:
         self._pools: dict[Address, _Pool] = {}
         self._discovery = anyio.Lock()
         self._closed = False
+        self._reasserting = False  # a round of WORKING for held jobs is on
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -260,6 +279,13 @@ class AsyncClient:
         for attempt in range(2):
             conn = await pool.acquire()
             reused = conn.calls > 0
+            while reused and not command.idempotent and conn.peer_closed():
+                # Closed by the node while idle (a restart): the command
+                # would be lost unsent, and could not be sent again.
+                conn.proto.receive_data(b"")
+                await pool.release(conn)  # closes it
+                conn = await pool.acquire()
+                reused = conn.calls > 0
             try:
                 result = await conn.call(command)
                 conn.calls += 1
@@ -327,14 +353,21 @@ class AsyncClient:
                 if address is not None:
                     self.router.leaving(address)
                     log.info("%s is leaving the cluster: moving", _fmt(address))
+            except ResponseError as e:
+                if e.code not in command.retry_codes or address is None:
+                    raise
+                error = e
+                self.router.refused(address, e, anyio.current_time())
             except DisqueConnectionError as e:
                 error = e
                 if address is not None:
                     self.router.failed(address, anyio.current_time())
                     log.info("%s: %s", _fmt(address), e)
             attempt += 1
-            if attempt >= self.options.max_attempts or not Router.retryable(command, error):
+            limit = command.attempts or self.options.max_attempts
+            if attempt >= limit or not Router.retryable(command, error):
                 raise error
+            log_retry(command, error, address)
             await anyio.sleep(self.router.backoff.delay(attempt - 1, self.router.rng))
 
     async def _part(self, address: Address | None, command: Command[T]) -> T:
@@ -370,6 +403,117 @@ class AsyncClient:
             raise DisqueTimeoutError(
                 f"{command.name} did not complete in {budget:.3g} s"
             ) from None
+        finally:
+            if self.router.held.due:
+                await (
+                    self._reassert_quietly()
+                )  # this call found a node gone that held jobs came from
+
+    # ------------------------------------------------------------ held jobs
+
+    def hold(self, job_ids: Iterable[str], node: Address | None = None) -> None:
+        """Count these jobs as held by this client (delivered by ``node``,
+        if known), as if it had fetched them: for jobs fetched through
+        another client and settled through this one."""
+        self.router.hold(node, job_ids)
+
+    def release(self, *job_ids: str) -> None:
+        """These jobs are no longer held (settled through another client)."""
+        self.router.held.release(job_ids)
+
+    async def check_held(self) -> ReassertResult | None:
+        """Make sure the jobs this client holds are kept alive: PING each
+        node they were delivered by (one that does not answer in time is
+        looked up in HELLO elsewhere: failing?), and for the jobs of a
+        node gone, WORKING at a node holding a copy (docs/client.md,
+        "Held jobs"). What that round did, or None if nothing was due.
+        ``watch_held`` calls it every ``interval``; any call does the
+        second half."""
+        for address in self.router.held.nodes():
+            await self._probe(address)
+        return await self._reassert()
+
+    async def watch_held(
+        self,
+        interval: float = 0.5,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """``check_held`` every ``interval`` seconds while jobs are held,
+        until cancelled: run it in a task beside the code that works on
+        the jobs (the Worker does). Never raises: what goes wrong is logged."""
+        task_status.started()
+        while True:
+            await anyio.sleep(interval)
+            if len(self.router.held) and not self._closed:
+                try:
+                    await self.check_held()
+                except Exception:
+                    log.exception("checking the held jobs failed")
+
+    async def _probe(self, address: Address) -> None:
+        try:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                await self._once(address, cmds.ping())
+        except DisqueConnectionError as e:
+            self.router.failed(address, anyio.current_time())
+            log.info("%s (it delivered held jobs): %s", _fmt(address), e)
+        except (TimeoutError, DisqueError) as e:
+            log.info("%s (it delivered held jobs) did not answer PING: %s", _fmt(address), e)
+            await self._hello_elsewhere(address)
+
+    async def _hello_elsewhere(self, address: Address) -> None:
+        """Learn from HELLO at another node whether ``address`` is failing."""
+        for other in self.router.connect_order(anyio.current_time(), exclude=[address]):
+            try:
+                with anyio.fail_after(PROBE_TIMEOUT):
+                    hello = await self._once(other, cmds.hello())
+            except (TimeoutError, DisqueError):
+                continue
+            self.router.learn(other, hello)
+            return
+
+    async def _reassert_quietly(self) -> None:
+        """A round at the end of a call: whatever goes wrong in it is the
+        round's, never the call's."""
+        try:
+            await self._reassert()
+        except Exception:
+            log.exception("keeping the held jobs of a gone node alive failed")
+
+    async def _reassert(self) -> ReassertResult | None:
+        """A round of WORKING for the held jobs whose node is gone
+        (held.py), pipelined node by node; errors are the round's."""
+        if self._reasserting or not self.router.held.due:
+            return None
+        self._reasserting = True
+        try:
+            plan = self.router.reassert(anyio.current_time())
+            while (batch := plan.next_batch()) is not None:
+                address, commands = batch
+                try:
+                    with anyio.fail_after(self.options.timeout):
+                        responses = await self._pipeline(address, commands)
+                except (TimeoutError, DisqueError):
+                    self.router.failed(address, anyio.current_time())
+                    plan.unreachable(address)
+                    continue
+                if any(isinstance(r.error, DisqueConnectionError) for r in responses):
+                    self.router.failed(address, anyio.current_time())
+                plan.feed(address, responses)
+            result = self.router.reasserted(plan)
+        finally:
+            self._reasserting = False
+        log_reassert(result)
+        return result
+
+    async def _pipeline(self, address: Address, commands: list[Command[T]]) -> list[Response[T]]:
+        pool = self._pool(address)
+        conn = await pool.acquire()
+        try:
+            return await conn.call_many(commands)
+        finally:
+            await pool.release(conn)
 
     async def _parts(
         self, parts: list[tuple[Address | None, Command[T]]], concurrent: bool
@@ -408,25 +552,32 @@ class AsyncClient:
         ttl: int | None = None,
         maxlen: int | None = None,
         asynchronous: bool = False,
-        resend: bool = False,
+        resend: bool | None = None,
+        retries: int | None = None,
     ) -> str:
         """ADDJOB; returns the job ID. ``timeout_ms`` (replication) defaults
         to the client's call timeout. ``delay`` (seconds, rounded up) or
         ``eta`` (a datetime; naive means local time): when the job is first
-        queued. After a lost connection the job may or may not exist: it is
-        sent again only with ``resend=True`` (a duplicate is possible then)."""
+        queued. Refused with -NOREPL, or not sent (no connection), it is
+        sent again elsewhere, after a back-off, up to ``retries`` times
+        (the client's ``add_job_retries`` by default). After a connection
+        lost with it in flight the job may or may not exist: it is sent
+        again only with ``resend`` (the client's, True by default), and
+        may then exist twice."""
         return await self.execute(
-            cmds.addjob(
+            self.options.addjob_command(
                 queue,
-                encode_text(body),
-                self.options.addjob_timeout_ms(timeout_ms),
+                body,
+                timeout_ms=timeout_ms,
+                delay=delay,
+                eta=eta,
+                resend=resend,
+                retries=retries,
                 replicate=replicate,
-                delay=schedule_delay(delay, eta, datetime.now(UTC)),
                 retry=retry,
                 ttl=ttl,
                 maxlen=maxlen,
                 asynchronous=asynchronous,
-                resend=resend,
             )
         )
 
@@ -539,6 +690,7 @@ class AsyncClient:
     async def ack_job(self, *job_ids: str) -> int:
         if not job_ids:
             return 0
+        self.router.held.release(job_ids)
         done = await self.execute(cmds.ackjob(*job_ids))
         self.router.forget_jobs(job_ids)
         return done
@@ -546,6 +698,7 @@ class AsyncClient:
     async def fast_ack(self, *job_ids: str) -> int:
         if not job_ids:
             return 0
+        self.router.held.release(job_ids)
         done = await self.execute(cmds.fastack(*job_ids))
         self.router.forget_jobs(job_ids)
         return done
@@ -553,7 +706,10 @@ class AsyncClient:
     async def nack(self, *job_ids: str, delay: float | None = None) -> int:
         """NACK: queue the jobs again, now or after ``delay`` seconds
         (rounded up), counting a nack; how many were queued."""
-        return await self.execute(cmds.nack(*job_ids, delay=delay)) if job_ids else 0
+        if not job_ids:
+            return 0
+        self.router.held.release(job_ids)
+        return await self.execute(cmds.nack(*job_ids, delay=delay))
 
     async def working(self, job_id: str) -> int:
         """WORKING: postpones the next re-queue; returns the RETRY in s."""
@@ -563,6 +719,7 @@ class AsyncClient:
         return await self.execute(cmds.show(job_id))
 
     async def enqueue(self, *job_ids: str, delay: float | None = None) -> int:
+        self.router.held.release(job_ids)
         return await self.execute(cmds.enqueue(*job_ids, delay=delay))
 
     async def wait_job(self, job_id: str, *, timeout: float | None = None) -> str:
@@ -586,6 +743,7 @@ class AsyncClient:
         return await self.execute(cmds.dequeue(*job_ids))
 
     async def del_job(self, *job_ids: str) -> int:
+        self.router.held.release(job_ids)
         return await self.execute(cmds.deljob(*job_ids))
 
     # ------------------------------------------------------------ queues

@@ -33,7 +33,9 @@ from .errors import (
     DisqueError,
     LeavingError,
     NoJobError,
+    ResponseError,
 )
+from .held import HeldJobs, Reassert, ReassertResult
 from .types import Address, HelloInfo, NodeInfo, node_prefix
 
 __all__ = [
@@ -184,7 +186,9 @@ class _Trouble:
 class Router:
     """Where commands go. ``current`` is the node the client works with;
     routed commands (ACKJOB, FASTACK, NACK, WORKING, SHOW) go to the node
-    that created their job when HELLO told us its address."""
+    that created their job when HELLO told us its address. ``held``: the
+    jobs this client was delivered and has not settled (held.py), kept
+    alive elsewhere when their node is gone (``reassert``)."""
 
     def __init__(
         self,
@@ -196,6 +200,7 @@ class Router:
         backoff: Backoff | None = None,
         route_by_job_id: bool = True,
         hello_interval: float = 5.0,
+        hold_jobs: bool = True,
     ) -> None:
         if not seeds:
             raise ValueError("no node address given")
@@ -210,6 +215,14 @@ class Router:
         self.current_id: str | None = None
         self._trouble: dict[Address, _Trouble] = {}
         self._leaving: set[Address] = set()  # said -LEAVING; cleared by a HELLO saying otherwise
+        # The last connection attempt to these failed (cleared when one
+        # answers HELLO): routed commands do not go there first, however
+        # long ago that was; connect_order's rest is a short back-off.
+        self._down: set[Address] = set()
+        # Jobs fetched through this client are held until it settles them
+        # (False: the caller holds them elsewhere, or does not care).
+        self.hold_jobs = hold_jobs
+        self.held = HeldJobs()
         self.moves = 0  # follow-the-producer moves made
         # Which node delivered each recent job (bounded): where its ACK goes
         # when the node that created it cannot be used.
@@ -252,6 +265,8 @@ class Router:
     def learn(self, address: Address, hello: HelloInfo) -> None:
         """Take the node table from a HELLO answered at ``address``."""
         self._trouble.pop(address, None)
+        self._down.discard(address)
+        self.held.back(address)
         nodes = {}
         for node in hello.nodes:
             if node.id == hello.node_id:
@@ -261,6 +276,8 @@ class Router:
             nodes[node.id] = node
             if node.priority < PRIORITY_UNUSABLE:
                 self._leaving.discard(node.address)
+            else:
+                self.held.gone(node.address)  # failing or leaving
         self.nodes = nodes
 
     def hello_due(self, now: float) -> bool:
@@ -272,16 +289,39 @@ class Router:
         self._hello_at = now
 
     def delivered(self, address: Address, job_ids: Iterable[str]) -> None:
-        """These jobs were delivered by the node at ``address``."""
+        """These jobs were delivered by the node at ``address`` (and are
+        held, when ``hold_jobs``)."""
+        job_ids = list(job_ids)
+        self._remember(address, job_ids)
+        if self.hold_jobs:
+            self.held.hold(address, job_ids)
+
+    def hold(self, address: Address | None, job_ids: Iterable[str]) -> None:
+        """Jobs delivered to another client (by ``address``, if known)
+        and settled through this one: held here, routed as if delivered
+        here."""
+        job_ids = list(job_ids)
+        if address is not None:
+            self._remember(address, job_ids)
+        self.held.hold(address, job_ids)
+
+    def _remember(self, address: Address, job_ids: Iterable[str]) -> None:
         for job_id in job_ids:
             self._delivered_by[job_id] = address
             self._delivered_by.move_to_end(job_id)
         while len(self._delivered_by) > DELIVERED_BY_MAX:
             self._delivered_by.popitem(last=False)
 
+    def delivered_by(self, job_id: str) -> Address | None:
+        """The node that delivered the job to this client, if remembered."""
+        return self._delivered_by.get(job_id)
+
     def forget_jobs(self, job_ids: Iterable[str]) -> None:
+        """Acknowledged: nothing will be routed for them any more."""
+        job_ids = list(job_ids)
         for job_id in job_ids:
             self._delivered_by.pop(job_id, None)
+        self.held.release(job_ids)
 
     def sweep_targets(self, now: float) -> list[Address]:
         """Nodes a consumer should also take jobs from with GETJOB NOHANG:
@@ -333,7 +373,25 @@ class Router:
     # ------------------------------------------------------------ events
 
     def failed(self, address: Address, now: float) -> None:
-        """A connection to ``address`` could not be opened or broke."""
+        """A connection to ``address`` could not be opened or broke: it
+        rests, and the jobs held from it are orphans (held.py)."""
+        self._rest(address, now)
+        self._down.add(address)
+        self.held.gone(address)
+
+    def refused(self, address: Address, error: ResponseError, now: float) -> None:
+        """``address`` answered one of the command's ``retry_codes`` (an
+        ADDJOB's -NOREPL: too few nodes reachable from it, now): the call
+        goes elsewhere, and that node rests as after a failure, without
+        counting as out of reach. A node that says it refused because it
+        is leaving (it keeps no copy then, so with REPLICATE n it needs n
+        others) is left as after -LEAVING."""
+        if "leaving" in error.message.lower():
+            self.leaving(address)
+        else:
+            self._rest(address, now)
+
+    def _rest(self, address: Address, now: float) -> None:
         trouble = self._trouble.get(address)
         failures = trouble.failures + 1 if trouble else 1
         self._trouble[address] = _Trouble(
@@ -343,10 +401,31 @@ class Router:
             self.current = self.current_id = None
 
     def leaving(self, address: Address) -> None:
-        """``address`` answered -LEAVING: stop using it."""
+        """``address`` answered -LEAVING: stop using it (and keep the jobs
+        held from it alive elsewhere)."""
         self._leaving.add(address)
+        self.held.gone(address)
         if address == self.current:
             self.current = self.current_id = None
+
+    # ------------------------------------------------------------ held jobs
+
+    def reassert(self, now: float) -> Reassert:
+        """A round of WORKING for the held jobs whose node is gone: the
+        nodes that created them first, then the connect order, without
+        the nodes whose last connection failed."""
+        orphans = self.held.orphans()
+        creators = [n.address for j in orphans if (n := self.node_for_job(j)) is not None]
+        order = dict.fromkeys([*creators, *self.connect_order(now)])
+        return Reassert(self.held, [a for a in order if a not in self._down])
+
+    def reasserted(self, plan: Reassert) -> ReassertResult:
+        """Record a round: a job kept alive at a node is routed there
+        while its creator is out."""
+        result = plan.finish()
+        for address, job_ids in result.moved.items():
+            self._remember(address, job_ids)
+        return result
 
     def jobs_received(self, job_ids: Iterable[str], now: float) -> Address | None:
         """A consumer got these jobs. When following producers is on and
@@ -384,8 +463,10 @@ class Router:
         groups: dict[Address | None, list[str]] = {}
         for job_id in command.job_ids:
             node = self.node_for_job(job_id)
-            target = node.address if node is not None else self._delivered_by.get(job_id)
-            if target == self.current:
+            target = node.address if node is not None else None
+            if target is None or target in self._down:
+                target = self._delivered_by.get(job_id)
+            if target == self.current or target in self._down:
                 target = None
             groups.setdefault(target, []).append(job_id)
         if len(groups) == 1:
@@ -397,6 +478,8 @@ class Router:
         """May the command be sent again (elsewhere) after this error?"""
         if isinstance(error, LeavingError):
             return True  # refused before doing anything
+        if isinstance(error, ResponseError):
+            return error.code in command.retry_codes  # the node says it did nothing
         if isinstance(error, ConnectionLostError):
             return command.idempotent  # it may have run
         # Not sent at all (the connection could not be opened).

@@ -67,9 +67,13 @@ class Command(Generic[T_co]):
     ``idempotent``: sending it twice does no harm, so a shell may send it
     again when the connection broke after it was sent. (Any command may be
     sent again when it never left: a connection that could not be opened.)
-    ``routed``: the shells send it to the node named by its job IDs when
-    that node is known (``job_ids``). ``block``: seconds the node may hold
-    the reply back on purpose (GETJOB's TIMEOUT); ``None`` for no limit.
+    ``retry_codes``: error replies after which the node did nothing, so
+    the command may be sent again elsewhere (ADDJOB's NOREPL).
+    ``attempts``: how many times a shell may send it in all (None: the
+    client's ``max_attempts``). ``routed``: the shells send it to the node
+    named by its job IDs when that node is known (``job_ids``). ``block``:
+    seconds the node may hold the reply back on purpose (GETJOB's
+    TIMEOUT); ``None`` for no limit.
     """
 
     args: tuple[bytes, ...]
@@ -81,6 +85,8 @@ class Command(Generic[T_co]):
     # Arguments after the IDs of a routed command (NACK's DELAY, WAITJOB's
     # TIMEOUT): every part of it split by node carries them.
     tail: tuple[bytes, ...] = ()
+    retry_codes: tuple[str, ...] = ()
+    attempts: int | None = None
 
     @property
     def name(self) -> str:
@@ -358,9 +364,13 @@ def addjob(
     maxlen: int | None = None,
     asynchronous: bool = False,
     resend: bool = False,
+    attempts: int | None = None,
 ) -> Command[str]:
-    """ADDJOB; the reply is the new job's ID. Never sent twice by a shell
-    unless ``resend`` (a second copy of the job could be created)."""
+    """ADDJOB; the reply is the new job's ID. Sent again (up to
+    ``attempts`` in all) after -NOREPL (the node deleted the copies it
+    made) or a connection that could not be opened; after a connection
+    lost with it in flight only with ``resend`` (the job may have been
+    added: a second copy of it could be created)."""
     args: list[Arg] = ["ADDJOB", queue, body, timeout_ms]
     for name, value in (
         ("REPLICATE", replicate),
@@ -375,7 +385,14 @@ def addjob(
         args.append("ASYNC")
     # The node may wait up to ms-timeout for its copies (0: up to the TTL).
     block = None if timeout_ms == 0 and not asynchronous else timeout_ms / 1000
-    return Command(_args(*args), parse_status, idempotent=resend, block=block)
+    return Command(
+        _args(*args),
+        parse_status,
+        idempotent=resend,
+        block=block,
+        retry_codes=("NOREPL",),
+        attempts=attempts,
+    )
 
 
 def getjob(

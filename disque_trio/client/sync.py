@@ -10,23 +10,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import select
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
 from . import commands as cmds
 from ._base import (
     ADD_JOBS_RUN,
+    PROBE_TIMEOUT,
     ClientOptions,
     NodesSpec,
     addjob_commands,
     combine,
-    encode_text,
     job_ids_of,
-    schedule_delay,
+    log_reassert,
+    log_retry,
 )
 from .cluster import Router
 from .commands import Command
@@ -37,7 +39,9 @@ from .errors import (
     DisqueTimeoutError,
     LeavingError,
     NoNodeAvailableError,
+    ResponseError,
 )
+from .held import ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
@@ -95,6 +99,19 @@ class _Connection:
     @property
     def usable(self) -> bool:
         return self.proto.reusable
+
+    def peer_closed(self) -> bool:
+        """Whether the node closed this idle connection (it has something
+        to read: its end of file), checked without waiting. A command
+        written to it would be lost unanswered, never run."""
+        fileno = getattr(self.sock, "fileno", None)
+        if fileno is None:
+            return False  # not a real socket (tests)
+        try:
+            readable, _, _ = select.select([fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
     def call(self, command: Command[T], deadline: _Deadline) -> T:
         data = self.proto.send(command)
@@ -161,6 +178,7 @@ class Client:
         self.router: Router = self.options.router
         self._connector = connector or _tcp
         self._conns: dict[Address, _Connection] = {}
+        self._reasserting = False  # a round of WORKING for held jobs is on
 
     def __enter__(self) -> Client:
         return self
@@ -224,6 +242,12 @@ class Client:
         for attempt in range(2):
             conn = self._connection(address, deadline)
             reused = conn.calls > 0
+            if reused and not command.idempotent and conn.peer_closed():
+                # Closed by the node while idle (a restart): the command
+                # would be lost unsent, and could not be sent again.
+                conn.close()
+                conn = self._connection(address, deadline)
+                reused = False
             try:
                 result = conn.call(command, deadline)
             except ConnectionLostError:
@@ -275,14 +299,21 @@ class Client:
                 if address is not None:
                     self.router.leaving(address)
                     log.info("%s is leaving the cluster: moving", _fmt(address))
+            except ResponseError as e:
+                if e.code not in command.retry_codes or address is None:
+                    raise
+                error = e
+                self.router.refused(address, e, time.monotonic())
             except DisqueConnectionError as e:
                 error = e
                 if address is not None:
                     self.router.failed(address, time.monotonic())
                     log.info("%s: %s", _fmt(address), e)
             attempt += 1
-            if attempt >= self.options.max_attempts or not Router.retryable(command, error):
+            limit = command.attempts or self.options.max_attempts
+            if attempt >= limit or not Router.retryable(command, error):
                 raise error
+            log_retry(command, error, address)
             pause = self.router.backoff.delay(attempt - 1, self.router.rng)
             time.sleep(min(pause, deadline.left()))
 
@@ -319,6 +350,87 @@ class Client:
             raise DisqueTimeoutError(
                 f"{command.name} did not complete in {budget:.3g} s"
             ) from None
+        finally:
+            if self.router.held.due:
+                self._reassert_quietly()  # this call found a node gone that held jobs came from
+
+    # ------------------------------------------------------------ held jobs
+
+    def hold(self, job_ids: Iterable[str], node: Address | None = None) -> None:
+        """Count these jobs as held by this client (delivered by ``node``,
+        if known), as if it had fetched them: for jobs fetched through
+        another client and settled through this one."""
+        self.router.hold(node, job_ids)
+
+    def release(self, *job_ids: str) -> None:
+        """These jobs are no longer held (settled through another client)."""
+        self.router.held.release(job_ids)
+
+    def check_held(self) -> ReassertResult | None:
+        """Make sure the jobs this client holds are kept alive: PING each
+        node they were delivered by (one that does not answer in time is
+        looked up in HELLO elsewhere: failing?), and for the jobs of a
+        node gone, WORKING at a node holding a copy (docs/client.md,
+        "Held jobs"). What that round did, or None if nothing was due.
+        Call it every second or so while working on jobs with nothing
+        else calling the client; any call does the second half."""
+        for address in self.router.held.nodes():
+            self._probe(address)
+        return self._reassert()
+
+    def _probe(self, address: Address) -> None:
+        try:
+            self._once(address, cmds.ping(), _Deadline(PROBE_TIMEOUT))
+        except DisqueConnectionError as e:
+            self.router.failed(address, time.monotonic())
+            log.info("%s (it delivered held jobs): %s", _fmt(address), e)
+        except (TimeoutError, DisqueError) as e:
+            log.info("%s (it delivered held jobs) did not answer PING: %s", _fmt(address), e)
+            self._hello_elsewhere(address)
+
+    def _hello_elsewhere(self, address: Address) -> None:
+        """Learn from HELLO at another node whether ``address`` is failing."""
+        for other in self.router.connect_order(time.monotonic(), exclude=[address]):
+            try:
+                hello = self._once(other, cmds.hello(), _Deadline(PROBE_TIMEOUT))
+            except (TimeoutError, DisqueError):
+                continue
+            self.router.learn(other, hello)
+            return
+
+    def _reassert_quietly(self) -> None:
+        """A round at the end of a call: whatever goes wrong in it is the
+        round's, never the call's."""
+        try:
+            self._reassert()
+        except Exception:
+            log.exception("keeping the held jobs of a gone node alive failed")
+
+    def _reassert(self) -> ReassertResult | None:
+        """A round of WORKING for the held jobs whose node is gone
+        (held.py), pipelined node by node; errors are the round's."""
+        if self._reasserting or not self.router.held.due:
+            return None
+        self._reasserting = True
+        try:
+            plan = self.router.reassert(time.monotonic())
+            while (batch := plan.next_batch()) is not None:
+                address, commands = batch
+                deadline = _Deadline(self.options.timeout)
+                try:
+                    responses = self._connection(address, deadline).call_many(commands, deadline)
+                except (TimeoutError, DisqueError):
+                    self.router.failed(address, time.monotonic())
+                    plan.unreachable(address)
+                    continue
+                if any(isinstance(r.error, DisqueConnectionError) for r in responses):
+                    self.router.failed(address, time.monotonic())
+                plan.feed(address, responses)
+            result = self.router.reasserted(plan)
+        finally:
+            self._reasserting = False
+        log_reassert(result)
+        return result
 
     def call(self, *args: cmds.Arg) -> object:
         """Any command, its reply as decoded; not retried after a lost
@@ -340,21 +452,24 @@ class Client:
         ttl: int | None = None,
         maxlen: int | None = None,
         asynchronous: bool = False,
-        resend: bool = False,
+        resend: bool | None = None,
+        retries: int | None = None,
     ) -> str:
         """ADDJOB; see AsyncClient.add_job."""
         return self.execute(
-            cmds.addjob(
+            self.options.addjob_command(
                 queue,
-                encode_text(body),
-                self.options.addjob_timeout_ms(timeout_ms),
+                body,
+                timeout_ms=timeout_ms,
+                delay=delay,
+                eta=eta,
+                resend=resend,
+                retries=retries,
                 replicate=replicate,
-                delay=schedule_delay(delay, eta, datetime.now(UTC)),
                 retry=retry,
                 ttl=ttl,
                 maxlen=maxlen,
                 asynchronous=asynchronous,
-                resend=resend,
             )
         )
 
@@ -444,6 +559,7 @@ class Client:
     def ack_job(self, *job_ids: str) -> int:
         if not job_ids:
             return 0
+        self.router.held.release(job_ids)
         done = self.execute(cmds.ackjob(*job_ids))
         self.router.forget_jobs(job_ids)
         return done
@@ -451,13 +567,17 @@ class Client:
     def fast_ack(self, *job_ids: str) -> int:
         if not job_ids:
             return 0
+        self.router.held.release(job_ids)
         done = self.execute(cmds.fastack(*job_ids))
         self.router.forget_jobs(job_ids)
         return done
 
     def nack(self, *job_ids: str, delay: float | None = None) -> int:
         """See AsyncClient.nack."""
-        return self.execute(cmds.nack(*job_ids, delay=delay)) if job_ids else 0
+        if not job_ids:
+            return 0
+        self.router.held.release(job_ids)
+        return self.execute(cmds.nack(*job_ids, delay=delay))
 
     def working(self, job_id: str) -> int:
         return self.execute(cmds.working(job_id))
@@ -466,6 +586,7 @@ class Client:
         return self.execute(cmds.show(job_id))
 
     def enqueue(self, *job_ids: str, delay: float | None = None) -> int:
+        self.router.held.release(job_ids)
         return self.execute(cmds.enqueue(*job_ids, delay=delay))
 
     def wait_job(self, job_id: str, *, timeout: float | None = None) -> str:
@@ -484,6 +605,7 @@ class Client:
         return self.execute(cmds.dequeue(*job_ids))
 
     def del_job(self, *job_ids: str) -> int:
+        self.router.held.release(job_ids)
         return self.execute(cmds.deljob(*job_ids))
 
     # ------------------------------------------------------------ queues

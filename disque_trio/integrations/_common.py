@@ -11,8 +11,10 @@ a consumer's own   for its blocking GETJOB, used by the thread that
 client             consumes only;
 ``Acknowledger``   a thread with its own client that sends ACKJOB for the
                    IDs handed to it, in batches (every ID that came in
-                   while the previous ACKJOB was on the wire), and, when
-                   asked, WORKING for the jobs a process holds too long.
+                   while the previous ACKJOB was on the wire), holds the
+                   jobs the process works on (WORKING elsewhere when the
+                   node they came from is gone), and, when asked, sends
+                   WORKING for the jobs a process holds too long.
 
 ``each_node`` runs a call on every usable node, for what Disque keeps per
 node (a queue's length, JSCAN). ``add_dead_letter`` writes the worker's
@@ -31,12 +33,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..client import (
     Address,
     Client,
     DisqueError,
+    Job,
     NoJobError,
     NoReplError,
     TooLateError,
@@ -54,6 +58,7 @@ __all__ = [
     "count_jobs",
     "each_node",
     "purge_queue",
+    "track_delivered",
     "whole_seconds",
 ]
 
@@ -111,7 +116,8 @@ class SharedClient:
 
 
 class Acknowledger:
-    """A thread that acknowledges jobs for the whole process.
+    """A thread that acknowledges jobs for the whole process, and looks
+    after the jobs it holds.
 
     ``ack(job_id)`` returns at once; the thread sends ACKJOB with every ID
     waiting (at most ``max_batch``), and again as soon as that reply came,
@@ -123,12 +129,17 @@ class Acknowledger:
     ``close()`` flushes and stops the thread (the next ``ack()`` starts
     another).
 
-    With ``keepalive`` seconds, jobs given to ``track()`` get a WORKING
-    (their next re-queue postponed by RETRY) every ``keepalive`` seconds
-    until ``untrack()`` or ``ack()``: a process that is alive keeps its
-    jobs, one that died gives them back after RETRY. A job the node says
-    is too old for that (-TOOLATE: half its TTL passed) or unknown
-    (-NOJOB) is no longer tracked.
+    Jobs given to ``track()`` (with the node that delivered them) are held
+    by the thread's client until ``ack()`` or ``untrack()``: every
+    ``watch`` seconds while it holds any, the thread checks the nodes
+    they came from, and when one is gone sends WORKING for its jobs where
+    a copy is (the client's ``check_held``, docs/client.md), so that a
+    task still running is not run again elsewhere. With ``keepalive``
+    seconds, tracked jobs also get a WORKING (their next re-queue
+    postponed by RETRY) every ``keepalive`` seconds: a process that is
+    alive keeps its jobs, one that died gives them back after RETRY. A job
+    the node says is too old for that (-TOOLATE: half its TTL passed) or
+    unknown (-NOJOB) gets no more of those.
     """
 
     def __init__(
@@ -136,14 +147,18 @@ class Acknowledger:
         factory: ClientFactory,
         *,
         keepalive: float | None = None,
+        watch: float = 0.5,
         max_batch: int = 1000,
         attempts: int = 3,
         name: str = "disque-acks",
     ) -> None:
         if keepalive is not None and keepalive <= 0:
             raise ValueError("keepalive must be positive")
+        if watch <= 0:
+            raise ValueError("watch must be positive")
         self._factory = factory
         self.keepalive = keepalive
+        self.watch = watch
         self.max_batch = max_batch
         self.attempts = attempts
         self.name = name
@@ -154,8 +169,16 @@ class Acknowledger:
         self._cond = threading.Condition(threading.Lock())
         self._pending: list[str] = []
         self._tracked: dict[str, float] = {}  # job ID -> when its WORKING is due
+        # Held, not acked or untracked yet (what the thread's client holds
+        # once it has taken the changes below): whether to watch at all.
+        self._holding: set[str] = set()
+        # Changes to the client's held jobs, for the thread to make (the
+        # client is the thread's alone), in order: holds before releases.
+        self._to_hold: list[tuple[list[str], Address | None]] = []
+        self._to_release: list[str] = []
         self._busy = False  # a batch or a WORKING is on the wire
         self._scan_at = 0.0  # when the tracked jobs are next looked at
+        self._watch_at = 0.0  # when the held jobs' nodes are next checked
         self._closed = False
         self._thread: threading.Thread | None = None
         self.lost = 0  # acknowledgements given up
@@ -175,26 +198,35 @@ class Acknowledger:
         self._check()
         with self._cond:
             self._tracked.pop(job_id, None)
+            self._holding.discard(job_id)  # the ACKJOB releases it
             self._pending.append(job_id)
             self._start()
             self._cond.notify_all()
 
-    def track(self, job_ids: Sequence[str]) -> None:
-        if self.keepalive is None or not job_ids:
+    def track(self, job_ids: Sequence[str], node: Address | None = None) -> None:
+        """Jobs delivered to this process (by ``node``, if known), being
+        worked on until ``ack()`` or ``untrack()``."""
+        if not job_ids:
             return
         self._check()
-        due = time.monotonic() + self.keepalive
+        due = time.monotonic() + (self.keepalive or 0.0)
         with self._cond:
-            for job_id in job_ids:
-                self._tracked[job_id] = due
+            self._to_hold.append((list(job_ids), node))
+            self._holding.update(job_ids)
+            if self.keepalive is not None:
+                for job_id in job_ids:
+                    self._tracked[job_id] = due
             self._start()
+            self._cond.notify_all()  # the thread may wait with no timeout
 
     def untrack(self, job_id: str) -> None:
-        if self.keepalive is None:
-            return
+        """Settled otherwise (NACK, ENQUEUE...): no longer held."""
         self._check()
         with self._cond:
             self._tracked.pop(job_id, None)
+            if job_id in self._holding:
+                self._holding.discard(job_id)
+                self._to_release.append(job_id)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every ID handed in was sent (or given up); False if
@@ -224,6 +256,9 @@ class Acknowledger:
         with self._cond:
             self._closed = True
             self._tracked.clear()
+            self._holding.clear()
+            self._to_hold.clear()
+            self._to_release.clear()
             self._cond.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -242,21 +277,18 @@ class Acknowledger:
         try:
             while True:
                 with self._cond:
-                    batch, due = self._next_work()
-                    if batch is None:
+                    work = self._next_work()
+                    if work is None:
                         return
                     self._busy = True
                 try:
                     if client is None:
                         client = self._factory()
-                    if batch:
-                        self._send_acks(client, batch)
-                    for job_id in due:
-                        self._working(client, job_id)
+                    self._do(client, work)
                 except Exception:
                     # Never let the thread die: every later ack would wait
                     # for ever. What was in hand comes back at its RETRY.
-                    self.lost += len(batch)
+                    self.lost += len(work.acks)
                     log.exception("acknowledging thread: unexpected error (carrying on)")
                 finally:
                     with self._cond:
@@ -266,25 +298,47 @@ class Acknowledger:
             if client is not None:
                 client.close()
 
-    def _next_work(self) -> tuple[list[str] | None, list[str]]:
-        """Under the lock: wait for IDs to send or WORKINGs due; (None, [])
-        once closed with nothing left."""
+    def _next_work(self) -> _Work | None:
+        """Under the lock: wait for something to do; None once closed with
+        nothing left."""
         while True:
             now = time.monotonic()
-            due: list[str] = []
+            work = _Work(holds=self._to_hold, releases=self._to_release)
+            self._to_hold, self._to_release = [], []
             if self._tracked and now >= self._scan_at and self.keepalive is not None:
                 # Looked at a few times per keep-alive period, not per ack.
                 self._scan_at = now + min(1.0, self.keepalive / 4)
-                due = [job_id for job_id, when in self._tracked.items() if when <= now]
-                for job_id in due:
+                work.working = [job_id for job_id, when in self._tracked.items() if when <= now]
+                for job_id in work.working:
                     self._tracked[job_id] = now + self.keepalive
-            if self._pending or due:
-                batch = self._pending[: self.max_batch]
-                del self._pending[: self.max_batch]
-                return batch, due
+            if self._holding and now >= self._watch_at:
+                self._watch_at = now + self.watch
+                work.watch = True
+            work.acks = self._pending[: self.max_batch]
+            del self._pending[: self.max_batch]
+            if work.acks or work.working or work.watch or work.holds or work.releases:
+                return work
             if self._closed:
-                return None, []
-            self._cond.wait(max(0.0, self._scan_at - now) if self._tracked else None)
+                return None
+            wakes = [self._scan_at] if self._tracked else []
+            if self._holding:
+                wakes.append(self._watch_at)
+            self._cond.wait(max(0.0, min(wakes) - now) if wakes else None)
+
+    def _do(self, client: Client, work: _Work) -> None:
+        for job_ids, node in work.holds:
+            client.hold(job_ids, node)
+        if work.releases:
+            client.release(*work.releases)
+        if work.acks:
+            self._send_acks(client, work.acks)
+        for job_id in work.working:
+            self._working(client, job_id)
+        if work.watch:
+            try:
+                client.check_held()
+            except Exception:  # the acks above were sent: not counted lost
+                log.exception("checking the nodes of the jobs held failed (carrying on)")
 
     def _send_acks(self, client: Client, batch: list[str]) -> None:
         for attempt in range(self.attempts):
@@ -314,15 +368,41 @@ class Acknowledger:
             log.info("WORKING %s failed (%s); trying again later", job_id, e)
 
 
+@dataclass
+class _Work:
+    """What the acknowledging thread does in one turn, in this order."""
+
+    holds: list[tuple[list[str], Address | None]]
+    releases: list[str]
+    acks: list[str] = field(default_factory=list)
+    working: list[str] = field(default_factory=list)
+    watch: bool = False
+
+
+def track_delivered(acks: Acknowledger, fetcher: Client, jobs: Sequence[Job]) -> None:
+    """Hand jobs ``fetcher`` got to ``acks`` to hold, each with the node
+    that delivered it (a client that fetches for an Acknowledger holds
+    nothing itself: ``hold_jobs=False``)."""
+    by_node: dict[Address | None, list[str]] = {}
+    for job in jobs:
+        by_node.setdefault(fetcher.router.delivered_by(job.id), []).append(job.id)
+    for node, job_ids in by_node.items():
+        acks.track(job_ids, node)
+
+
 def add_dead_letter(client: Client, queue: str, letter: DeadLetter, *, ttl: int | None) -> str:
     """ADDJOB ``queue`` (a ``<queue>:dead``) with the letter as JSON, with
     the node's default replication; refused for that (-NOREPL: a node of
     the cluster is out), with fewer copies, down to one (a warning says
-    so), as the worker does. Returns the dead letter's job ID."""
+    so), as the worker does, each try sent as often as any command
+    (``max_attempts``). Returns the dead letter's job ID."""
     replicate: int | None = None
+    retries = client.options.max_attempts - 1
     while True:
         try:
-            return client.add_job(queue, letter.to_json(), ttl=ttl, replicate=replicate)
+            return client.add_job(
+                queue, letter.to_json(), ttl=ttl, replicate=replicate, retries=retries
+            )
         except NoReplError:
             replicate = 2 if replicate is None else replicate - 1
             if replicate < 1:

@@ -73,6 +73,7 @@ from ._common import (
     add_dead_letter,
     each_node,
     purge_queue,
+    track_delivered,
 )
 
 __all__ = ["Channel", "QoS", "Settings", "Transport"]
@@ -247,7 +248,9 @@ class Channel(virtual.Channel):
 
     def _fetch_client(self) -> Client:
         if self._fetcher is None:
-            self._fetcher = self.transport.new_client()
+            # What it fetches is held by the acknowledging thread, which
+            # settles it (and keeps it alive when its node goes).
+            self._fetcher = self.transport.new_client(hold_jobs=False)
         return self._fetcher
 
     def fetch(self, wait: float) -> bool:
@@ -269,6 +272,8 @@ class Channel(virtual.Channel):
         else:
             jobs = client.get_jobs(*queues, count=count, nohang=True)
         self._ran_dry = 0 < len(jobs) < count
+        held = [job for job in jobs if job.queue not in self._noack_queues]
+        track_delivered(self.transport.acks, client, held)
         for job in jobs:
             payload = self._payload(job)
             if payload is None:
@@ -304,9 +309,11 @@ class Channel(virtual.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         while True:
-            jobs = self._fetch_client().get_jobs(queue, nohang=True)
+            client = self._fetch_client()
+            jobs = client.get_jobs(queue, nohang=True)
             if not jobs:
                 raise Empty()
+            track_delivered(self.transport.acks, client, jobs)
             payload = self._payload(jobs[0])
             if payload is not None:
                 return payload
@@ -328,6 +335,7 @@ class Channel(virtual.Channel):
         job_id = _job_id(delivery_tag)
         try:
             if requeue:
+                self.transport.acks.untrack(job_id)
                 with self.transport.shared() as client:
                     client.nack(job_id)
             else:
@@ -386,6 +394,7 @@ class Channel(virtual.Channel):
                     )
             except DisqueError as e:
                 log.warning("no dead letter for %s (%s): NACK instead", job_id, e)
+                self.transport.acks.untrack(job_id)
                 with self.transport.shared() as client:
                     client.nack(job_id)
                 return
@@ -395,6 +404,8 @@ class Channel(virtual.Channel):
         """ENQUEUE jobs delivered here and never settled, through the
         client that fetched them (the node that delivered them, most
         often). Those it cannot queue come back after their RETRY."""
+        for job_id in job_ids:
+            self.transport.acks.untrack(job_id)
         try:
             queued = self._fetch_client().enqueue(*job_ids)
         except DisqueError as e:
@@ -476,8 +487,8 @@ class Transport(virtual.Transport):
         self.capacity = threading.Event()  # set when a channel may consume again
         self._turn = 0
 
-    def new_client(self) -> Client:
-        return Client(self.url, **self.client_options)
+    def new_client(self, *, hold_jobs: bool = True) -> Client:
+        return Client(self.url, **{"hold_jobs": hold_jobs, **self.client_options})
 
     def driver_version(self) -> str:
         return __version__

@@ -59,6 +59,7 @@ from ._common import (
     add_dead_letter,
     count_jobs,
     purge_queue,
+    track_delivered,
     whole_seconds,
 )
 
@@ -146,8 +147,8 @@ class DisqueBroker(Broker):
             name="disque-dramatiq-acks",
         )
 
-    def new_client(self) -> Client:
-        return Client(self.url, **self.client_options)
+    def new_client(self, *, hold_jobs: bool = True) -> Client:
+        return Client(self.url, **{"hold_jobs": hold_jobs, **self.client_options})
 
     # ------------------------------------------------------------ queues
 
@@ -307,7 +308,9 @@ class _DisqueConsumer(Consumer):
         self.queue_name = queue_name
         self.prefetch = max(1, prefetch)
         self.timeout = timeout
-        self.client = broker.new_client()
+        # What it fetches is held by the broker's acknowledging thread,
+        # which settles it (and keeps it alive when its node goes).
+        self.client = broker.new_client(hold_jobs=False)
         self._lock = threading.Lock()  # the outstanding set (acks come from worker threads)
         self._client_lock = threading.Lock()  # the client (GETJOB waits under it)
         self._cache: deque[DisqueMessageProxy] = deque()
@@ -342,7 +345,7 @@ class _DisqueConsumer(Consumer):
         self._ran_dry = 0 < len(jobs) < want
         if not jobs:
             return None
-        self.broker.acks.track([j.id for j in jobs])
+        track_delivered(self.broker.acks, self.client, jobs)
         for job in jobs:
             proxy = self._decode(job)
             if proxy is not None:

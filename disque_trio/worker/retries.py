@@ -180,12 +180,20 @@ class Retries:
         nodes: with one of them out, that is refused (-NOREPL) until the
         node comes back or is forgotten, and the job would meanwhile be
         NACKed and come back at once, for ever. So on NOREPL the letter
-        is added with fewer copies, down to one, with a warning."""
+        is added with fewer copies, down to one, with a warning; each
+        try is sent as often as any command (``max_attempts``), not as
+        often as a plain add_job (``add_job_retries``), so that the
+        fewer copies come soon."""
         replicate: int | None = None
+        retries = ctx.client.options.max_attempts - 1
         while True:
             try:
                 return await ctx.client.add_job(
-                    dead_queue, body, ttl=self.dead_letter_ttl, replicate=replicate
+                    dead_queue,
+                    body,
+                    ttl=self.dead_letter_ttl,
+                    replicate=replicate,
+                    retries=retries,
                 )
             except NoReplError as e:
                 replicate = 2 if replicate is None else replicate - 1

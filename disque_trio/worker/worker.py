@@ -235,9 +235,14 @@ class Worker:
 
     async def _start_services(self, side: anyio.abc.TaskGroup, handle_signals: bool) -> None:
         """The worker's own tasks, which outlive the handlers: signals, the
-        metrics page, the keep-alive and the acknowledgements."""
+        metrics page, the keep-alive, the acknowledgements, and the
+        client's watch over the nodes its jobs came from (a job whose node
+        is gone gets a WORKING where a copy is, at once: the client's
+        ``watch_held``)."""
         if handle_signals:
             side.start_soon(self._watch_signals)
+        assert self.client is not None  # run() made it
+        await side.start(self.client.watch_held)
         await side.start(self.keep_alive.run)
         await side.start(self.retries.acks.run)
         if self.metrics is not None and self.metrics_port is not None:

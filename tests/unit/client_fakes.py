@@ -4,7 +4,7 @@ Each ``FakeNode`` parses real RESP requests (the project's RequestParser)
 and answers with real RESP bytes, so the client code under test is the
 real one from the socket up. The cluster keeps one shared list of queued
 jobs (as if federation moved them instantly), records which node received
-each command, and can refuse connections, answer -LEAVING, or drop a
+each command, and can refuse connections, answer -LEAVING or -NOREPL, or drop a
 connection after reading a command.
 """
 
@@ -30,6 +30,7 @@ class FakeJob:
     body: bytes
     nacks: int = 0
     holders: set[str] = field(default_factory=set)
+    too_late: bool = False  # WORKING answers -TOOLATE
 
 
 class FakeNode:
@@ -42,6 +43,8 @@ class FakeNode:
         self.leaving = False  # GETJOB answers -LEAVING
         self.drop_next = 0  # close the connection instead of answering this many commands
         self.silent = False  # read commands, never answer
+        self.norepl = 0  # answer this many ADDJOBs -NOREPL
+        self.norepl_reason = ""  # appended to the -NOREPL message
         self.seen: list[list[bytes]] = []
         self.password: str | None = None
         self._ids = itertools.count()
@@ -81,6 +84,10 @@ class FakeNode:
         if name == "PING":
             return Status("PONG")
         if name == "ADDJOB":
+            if self.norepl:
+                self.norepl -= 1
+                message = "Not enough reachable nodes for the requested replication level"
+                return ReplyError("NOREPL", message + self.norepl_reason)
             job = FakeJob(self.new_id(), a[0], args[2], holders={self.id})
             c.jobs[job.id] = job
             c.queued.append(job)
@@ -124,6 +131,8 @@ class FakeNode:
             job = c.jobs.get(a[0])
             if job is None or self.id not in job.holders:
                 return ReplyError("NOJOB", "Job not known in the context of this node.")
+            if job.too_late:
+                return ReplyError("TOOLATE", "Half of job TTL already elapsed")
             return 30
         if name == "SHOW":
             job = c.jobs.get(a[0])

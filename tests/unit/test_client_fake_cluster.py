@@ -19,6 +19,7 @@ from disque_trio.client import (
     ConnectionLostError,
     DisqueTimeoutError,
     NoNodeAvailableError,
+    NoReplError,
     ProducerTracker,
 )
 
@@ -60,6 +61,11 @@ class Blocking:
 
 
 Make = Callable[..., Any]
+
+
+def plain(client: Any) -> Any:
+    """The client itself, for its methods that are not coroutines."""
+    return client.client if isinstance(client, Blocking) else client
 
 
 @pytest.fixture
@@ -199,11 +205,15 @@ async def test_lost_connection_retries_only_what_is_idempotent(
     current = cluster.node_at(client.current_node)
     current.drop_next = 1
     with pytest.raises(ConnectionLostError):
-        await client.add_job("q", b"once")
+        await client.add_job("q", b"once", resend=False)
     assert sum(len(cluster.commands(n, "ADDJOB")) for n in cluster.nodes) == 1
-    current.drop_next = 1
+    for node in cluster.nodes:
+        node.drop_next = 1  # wherever the NACK goes (its node may count as down now)
     with pytest.raises(ConnectionLostError):
         await client.nack(jobs[0].id)
+    assert sum(len(cluster.commands(n, "NACK")) for n in cluster.nodes) == 1
+    for node in cluster.nodes:
+        node.drop_next = 0
     await client.aclose()
     a.refuse = False
     client = make([a], follow_producers=False)
@@ -211,6 +221,18 @@ async def test_lost_connection_retries_only_what_is_idempotent(
     cluster.node_at(client.current_node).drop_next = 1
     job_id = await client.add_job("q", b"again", resend=True)
     assert job_id in cluster.jobs
+    # The client's default: resend (a rolling restart stays invisible).
+    cluster.node_at(client.current_node).drop_next = 1
+    job_id = await client.add_job("q", b"by default")
+    assert cluster.jobs[job_id].body == b"by default"
+    assert sum(len(cluster.commands(n, "ADDJOB")) for n in cluster.nodes) == 5  # 1 + 2 + 2
+    await client.aclose()
+    # Off for the whole client.
+    client = make([a], follow_producers=False, resend=False)
+    await client.qlen("q")
+    cluster.node_at(client.current_node).drop_next = 1
+    with pytest.raises(ConnectionLostError):
+        await client.add_job("q", b"not again")
     await client.aclose()
 
 
@@ -277,4 +299,97 @@ async def test_pool_is_bounded(cluster: FakeCluster, flavour: str) -> None:
         for _ in range(20):
             tg.start_soon(client.qlen, "q")
     assert len(cluster.connects) == 2
+    await client.aclose()
+
+
+async def test_held_jobs_of_a_dead_node_are_kept_alive_where_a_copy_is(
+    cluster: FakeCluster, make: Make
+) -> None:
+    a, b, c = cluster.nodes
+    ids = [cluster.add(a, "q") for _ in range(3)]
+    for job_id in ids:
+        cluster.jobs[job_id].holders.add(b.id)  # REPLICATE 2: A and B hold copies
+    cluster.jobs[ids[2]].too_late = True
+    client = make([a], follow_producers=False)
+    assert len(await client.get_jobs("q", count=3, timeout=1)) == 3
+    assert len(client.router.held) == 3
+    assert await client.check_held() is None  # A answers: nothing to do
+    a.drop_next, a.refuse = 1, True  # A dies
+    result = await client.check_held()
+    assert result.moved == {b.address: ids[:2]} and result.too_late == [ids[2]]
+    assert [cmd[1] for cmd in cluster.commands(b, "WORKING")] == ids
+    assert all(cmd[1] in ids for cmd in cluster.commands(c, "WORKING"))  # NOJOB there, if asked
+    assert await client.check_held() is None  # once
+    # Acked later: where it was kept alive (A is out).
+    assert await client.ack_job(ids[0]) == 1
+    assert cluster.commands(b, "ACKJOB") == [["ACKJOB", ids[0]]]
+    assert len(client.router.held) == 2
+    await client.aclose()
+
+
+async def test_any_call_that_finds_the_node_gone_keeps_its_jobs_alive(
+    cluster: FakeCluster, make: Make
+) -> None:
+    a, b, c = cluster.nodes
+    job_id = cluster.add(a, "q")
+    cluster.jobs[job_id].holders |= {b.id, c.id}
+    client = make([a], follow_producers=False)
+    assert (await client.get_job("q", timeout=1)).id == job_id
+    a.drop_next, a.refuse = 1, True
+    assert await client.qlen("q") == 0  # moved elsewhere, then the WORKING
+    assert sum(len(cluster.commands(n, "WORKING")) for n in (b, c)) == 1
+    assert client.router.held.node_of(job_id) in (b.address, c.address)
+    await client.nack(job_id)
+    assert len(client.router.held) == 0
+    await client.aclose()
+
+
+async def test_jobs_settled_elsewhere_are_released_and_holding_can_be_off(
+    cluster: FakeCluster, make: Make
+) -> None:
+    a = cluster.nodes[0]
+    for _ in range(4):
+        cluster.add(a, "q")
+    client = make([a], follow_producers=False)
+    jobs = await client.get_jobs("q", count=4, timeout=1)
+    plain(client).release(jobs[0].id)  # settled through another client
+    await client.nack(jobs[1].id)
+    await client.fast_ack(jobs[2].id)
+    assert [j for j in (x.id for x in jobs) if j in client.router.held] == [jobs[3].id]
+    await client.aclose()
+    off = make([a], follow_producers=False, hold_jobs=False)
+    jobs = await off.get_jobs("q", count=4, timeout=1)
+    assert len(jobs) == 1 and len(off.router.held) == 0  # the one NACKed
+    plain(off).hold([jobs[0].id], a.address)  # fetched elsewhere, settled here
+    assert off.router.held.node_of(jobs[0].id) == a.address
+    await off.aclose()
+
+
+async def test_addjob_refused_norepl_goes_elsewhere_a_bounded_number_of_times(
+    cluster: FakeCluster, make: Make
+) -> None:
+    a, b, c = cluster.nodes
+    client = make([a], follow_producers=False)
+    await client.qlen("q")
+    a.norepl = 1
+    job_id = await client.add_job("q", "x")
+    assert job_id[2:10] in (b.prefix, c.prefix) and client.current_node != a.address
+    assert len(cluster.commands(a, "ADDJOB")) == 1
+    for node in cluster.nodes:
+        node.norepl = 10
+    before = sum(len(cluster.commands(n, "ADDJOB")) for n in cluster.nodes)
+    with pytest.raises(NoReplError):
+        await client.add_job("q", "y", retries=2)
+    assert sum(len(cluster.commands(n, "ADDJOB")) for n in cluster.nodes) == before + 3
+    await client.aclose()
+    # A node refusing because it is leaving is left.
+    for node in cluster.nodes:
+        node.norepl = 0
+    a.norepl, a.norepl_reason = 1, ", since I'm unable to hold a copy: I'm leaving the cluster"
+    client = make([a], follow_producers=False)
+    await client.qlen("q")
+    a.priority = 100  # CLUSTER LEAVING yes: HELLO says so from now on
+    job_id = await client.add_job("q", "z")
+    assert job_id[2:10] != a.prefix and client.current_node != a.address
+    assert client.router.sweep_targets(0.0) == [a.address]  # left, as after -LEAVING
     await client.aclose()

@@ -13,10 +13,14 @@ from disque_trio.client import (
     ClientProtocol,
     ConnectionLostError,
     DisqueConnectionError,
+    DisqueError,
     LeavingError,
     NoJobError,
+    NoReplError,
     ProducerTracker,
     ProtocolViolationError,
+    Response,
+    ResponseError,
     Router,
     Scan,
     TooLateError,
@@ -24,6 +28,7 @@ from disque_trio.client import (
     parse_nodes,
 )
 from disque_trio.client.cluster import Backoff
+from disque_trio.client.held import MAX_ROUNDS, HeldJobs
 from disque_trio.client.types import HelloInfo, Job, NodeInfo, ScanPage
 from disque_trio.protocol.replies import NULL_ARRAY, ReplyError, Status
 from disque_trio.protocol.resp import RequestParser, encode
@@ -448,3 +453,138 @@ def test_hello_refresh_is_due_by_interval() -> None:
     assert router.hello_due(0.0)
     router.heard(10.0)
     assert not router.hello_due(14.0) and router.hello_due(15.0)
+
+
+# ------------------------------------------------------------ held jobs
+
+
+def answers(command_list: list[commands.Command[int]], *outcomes: object) -> list[Response[int]]:
+    """One Response per WORKING: an int is the RETRY, an exception the error."""
+    out = []
+    for command, outcome in zip(command_list, outcomes, strict=True):
+        if isinstance(outcome, int):
+            out.append(Response(command, value=outcome))
+        else:
+            assert isinstance(outcome, DisqueError)
+            out.append(Response(command, error=outcome))
+    return out
+
+
+NODE_A, NODE_B, NODE_C = ("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3)
+
+
+def test_held_jobs_are_delivered_jobs_until_settled() -> None:
+    router = three_nodes()
+    router.delivered(NODE_A, [job_id(A, 1), job_id(B, 2), job_id(B, 3)])
+    assert len(router.held) == 3 and router.held.node_of(job_id(B, 2)) == NODE_A
+    router.forget_jobs([job_id(A, 1)])  # acked
+    router.held.release([job_id(B, 2)])  # nacked, enqueued...
+    assert list(router.held.orphans()) == [] and len(router.held) == 1
+    assert router.held.nodes() == [NODE_A] and not router.held.due
+    off = three_nodes(hold_jobs=False)
+    off.delivered(NODE_A, [job_id(A, 1)])
+    assert len(off.held) == 0
+    # Bounded: the oldest are forgotten.
+    small = HeldJobs(limit=2)
+    small.hold(NODE_A, ["x", "y", "z"])
+    assert "x" not in small and "z" in small and len(small) == 2
+
+
+def test_a_failed_or_failing_node_orphans_its_held_jobs() -> None:
+    router = three_nodes()
+    router.delivered(NODE_A, [job_id(A, 1)])
+    router.delivered(NODE_B, [job_id(B, 2)])
+    router.failed(NODE_A, now=1.0)
+    assert router.held.due and router.held.orphans() == [job_id(A, 1)]
+    assert router.held.nodes() == [NODE_B]  # A is no longer watched
+    # A connection to A answering HELLO again: back.
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    assert not router.held.due
+    # HELLO calling B failing (or leaving): its jobs are orphans too.
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 100), (C, 3, 1)))
+    assert router.held.orphans() == [job_id(B, 2)]
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    assert router.held.due  # only a connection to B itself brings it back
+    router.leaving(NODE_A)
+    assert set(router.held.orphans()) == {job_id(A, 1), job_id(B, 2)}
+
+
+def test_reassert_asks_the_creators_first_then_the_next_nodes_on_nojob() -> None:
+    router = Router([NODE_A], rng=random.Random(1))
+    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    ids = [job_id(B, 1), job_id(C, 2), job_id(C, 3), job_id(A, 4)]
+    router.delivered(NODE_A, ids)
+    router.failed(NODE_A, now=1.0)
+    plan = router.reassert(now=1.0)
+    address, batch = plan.next_batch() or (None, [])
+    assert address == NODE_B  # created the first orphan; A (gone) is never asked
+    assert [c.args for c in batch] == [(b"WORKING", i.encode()) for i in ids]
+    nojob, late = NoJobError("NOJOB", "Job not known"), TooLateError("TOOLATE", "")
+    plan.feed(NODE_B, answers(batch, 30, nojob, late, nojob))
+    address, batch = plan.next_batch() or (None, [])
+    assert address == NODE_C and [c.job_ids for c in batch] == [(job_id(C, 2),), (job_id(A, 4),)]
+    plan.feed(NODE_C, answers(batch, 30, nojob))
+    assert plan.next_batch() is None  # no other node to ask
+    result = router.reasserted(plan)
+    assert result.moved == {NODE_B: [job_id(B, 1)], NODE_C: [job_id(C, 2)]}
+    assert result.too_late == [job_id(C, 3)] and result.no_holder == [job_id(A, 4)]
+    assert not router.held.due and len(router.held) == 4  # still held, until settled
+    assert (
+        router.held.node_of(job_id(C, 2)) == NODE_C and router.held.node_of(job_id(A, 4)) is None
+    )
+    # Acks of a job kept alive go where it was kept alive while its creator is out.
+    assert router.route(commands.ackjob(job_id(A, 4)))[0][0] is None
+    assert router.delivered_by(job_id(C, 2)) == NODE_C
+    assert router.route(commands.ackjob(job_id(C, 2)))[0][0] == NODE_C
+
+
+def test_reassert_tries_again_when_no_node_could_be_reached_then_gives_up() -> None:
+    router = three_nodes()
+    router.delivered(NODE_A, [job_id(A, 1)])
+    router.failed(NODE_A, now=1.0)
+    for round_ in range(MAX_ROUNDS):
+        plan = router.reassert(now=1.0)
+        while (batch := plan.next_batch()) is not None:
+            address, sent_batch = batch
+            if address == NODE_B:
+                plan.unreachable(address)
+            else:
+                lost = ConnectionLostError("lost")
+                plan.feed(address, answers(sent_batch, *[lost] * len(sent_batch)))
+        result = router.reasserted(plan)
+        if round_ < MAX_ROUNDS - 1:
+            assert result.deferred == [job_id(A, 1)] and router.held.due
+    assert result.no_holder == [job_id(A, 1)] and not router.held.due
+
+
+def test_a_job_kept_alive_at_a_node_that_dies_in_turn_is_reasserted_again() -> None:
+    router = Router([NODE_A], rng=random.Random(1))
+    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    router.delivered(NODE_A, [job_id(A, 1)])
+    router.failed(NODE_A, now=1.0)
+    plan = router.reassert(now=1.0)
+    first, batch = plan.next_batch() or (None, [])
+    assert first in (NODE_B, NODE_C)
+    plan.feed(first, answers(batch, 30))
+    router.reasserted(plan)
+    router.failed(first, now=2.0)
+    assert router.held.orphans() == [job_id(A, 1)]
+    second, _ = router.reassert(now=2.0).next_batch() or (None, [])
+    assert second in (NODE_B, NODE_C) and second != first
+
+
+def test_addjob_is_sent_again_after_norepl_only() -> None:
+    norepl = NoReplError(
+        "NOREPL", "Not enough reachable nodes for the requested replication level"
+    )
+    assert Router.retryable(commands.addjob("q", b""), norepl)
+    assert not Router.retryable(commands.nack("D-x"), norepl)
+    assert not Router.retryable(commands.addjob("q", b""), ResponseError("PAUSED", "paused"))
+    assert commands.addjob("q", b"", attempts=3).attempts == 3
+    router = three_nodes()
+    router.refused(NODE_A, norepl, now=5.0)
+    assert router.current is None and router.connect_order(5.0)[-1] == NODE_A
+    assert not router.held.is_gone(NODE_A)  # not out of reach: only refused
+    leaving = NoReplError("NOREPL", norepl.message + ", since ...: I'm leaving the cluster")
+    router.refused(NODE_B, leaving, now=5.0)
+    assert router.sweep_targets(100.0)[0] == NODE_B  # left, as after -LEAVING

@@ -63,6 +63,15 @@ class FakeClient:
         self._note("nack", *ids, delay=delay)
         return len(ids)
 
+    def hold(self, job_ids: list[str], node: tuple[str, int] | None = None) -> None:
+        self._note("hold", list(job_ids), node)
+
+    def release(self, *ids: str) -> None:
+        self._note("release", *ids)
+
+    def check_held(self) -> None:
+        self._note("check_held")
+
     def close(self) -> None:
         self.closed = True
 
@@ -124,6 +133,27 @@ def test_tracked_jobs_get_working_until_acked() -> None:
     assert workings.count("a") >= 2 and workings.count("b") >= 2
     assert workings.count("gone") == 1  # -NOJOB: no longer tracked
     assert fake.names().count("working") == before  # nothing tracked any more
+    acks.close()
+
+
+def test_tracked_jobs_are_held_by_the_threads_client_and_watched_while_held() -> None:
+    """The thread's client holds what the process works on (its nodes
+    checked every ``watch`` seconds, WORKING elsewhere when one is gone):
+    released by the ACKJOB, or by untrack; no checks once nothing is held."""
+    fake = FakeClient()
+    acks = Acknowledger(lambda: fake, watch=0.1)  # type: ignore[arg-type, return-value]
+    acks.track(["a", "b"], ("h", 1))
+    time.sleep(0.35)
+    acks.ack("a")
+    acks.untrack("b")
+    assert acks.flush(5)
+    checks = fake.names().count("check_held")
+    assert checks >= 2
+    time.sleep(0.3)
+    assert fake.names().count("check_held") == checks
+    assert fake.calls[0] == ("hold", (["a", "b"], ("h", 1)), {})
+    assert ("release", ("b",), {}) in fake.calls and ("ack_job", ("a",), {}) in fake.calls
+    assert "working" not in fake.names()  # no keep-alive asked for
     acks.close()
 
 
