@@ -13,9 +13,11 @@ and Dramatiq integrations) holds the jobs on the client that settles them
 
 Every node holding a copy of a delivered job queues it again when its own
 RETRY timer runs out, unless a WORKING pushed the timer; the node that
-delivered it tells the others. When that node is gone, nobody tells them
-any more, and the nodes left queue its jobs again (soon after they mark it
-failed): a job still being worked on would run twice. So the client tells
+delivered it tells the others (at the delivery, and at each WORKING).
+When that node is gone, nobody tells them any more, and the nodes left
+queue its jobs again at their RETRY (or once they mark it failed, for a
+job delivered just before it went down): a job still being worked on
+would run twice. So the client tells
 them itself, once, for each job it holds from that node:
 
 1. A node is *gone* when a connection to it could not be opened or broke,
