@@ -67,7 +67,10 @@ class AddJobArgs:
     def __init__(self, node: Node, argv: list[bytes]) -> None:
         self.queue = text(argv[1])
         self.body = argv[2]
-        self.replicate = min(3, node.cluster_size)
+        # min(3, cluster size) as in the original, leaving nodes not
+        # counted: they take no copies, and with three nodes, one leaving
+        # for a rolling restart made every ADDJOB without REPLICATE -NOREPL.
+        self.replicate = max(1, min(3, node.staying_size))
         self.ttl = DEFAULT_TTL
         self.retry = -1
         self.delay = 0

@@ -143,6 +143,10 @@ class Node:
         # refresh_cluster_view() after every bus event (counting reachable
         # nodes on every ADDJOB would cost O(nodes)).
         self.cluster_size = 1
+        # Of those, the members not leaving (this node too, unless it is):
+        # ADDJOB's default REPLICATE counts them, so that a rolling restart
+        # (each node leaving in turn) refuses no ADDJOB that names none.
+        self.staying_size = 1
         self.reachable_peers = 0
         # The peers past their handshake at the last refresh, and what the
         # refresh compared to see whether they could have changed.
@@ -250,11 +254,13 @@ class Node:
         # One pass (this runs after every bus message): ClusterTable.size
         # and len(ClusterTable.reachable()).
         myself = self.cluster.myself
-        size = reachable = 0
+        size = reachable = leaving = 0
         for peer in self.cluster.nodes.values():
             flags = peer.flags
             if not flags & HANDSHAKE:
                 size += 1
+                if flags & LEAVING:
+                    leaving += 1
             if not flags & NOT_REACHABLE and peer is not myself:
                 reachable += 1
         grew = size > self.cluster_size
@@ -263,6 +269,7 @@ class Node:
             self._members_key = key
             self._members_changed()
         self.cluster_size = size
+        self.staying_size = size - leaving
         self.reachable_peers = reachable
         self.leaving = bool(myself.flags & LEAVING)
         if self.pending_holders:

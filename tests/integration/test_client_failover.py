@@ -418,7 +418,8 @@ class Traffic:
             while not self.stop_adding.is_set():
                 n += 1
                 try:
-                    self.added.append(c.add_job("roll", f"job {n}", replicate=2, retry=5))
+                    # The default REPLICATE: 3, or 2 while a node leaves.
+                    self.added.append(c.add_job("roll", f"job {n}", retry=5))
                 except DisqueError as e:
                     self.errors.append(f"{type(e).__name__}: {e}")
                 time.sleep(0.02)
@@ -485,6 +486,8 @@ def test_a_rolling_restart_goes_unnoticed_by_a_producer(
     for node in nodes:
         _restart(node, nodes)
         time.sleep(1.0)
+    # Enough traffic to count on, however fast the drains went.
+    _wait("250 jobs added", lambda: len(traffic.added) > 250, 30)
     traffic.finish(60)
     added = set(traffic.added)
     missing = added - traffic.delivered.keys()

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from disque_trio.core import clusterjobs as cj
-from disque_trio.core.cluster import FAIL
+from disque_trio.core.cluster import FAIL, LEAVING
 from disque_trio.core.job import JobState
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
@@ -345,3 +345,23 @@ def test_havejobs_between_two_getjobs_makes_the_next_one_ask_at_once() -> None:
     cj.need_jobs(b, "q")  # its delivery task, at the first deadline
     w.pump()
     assert waiter.done and waiter.reply[0][1] == job_id
+
+
+def test_addjob_without_replicate_counts_the_nodes_not_leaving() -> None:
+    """Three nodes, one leaving for a rolling restart: the default REPLICATE
+    is 2, not 3 (which no node could give: every ADDJOB was -NOREPL)."""
+    w = Wired(A_ID, B_ID, C_ID)
+    a, c = w.nodes[A_ID], w.nodes[C_ID]
+    waiter = run(a, "ADDJOB", "q", "three", 0)
+    w.pump()
+    assert a.jobs[waiter.reply].repl == 3
+    a.cluster.nodes[C_ID].flags |= LEAVING
+    a.refresh_cluster_view()
+    waiter = run(a, "ADDJOB", "q", "two", 0)
+    w.pump()
+    assert isinstance(waiter.reply, str) and a.jobs[waiter.reply].repl == 2
+    _leaving(c)  # the leaving node itself: two others take its copies
+    waiter = run(c, "ADDJOB", "q", "from the leaving one", 0)
+    w.pump()
+    assert isinstance(waiter.reply, str), waiter.reply
+    assert sum(waiter.reply in n.jobs for n in (w.nodes[A_ID], w.nodes[B_ID])) == 2
