@@ -226,7 +226,8 @@ def test_addjob_retry_is_not_checked_against_ttl(opts: list[Any], ttl: int, retr
 def test_addjob_retry_zero_needs_replicate_1_in_a_cluster() -> None:
     """Where the default REPLICATE is more than 1, RETRY 0 alone is refused."""
     node, _ = make_node()
-    node.cluster_size, node.reachable_peers = 3, 2
+    node.cluster_size = node.staying_size = 3
+    node.reachable_peers = 2
     message = (
         "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
     )
