@@ -53,7 +53,18 @@ Rules, one per message:
   overtook the POSTPONE), not queued.
 * NEEDJOBS(queue, n): give up to n jobs of a non-empty queue (half of them
   when short) in YOURJOBS, none whose TTL ran out (those expire); YOURJOBS:
-  queue what arrived, remember the source.
+  queue what arrived, remember the source. A NEEDJOBS also makes its
+  sender interested in the queue for INTEREST_MS: a job of it queued here
+  with no consumer of ours waiting sends it HAVEJOBS (at most every
+  HAVEJOBS_MIN_INTERVAL_MS); HAVEJOBS: the sender is a source, asked at
+  once (NEEDJOBS) if our consumers wait with nothing queued.
+* Where a job is queued: a copy remembers the holder whose REPLJOB (the
+  node that added it, keeping a copy), QUEUED or POSTPONE it heard last
+  (``queued_on``); WORKING (and our own queueing) clears it. A node hands
+  a job to a client and, at its next cron, tells the other holders
+  WORKING if a consumer still holds it. When that holder is lost (FAIL, a
+  new incarnation), one surviving holder queues the job at once, the
+  others stand by (take_over).
 * PAUSE: set the queue's pause flags.
 """
 
@@ -1047,27 +1058,31 @@ def tell_interested(node: JobHost, q: Queue, now: int) -> None:
     23 s, as with the original)."""
     if q.pause & PAUSED_OUT or q.import_rate(now) > 0:
         return  # we would not give them (_on_needjobs)
-    interested = node.interest[q.name]
     mono = node.clock.mono_ms()
-    for node_id, (heard, told) in list(interested.items()):
-        if mono - heard > INTEREST_MS:
-            del interested[node_id]
-        elif mono - told >= HAVEJOBS_MIN_INTERVAL_MS:
+    interested = _fresh_interest(node, q.name, mono)
+    for node_id, (heard, told) in interested.items():
+        if mono - told >= HAVEJOBS_MIN_INTERVAL_MS:
             interested[node_id] = (heard, mono)
             node.effects.send(node_id, bus.HaveJobs(q.name))
-    if not interested:
-        del node.interest[q.name]
 
 
 def forget_stale_interest(node: JobHost) -> None:
     """Drop the interested nodes heard from too long ago (the cron)."""
     mono = node.clock.mono_ms()
-    for name, interested in list(node.interest.items()):
-        for node_id, (heard, _) in list(interested.items()):
-            if mono - heard > INTEREST_MS:
-                del interested[node_id]
-        if not interested:
-            del node.interest[name]
+    for name in list(node.interest):
+        _fresh_interest(node, name, mono)
+
+
+def _fresh_interest(node: JobHost, name: str, mono: int) -> dict[str, tuple[int, int]]:
+    """The nodes interested in a queue, those heard from too long ago
+    dropped (and the queue's entry, once none is left)."""
+    interested = node.interest[name]
+    for node_id, (heard, _) in list(interested.items()):
+        if mono - heard > INTEREST_MS:
+            del interested[node_id]
+    if not interested:
+        del node.interest[name]
+    return interested
 
 
 def _remember_interest(node: JobHost, sender: str, name: str) -> None:
