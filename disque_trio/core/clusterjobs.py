@@ -917,6 +917,14 @@ def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
             # to a third; the first one's SETACK was answered by counts, the
             # third kept its copy after the collection).
             job.nodes_delivered = (*job.nodes_delivered, sender)
+    if job is None and msg.job_id not in node.deleted_acked:
+        # Acked, and no copy here (yet): remembered as acked, like a DELJOB
+        # for a job not held, so that a REPLJOB still on its way is refused
+        # (answered SETACK). A RETRY 0 copy taken late never announces
+        # itself, so nothing would ever collect it (simulator seed 2400: an
+        # ADDJOB on a leaving node copied to a node cut off one way, whose
+        # first REPLJOB arrived after the SETACK, and the DELJOB was lost).
+        node.remember_deleted(msg.job_id, acked=True)
     if job is None or len(job.nodes_delivered) <= msg.may_have:
         node.effects.send(sender, bus.GotAck(msg.job_id, job is not None))
         return

@@ -365,3 +365,21 @@ def test_addjob_without_replicate_counts_the_nodes_not_leaving() -> None:
     w.pump()
     assert isinstance(waiter.reply, str), waiter.reply
     assert sum(waiter.reply in n.jobs for n in (w.nodes[A_ID], w.nodes[B_ID])) == 2
+
+
+def test_a_setack_for_a_job_not_held_refuses_its_late_copy() -> None:
+    """Seed 2400: a RETRY 0 job added on a leaving node went to B (its
+    REPLJOB held back by a one-way cut) and to C, which queued, delivered
+    and acked it. B answered the SETACK before its copy came and the DELJOB
+    was lost: the late REPLJOB left B a copy that never announces itself
+    (at most once), held until its TTL."""
+    w = Wired(A_ID, B_ID, C_ID)
+    b = w.nodes[B_ID]
+    job_id = "D-a1a1a1a1-" + "x" * 24 + "-05a0"
+    cj.receive(b, C_ID, bus.SetAck(job_id, 2))
+    assert sent(b) == [(C_ID, bus.GotAck(job_id, False))]
+    b.effects.clear()
+    data = bus.JobData(job_id, "q", b"late", 1, 0, 3600, 0, 0, 0, 0, (B_ID, C_ID))
+    cj.receive(b, A_ID, bus.ReplJob(data, False))
+    assert job_id not in b.jobs
+    assert sent(b) == [(A_ID, bus.SetAck(job_id, 0))]
