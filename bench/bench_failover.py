@@ -515,6 +515,13 @@ def info_field(srv: Server, section: str, key: str) -> int | None:
     return None
 
 
+def getjob_clients(srv: Server) -> int:
+    """Connections whose last command was GETJOB (CLIENT LIST): where the
+    worker fetches from (the script sends no GETJOB in these scenarios)."""
+    listing = text(one(srv.port, "CLIENT", "LIST"))
+    return sum(1 for line in listing.splitlines() if "cmd=getjob" in line.lower().split())
+
+
 class TaskLog:
     """The lines the tasks append (integration_apps/failover_record.py),
     read as they come."""
@@ -603,6 +610,7 @@ def scenario_tasks(run: Run, framework: str) -> dict[str, Any]:
         time.sleep(POLL_TASKS_S)
         tasks.poll()
     qlen_kill = {n: int(one(s.port, "QLEN", queue)) for n, s in zip(names, nodes, strict=True)}
+    fetching = {n: getjob_clients(s) for n, s in zip(names, nodes, strict=True)}
     pick = max(qlen_kill.items(), key=lambda kv: kv[1])[0]
     if qlen_kill[pick] == 0:
         pick = max(qlen_produced.items(), key=lambda kv: kv[1])[0]
@@ -616,7 +624,8 @@ def scenario_tasks(run: Run, framework: str) -> dict[str, Any]:
     watch = FailWatch(survivors, victim_id).start()
     run.log(
         f"  {len(done_at_kill)} done, {len(started_at_kill)} started "
-        f"({t_kill - t_worker:.1f} s after the worker started); QLEN {qlen_kill}: "
+        f"({t_kill - t_worker:.1f} s after the worker started); QLEN {qlen_kill}, "
+        f"the worker's GETJOB connections {fetching}: "
         f"killed {pick}; watching {window:.0f} s"
     )
     end = t_kill + window
@@ -695,6 +704,7 @@ def scenario_tasks(run: Run, framework: str) -> dict[str, Any]:
         "queue": queue,
         "qlen_after_produce": qlen_produced,
         "qlen_at_kill": qlen_kill,
+        "getjob_connections_at_kill": fetching,
         "killed": pick,
         "qlen_survivors_at_end": qlen_end,
         **watch.figures(t_kill),
@@ -818,17 +828,30 @@ def scenario_crossnode(run: Run) -> dict[str, Any]:
     return {"figures": figures, "targets": targets, "detail": detail}
 
 
-def measure_cpu(nodes: list[Server], seconds: float) -> list[float]:
-    """ms of CPU per second of wall time, per node, over ``seconds``."""
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of every CPU so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def measure_cpu(nodes: list[Server], seconds: float) -> tuple[list[float], float]:
+    """ms of CPU per second of wall time, per node, over ``seconds``; and how
+    busy the whole machine was meanwhile (share of all its CPUs, the nodes
+    included): an idle node's figure grows with the machine's load."""
     pids = [s.pid for s in nodes]
     t0 = time.monotonic()
+    m0 = machine_ticks()
     before = [cpu_ns(p) for p in pids]
     time.sleep(seconds)
     after = [cpu_ns(p) for p in pids]
+    m1 = machine_ticks()
     wall = time.monotonic() - t0
     for s in nodes:
         s.check_alive()
-    return [(y - x) / 1e6 / wall for x, y in zip(before, after, strict=True)]
+    busy = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
+    return [(y - x) / 1e6 / wall for x, y in zip(before, after, strict=True)], busy
 
 
 def scenario_idle(run: Run) -> dict[str, Any]:
@@ -841,7 +864,7 @@ def scenario_idle(run: Run) -> dict[str, Any]:
             f"  {size} nodes met; settling {args.settle:.0f} s, measuring {args.measure:.0f} s"
         )
         time.sleep(args.settle)
-        quiet = measure_cpu(nodes, args.measure)
+        quiet, quiet_busy = measure_cpu(nodes, args.measure)
         hub = nodes[0]
         conns = []
         try:
@@ -854,11 +877,12 @@ def scenario_idle(run: Run) -> dict[str, Any]:
                 one(hub.port, "ACKJOB", text(job_id))
             blocked = info_field(hub, "clients", "blocked_clients")
             run.log(
-                f"  {size} nodes: no client {summary(quiet)}; now {blocked} consumers blocked "
+                f"  {size} nodes: no client {summary(quiet)} (machine {quiet_busy:.0%} busy); "
+                f"now {blocked} consumers blocked "
                 "and 50 empty queues on node 0; settling, measuring"
             )
             time.sleep(args.settle)
-            busy = measure_cpu(nodes, args.measure)
+            busy, busy_busy = measure_cpu(nodes, args.measure)
             blocked_end = info_field(hub, "clients", "blocked_clients")
             empty_left = sum(
                 1 for k in range(50) if one(hub.port, "QSTAT", f"idle-empty-{k}") is not None
@@ -866,11 +890,13 @@ def scenario_idle(run: Run) -> dict[str, Any]:
         finally:
             for conn in conns:
                 conn.close()
-        run.log(f"  {size} nodes: with clients {summary(busy)}")
+        run.log(f"  {size} nodes: with clients {summary(busy)} (machine {busy_busy:.0%} busy)")
         for label, xs in (("none", quiet), ("clients", busy)):
             figures[f"{size}n_{label}_median_ms_per_s"] = rnd(median(xs))
             figures[f"{size}n_{label}_max_ms_per_s"] = rnd(max(xs))
         figures[f"{size}n_clients_node0_ms_per_s"] = rnd(busy[0])
+        figures[f"{size}n_none_machine_busy"] = rnd(quiet_busy, 2)
+        figures[f"{size}n_clients_machine_busy"] = rnd(busy_busy, 2)
         detail[f"{size}_nodes"] = {
             "no_client_ms_per_s": [rnd(x) for x in quiet],
             "with_clients_ms_per_s": [rnd(x) for x in busy],
@@ -946,6 +972,8 @@ def label(key: str) -> str:
             "clients_median_ms_per_s": "50 blocked + 50 empty queues: median node, ms/s",
             "clients_max_ms_per_s": "50 blocked + 50 empty queues: busiest node, ms/s",
             "clients_node0_ms_per_s": "50 blocked + 50 empty queues: their node, ms/s",
+            "none_machine_busy": "no client: the machine's CPUs busy (share, all work)",
+            "clients_machine_busy": "50 blocked + 50 empty queues: machine busy (share)",
         }.get(rest, rest)
         return f"{size} nodes, {what}"
     return key
