@@ -1215,9 +1215,19 @@ def write_json(
 ) -> None:
     path = Path(args.json)
     scenarios = dict(results)
+    this_run = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M"),
+        "command": "python bench/bench_failover.py " + " ".join(args.argv_shown),
+        "scenarios": list(results),
+        "load": [round(x, 2) for x in load],
+    }
+    runs = [this_run]
     if args.merge and path.exists():
         old = json.loads(path.read_text())
+        if old.get("checkout_commit") != git(run.checkout, "rev-parse", "--short", "HEAD"):
+            print(f"--merge: {path} was another commit's run; its scenarios kept all the same")
         scenarios = {**old.get("scenarios", {}), **results}
+        runs = old.get("runs", []) + runs
     table = "\n\n".join(scenario_table(n, scenarios[n]) for n in SCENARIOS if n in scenarios)
     doc = {
         "benchmark": "failover",
@@ -1235,6 +1245,7 @@ def write_json(
         ),
         "complete": status == 0,
         "args": {k: v for k, v in vars(args).items() if k not in ("compare", "argv_shown")},
+        "runs": runs,  # with --merge: every run whose scenarios are here
         "table": table,
         "scenarios": scenarios,
     }
