@@ -215,11 +215,14 @@ class Sample:
 
 def trio_fleet(label: str, root: str, checkout: str | None = None) -> Fleet:
     """disque-trio nodes of this checkout, or of another one's ``disque_trio``
-    (first on ``PYTHONPATH``), with DEBUG FLUSHALL allowed between runs."""
-    node = [sys.executable, "-m", "disque_trio", "--loglevel", "notice"]
-    node += ["--enable-debug-command", "local"]
-    if checkout is not None:
-        node = ["env", f"PYTHONPATH={Path(checkout).resolve()}", *node]
+    (first on ``PYTHONPATH``), with DEBUG FLUSHALL allowed between runs.
+    This checkout's goes first on ``PYTHONPATH`` too: the interpreter's own
+    may be another tree's (an editable install of another clone)."""
+    where = (
+        Path(checkout).resolve() if checkout is not None else Path(__file__).resolve().parents[1]
+    )
+    node = ["env", f"PYTHONPATH={where}", sys.executable, "-m", "disque_trio"]
+    node += ["--loglevel", "notice", "--enable-debug-command", "local"]
     return Fleet(label, node, False, root)
 
 
