@@ -487,6 +487,25 @@ def broadcast_working(node: JobHost, job: Job) -> None:
             node.effects.send(node_id, msg)
 
 
+def tell_delivered(node: JobHost, job: Job) -> None:
+    """The job, handed to a client here, is still in a consumer's hands:
+    its other holders hear DELIVERED (WORKING, a node of a release before
+    bus protocol 8). DELIVERED rather than WORKING: it spares the holder
+    a timer filed again per job (_on_delivered)."""
+    delivered = working = None
+    nodes = node.cluster.nodes
+    for node_id in job.nodes_delivered:
+        if node_id == node.node_id:
+            continue
+        peer = nodes.get(node_id)
+        if peer is None or peer.bus_version >= bus.HAVEJOBS_VERSION:
+            delivered = delivered or bus.Delivered(job.id)
+            node.effects.send(node_id, delivered)
+        else:
+            working = working or bus.Working(job.id)
+            node.effects.send(node_id, working)
+
+
 def broadcast_postpone(node: JobHost, job: Job, delay_ms: int, flags: int) -> None:
     """NACK or ENQUEUE with DELAY: the other holders hold their copies
     past the delay (and count what the command counted)."""
@@ -720,6 +739,31 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
             job.nacks += 1
         if msg.flags & bus.FLAG_INCR_DELIV:
             job.deliveries += 1
+
+
+def _on_delivered(node: JobHost, sender: str, msg: bus.Delivered) -> None:
+    """A holder handed the job to a consumer: no fail-over for it if that
+    holder is lost, and no re-queue here before RETRY from now. Sent for
+    every delivery, so the common case (a copy active here, no client delay
+    of ours) only marks the copy: its timer, set for an earlier time, wakes
+    and moves on to the later one (process_job), instead of being filed
+    again now. Anything else is what WORKING does."""
+    job = node.jobs.get(msg.job_id)
+    if (
+        job is None
+        or job.state != STATE_ACTIVE
+        or job.flags & FLAG_DELAYED
+        or sender not in job.nodes_delivered
+    ):
+        _on_queued(node, sender, bus.Working(msg.job_id))
+        return
+    job.queued_on = None
+    job.flags &= ~FLAG_ANNOUNCE
+    if job.retry:
+        job.flags |= FLAG_BCAST_WILLQUEUE
+        again = node.now_ms() + job.retry * 1000 + node.time_error()
+        if job.qtime < again:
+            job.qtime = again
 
 
 def _learned_holder(node: JobHost, job: Job, sender: str) -> None:
@@ -1302,6 +1346,7 @@ _HANDLERS: dict[type, Callable[[JobHost, str, Any], None]] = {
     bus.Enqueue: _on_enqueue,
     bus.Queued: _on_queued,
     bus.Working: _on_queued,
+    bus.Delivered: _on_delivered,
     bus.WillQueue: _on_willqueue,
     bus.SetAck: _on_setack,
     bus.GotAck: _on_gotack,

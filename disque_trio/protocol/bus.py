@@ -25,7 +25,10 @@ REFUSED (108, ours, version 6) tells a job's holders that its ADDJOB was
 answered -NOREPL, where the original sends DELJOB. HAVEJOBS (109, ours,
 version 8) tells a node that asked for jobs of a queue (NEEDJOBS) that
 the sender now has some: it asks again at once instead of after its
-broadcast back-off. ``body`` is
+broadcast back-off. DELIVERED (110, ours, version 8) tells a job's other
+holders that the sender handed it to a consumer: no fail-over for it, and
+no re-queue before RETRY from then (a cheaper WORKING, sent for every
+delivery). ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -123,6 +126,7 @@ __all__ = [
     "Auth",
     "BusError",
     "DelJob",
+    "Delivered",
     "Enqueue",
     "Fail",
     "FindJob",
@@ -166,8 +170,8 @@ __all__ = [
 # The bus protocol versions this node speaks, MIN_PROTOCOL_VERSION to
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
 # FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED; 7: a POSTPONE
-# relayed by a holder, FLAG_RELAYED; 8: HAVEJOBS, and the sender's
-# incarnation in a heartbeat's flags). Two nodes speak
+# relayed by a holder, FLAG_RELAYED; 8: HAVEJOBS, DELIVERED, and the
+# sender's incarnation in a heartbeat's flags). Two nodes speak
 # the highest both know (``negotiate``): a cluster is upgraded node by node.
 PROTOCOL_VERSION: Final = 8
 MIN_PROTOCOL_VERSION: Final = 3
@@ -257,6 +261,7 @@ class MsgType(enum.IntEnum):
     JOBCOPY = 107  # ours: FINDJOB answered
     REFUSED = 108  # ours: delete your copy, its ADDJOB was answered -NOREPL
     HAVEJOBS = 109  # ours: you asked for jobs of this queue; I have some now
+    DELIVERED = 110  # ours: a consumer of mine has this job (no fail-over for it)
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -493,6 +498,18 @@ class Working:
 
 
 @attrs.frozen
+class Delivered:
+    """The sender handed this job to a consumer: hold your copy a RETRY
+    from now, and do not take the job over if the sender is lost (version
+    8). What WORKING says, for every delivery: its receiver does the least
+    it can in the common case (a copy active here)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DELIVERED
+
+    job_id: JobId
+
+
+@attrs.frozen
 class Postpone:
     """The sender queues this job itself after ``delay_ms`` (a client's
     NACK or ENQUEUE with DELAY): hold your copy past that, as for WORKING.
@@ -612,6 +629,7 @@ Message: TypeAlias = (
     | HaveJobs
     | YourJobs
     | Working
+    | Delivered
     | Pause
     | Postpone
     | GetStats
@@ -956,7 +974,19 @@ _ENCODERS: Final[MappingProxyType[type[Message], _UnstructureHook]] = MappingPro
 # own: a REPLJOB or YOURJOBS may go stale in the outbox (peers.py), the
 # failure detector's messages go ahead of the queued ones.
 BATCHABLE: Final[frozenset[type[Message]]] = frozenset(
-    {GotJob, Enqueue, Queued, SetAck, WillQueue, GotAck, DelJob, Working, Postpone, Refused}
+    {
+        GotJob,
+        Enqueue,
+        Queued,
+        SetAck,
+        WillQueue,
+        GotAck,
+        DelJob,
+        Working,
+        Postpone,
+        Refused,
+        Delivered,
+    }
 )
 # The first protocol version that has each message (the others are in
 # every version this node speaks): never sent on a link that speaks less.
@@ -969,6 +999,7 @@ SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
         JobCopy: 5,
         Refused: 6,
         HaveJobs: HAVEJOBS_VERSION,
+        Delivered: HAVEJOBS_VERSION,
     }
 )
 

@@ -184,7 +184,7 @@ def test_jobs_the_lost_node_handed_to_consumers_wait_for_their_retry() -> None:
     w, ids = _three_with_jobs(10)
     a = w.nodes[A_ID]
     delivered = [entry[1] for entry in get(a, "q", count=4)]
-    w.elapse(200)  # its cron tells the other holders (WORKING)
+    w.elapse(200)  # its cron tells the other holders (DELIVERED)
     for node_id in (B_ID, C_ID):
         for job_id in delivered:
             copy = w.nodes[node_id].jobs[job_id]
@@ -196,14 +196,59 @@ def test_jobs_the_lost_node_handed_to_consumers_wait_for_their_retry() -> None:
     assert sorted(queued[B_ID] + queued[C_ID]) == sorted(set(ids) - set(delivered))
 
 
+def test_the_other_holders_hear_of_a_delivery_at_the_next_cron() -> None:
+    w, _ = _three_with_jobs(3)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    [entry] = get(a, "q")
+    assert sent(a) == []
+    a.cron()
+    told = {to for to, m in sent(a) if m == bus.Delivered(entry[1])}
+    assert told == {B_ID, C_ID}
+    w.pump()
+    copy = b.jobs[entry[1]]
+    assert copy.queued_on is None and copy.qtime - w.clock.ms > 3_500_000
+    w.lose(A_ID)
+    w.elapse(3000)
+    queued = w.queued_on()
+    assert entry[1] not in queued[B_ID] + queued[C_ID]
+
+
 def test_a_job_acked_within_the_cron_period_costs_the_holders_nothing() -> None:
     w, _ = _three_with_jobs(3)
     a = w.nodes[A_ID]
     [entry] = get(a, "q")
     assert run(a, "ACKJOB", entry[1]) == 1
+    a.cron()
     messages = w.pump()
-    w.elapse(200)
-    assert not any(isinstance(m, bus.Working) for m in messages)
+    assert not any(isinstance(m, bus.Delivered | bus.Working) for m in messages)
+
+
+def test_a_node_of_the_release_before_hears_working_for_a_delivery() -> None:
+    w, _ = _three_with_jobs(1)
+    a = w.nodes[A_ID]
+    a.cluster.nodes[C_ID].bus_version = bus.HAVEJOBS_VERSION - 1
+    assert len(get(a, "q")) == 1
+    a.cron()
+    assert sorted((to, type(m).__name__) for to, m in sent(a)) == [
+        (B_ID, "Delivered"),
+        (C_ID, "Working"),
+    ]
+
+
+def test_a_delivered_copy_wakes_at_its_old_time_and_moves_on() -> None:
+    """DELIVERED files no timer again: the copy's timer, set for the old
+    re-queue time, wakes then and waits for the new one."""
+    w, _ = _three_with_jobs(1)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    w.elapse(2000)
+    [entry] = get(a, "q")
+    a.cron()
+    w.pump()
+    copy = b.jobs[entry[1]]
+    assert copy.awake < copy.qtime - 500
+    w.clock.ms = copy.awake
+    b.tick()
+    assert copy.state == JobState.ACTIVE and copy.awake >= copy.qtime - 600
 
 
 def test_a_restarted_holder_is_taken_for_lost() -> None:
@@ -308,14 +353,14 @@ def test_a_peer_whose_link_comes_up_hears_needjobs_for_the_queues_waited_on() ->
 
 
 def test_a_consumer_that_moved_keeps_its_job_from_being_taken_over() -> None:
-    """A's consumer holds a job; A is killed before it told the others
-    (its cron did not run): the client sends WORKING to B, which then
-    neither queues it nor lets C take it over."""
+    """A's consumer holds a job; A is killed before its next cron told the
+    others (DELIVERED): the client sends WORKING to B, which then neither
+    queues it nor lets C take it over."""
     w, ids = _three_with_jobs(3)
     a, b = w.nodes[A_ID], w.nodes[B_ID]
     [entry] = get(a, "q")
     held = entry[1]
-    w.down.add(A_ID)  # killed: its deliveries untold
+    w.down.add(A_ID)  # killed: its delivery untold
     assert run(b, "WORKING", held) == 3600
     w.pump()
     w.lose(A_ID)
