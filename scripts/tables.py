@@ -100,6 +100,85 @@ def _result(name: str) -> str:
     return _caption(data) + "\n\n" + body
 
 
+# The figures of bench/bench_failover.py the docs show, before and after:
+# (scenario, key in its "figures", label).
+FAILOVER_ROWS = (
+    ("raw", "kill_to_fail_s", "raw: kill to FAIL, s"),
+    (
+        "raw",
+        "first_of_90_from_kill_s",
+        "raw: first of the 90 queued on the node killed, s after the kill",
+    ),
+    ("raw", "last_of_90_from_kill_s", "raw: last of the 90, s after the kill"),
+    ("raw", "last_of_90_from_fail_s", "raw: last of the 90, s after the FAIL"),
+    ("raw", "lost_of_90", "raw: of the 90, not delivered in 60 s"),
+    ("raw", "delivered_twice", "raw: delivered twice"),
+    ("raw", "held_delivered_again", "raw: of the 10 a consumer holds, delivered again"),
+    ("celery", "remaining_at_kill", "Celery: tasks not done at the kill (of 300)"),
+    ("celery", "remaining_done_by_30s", "Celery: of those, done 30 s after the kill"),
+    ("celery", "last_done_from_kill_s", "Celery: last done, s after the kill"),
+    ("celery", "never_done", "Celery: never done in 120 s"),
+    ("celery", "run_twice_not_started_before_kill", "Celery: run twice, of those not started"),
+    ("dramatiq", "remaining_at_kill", "Dramatiq: tasks not done at the kill (of 600)"),
+    ("dramatiq", "remaining_done_by_30s", "Dramatiq: of those, done 30 s after the kill"),
+    ("dramatiq", "last_done_from_kill_s", "Dramatiq: last done, s after the kill"),
+    ("dramatiq", "never_done", "Dramatiq: never done in 120 s"),
+    ("dramatiq", "run_twice_not_started_before_kill", "Dramatiq: run twice, of those not started"),
+    ("crossnode", "p50_s", "cross-node delivery after 35 s idle: p50, s"),
+    ("crossnode", "p99_s", "cross-node delivery after 35 s idle: p99, s"),
+    ("idle", "3n_none_median_ms_per_s", "idle CPU per node, 3 nodes, ms/s"),
+    (
+        "idle",
+        "3n_clients_max_ms_per_s",
+        "... with 50 consumers blocked, 50 empty queues (their node)",
+    ),
+    ("idle", "9n_none_median_ms_per_s", "idle CPU per node, 9 nodes, ms/s"),
+    (
+        "idle",
+        "9n_clients_max_ms_per_s",
+        "... with 50 consumers blocked, 50 empty queues (their node)",
+    ),
+)
+
+
+def _before_of(name: str, after: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``-before`` run kept beside ``after`` (same name and date)."""
+    path = ROOT / str(after["_file"]).replace(".json", "-before.json")
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    data["_file"] = str(path.relative_to(ROOT))
+    return data
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+    return _cell(value)
+
+
+def _failover() -> str:
+    """bench_failover's figures, the code before beside the code after."""
+    after = _latest("failover")
+    before = _before_of("failover", after)
+    runs = [r for r in (before, after) if r is not None]
+    rows = []
+    for scenario, key, label in FAILOVER_ROWS:
+        cells = [
+            _figure(r["scenarios"].get(scenario, {}).get("figures", {}).get(key)) for r in runs
+        ]
+        rows.append([label, *cells])
+    labels = {id(before): "before, at ", id(after): "after, at "}
+    columns = ["", *(labels[id(r)] + str(r.get("checkout_commit")) for r in runs)]
+    caption = "; ".join(
+        f"{r.get('checkout_commit')}: `{r['command']}`, {r.get('conditions', '')} (`{r['_file']}`)"
+        for r in runs
+    )
+    return f"*{caption}.*\n\n" + _table(columns, rows)
+
+
 def _sim_speed() -> str:
     entries = _jsonl(RESULTS / "sim-speed.jsonl")
     rows = []
@@ -235,6 +314,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "workers": lambda: _result("workers"),
     "worker-nodes": lambda: _result("worker-nodes"),
     "integrations": lambda: _result("integrations"),
+    "failover": _failover,
+    "consume-cost": lambda: _result("consume-cost"),
     "chatter": _chatter,
     "tcl-suite": _tcl_suite,
     "sim-speed": _sim_speed,
