@@ -141,7 +141,7 @@ FAILOVER_ROWS = (
 )
 
 
-def _before_of(name: str, after: dict[str, Any]) -> dict[str, Any] | None:
+def _before_of(after: dict[str, Any]) -> dict[str, Any] | None:
     """The ``-before`` run kept beside ``after`` (same name and date)."""
     path = ROOT / str(after["_file"]).replace(".json", "-before.json")
     if not path.exists():
@@ -162,16 +162,16 @@ def _figure(value: Any) -> str:
 def _failover() -> str:
     """bench_failover's figures, the code before beside the code after."""
     after = _latest("failover")
-    before = _before_of("failover", after)
-    runs = [r for r in (before, after) if r is not None]
+    before = _before_of(after)
+    named = [("before", before), ("after", after)] if before is not None else [("after", after)]
+    runs = [r for _, r in named]
     rows = []
     for scenario, key, label in FAILOVER_ROWS:
         cells = [
             _figure(r["scenarios"].get(scenario, {}).get("figures", {}).get(key)) for r in runs
         ]
         rows.append([label, *cells])
-    labels = {id(before): "before, at ", id(after): "after, at "}
-    columns = ["", *(labels[id(r)] + str(r.get("checkout_commit")) for r in runs)]
+    columns = ["", *(f"{name}, at {r.get('checkout_commit')}" for name, r in named)]
     caption = "; ".join(
         f"{r.get('checkout_commit')}: `{r['command']}`, {r.get('conditions', '')} (`{r['_file']}`)"
         for r in runs
