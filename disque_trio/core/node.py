@@ -959,8 +959,10 @@ class Node:
 
     def forget_node(self, node_id: str) -> int:
         """CLUSTER FORGET: the node is gone for good, so no job waits for it.
-        It leaves every holder list; acked jobs it held up are collected.
-        Returns how many jobs listed it."""
+        It leaves every holder list; acked jobs it held up are collected;
+        the jobs it had queued are taken over (fail_over), if its loss was
+        not seen before. Returns how many jobs listed it."""
+        self.fail_over(node_id)
         touched = 0
         for job in list(self.jobs.values()):
             if job.state == STATE_ACKED and job.is_dummy_ack:

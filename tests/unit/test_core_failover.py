@@ -428,3 +428,13 @@ def test_a_setack_for_a_job_not_held_refuses_its_late_copy() -> None:
     cj.receive(b, A_ID, bus.ReplJob(data, False))
     assert job_id not in b.jobs
     assert sent(b) == [(A_ID, bus.SetAck(job_id, 0))]
+
+
+def test_cluster_forget_takes_over_what_the_node_had_queued() -> None:
+    w, ids = _three_with_jobs(4)
+    w.down.add(A_ID)  # never marked FAIL here: forgotten by the operator
+    for node_id in (B_ID, C_ID):
+        w.nodes[node_id].forget_node(A_ID)
+    w.pump()
+    queued = w.queued_on()
+    assert sorted(queued[B_ID] + queued[C_ID]) == sorted(ids)
