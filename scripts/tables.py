@@ -179,6 +179,20 @@ def _failover() -> str:
     return f"*{caption}.*\n\n" + _table(columns, rows)
 
 
+def _failover_repl_cost() -> str:
+    """bench_repl_cost's per-scenario rows for issue 57 (the code before
+    beside the code after, one run); its targets are issue 46's, shown with
+    the repl-cost table, not here."""
+    data = _latest("failover-repl-cost")
+    conditions = re.sub(r"; (PASS|MISS) [^;]*", "", str(data.get("conditions", "")))
+    rows = data["table"].strip().split("\n\n")[-1]
+    when = str(data.get("date") or "")[:16].replace("T", " ")
+    return (
+        f"*{when}, at {data['commit']}: `{data['command']}`; {conditions}. "
+        f"Data: `{data['_file']}` and its `-before` file.*\n\n{rows}"
+    )
+
+
 def _sim_speed() -> str:
     entries = _jsonl(RESULTS / "sim-speed.jsonl")
     rows = []
@@ -315,6 +329,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "worker-nodes": lambda: _result("worker-nodes"),
     "integrations": lambda: _result("integrations"),
     "failover": _failover,
+    "failover-repl-cost": _failover_repl_cost,
     "consume-cost": lambda: _result("consume-cost"),
     "chatter": _chatter,
     "tcl-suite": _tcl_suite,
