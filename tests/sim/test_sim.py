@@ -123,9 +123,11 @@ def test_job_expired_while_down_is_not_amnesia() -> None:
     job, crashed for 8 s and came back after its TTL: the AOF load rightly
     drops it. That is not amnesia; a job still within its TTL and not loaded
     would be. (The plan is spelled out: a seed's plan draws it only as long
-    as nothing else in the run moves.)"""
+    as nothing else in the run moves: seed 1 stopped drawing it with issue
+    57's bus protocol 8, whose incarnation number moved the schedules;
+    seed 11 does, two of the three jobs n2 held expiring while it is down.)"""
     crash = Fault(kind=FAULT_KINDS.index("crash"), victim=2, start=20, length=80)
-    plan = Plan(seed=1, extra_nodes=2, extra_seconds=8, fsync=0, ttl_pct=40, faults=(crash,))
+    plan = Plan(seed=11, extra_nodes=2, extra_seconds=8, fsync=0, ttl_pct=40, faults=(crash,))
     outcome = execute(plan)
     n2 = outcome.world.nodes[2]
     assert set(n2.held_at_crash) - n2.loaded  # some job expired while n2 was down
