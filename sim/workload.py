@@ -150,10 +150,6 @@ class Workload:
         self._world.trace.record(client, "client", {"op": op, **data})
         if self.explorer is not None:
             self.explorer.on_record(op, data)
-        if op in ("nack", "enqueue", "working"):
-            self._world.commands_at.setdefault(data["id"], []).append(
-                data.get("t0", self.history[-1].t)
-            )
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
             self._added_ids.append(data["reply"])
@@ -184,6 +180,17 @@ class Workload:
             self._acked_ids.add(data["id"])
         if self._stop_producing.is_set() and not self._undelivered and not self._owed:
             self._all_delivered.set()
+
+    def _sending(self, jid: str) -> float:
+        """A NACK, ENQUEUE or WORKING for ``jid`` is sent now: the World
+        counts it from now (``commands_at``), not from its answer, so that
+        a check judging the job meanwhile stands aside (seed 3723: another
+        consumer's ENQUEUE DELAY taken, its answer 0.4 ms from its client
+        when nack-delay-told judged the first one's). Its send time."""
+        assert self._world is not None
+        t0 = trio.current_time()
+        self._world.commands_at.setdefault(jid, []).append(t0)
+        return t0
 
     async def __call__(self, world: World) -> None:
         plan = self.plan
@@ -580,7 +587,7 @@ class Workload:
                     return False
                 break  # refused (a delivered RETRY 0 job, or queued again meanwhile)
         if again and not draining and rng.randrange(100) < plan.nack_pct:
-            called = trio.current_time()
+            called = self._sending(jid)
             reply = await client.call("NACK", jid)
             data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
             self.record(name, "nack", data)
@@ -595,7 +602,7 @@ class Workload:
                 # delivered RETRY 0 job answers 0 (retry0-refused), and the
                 # job is never delivered again (check, retry0-once).
                 cmd = rng.choice(("NACK", "ENQUEUE"))
-                called = trio.current_time()
+                called = self._sending(jid)
                 reply = await client.call(cmd, jid)
                 data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "retry": 0}
                 self.record(name, cmd.lower(), data)
@@ -619,7 +626,7 @@ class Workload:
             return False
         await trio.sleep(rng.uniform(0.0, 0.05))
         if rng.randrange(100) < plan.working_pct:
-            called = trio.current_time()
+            called = self._sending(jid)
             reply = await client.call("WORKING", jid)
             data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
             self.record(name, "working", data)
@@ -678,7 +685,7 @@ class Workload:
         if retry and self.plan.late_delay_pct and rng.randrange(100) < self.plan.late_delay_pct:
             await trio.sleep(rng.uniform(0.8, 2.0) * retry)
         delay = rng.randint(1, 5)
-        called = trio.current_time()
+        called = self._sending(jid)
         reply = await client.call(cmd, jid, "DELAY", delay)
         op = cmd.lower()
         data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "delay": delay}
@@ -779,7 +786,7 @@ class Workload:
             return  # forgotten: re-queued at RETRY
         try:
             while trio.current_time() < start + hold:
-                called = trio.current_time()
+                called = self._sending(jid)
                 reply = await client.call("WORKING", jid)
                 data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
                 self.record(name, "working", data)
