@@ -89,6 +89,14 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("crash_after_ack", 1),  # 1: a node crashes right after acking a job (twice at most)
     ("slow_yourjobs", 5),  # YOURJOBS arrives this many tenths of a second late
     ("rewrite_often", 1),  # 1: BGREWRITEAOF on some node every 0.3..1 s
+    # Fail-over (issue 57; 0 in plans saved before): jobs whose RETRY is
+    # longer than the time to FAIL, so that a lost node's queued jobs wait
+    # for the survivors' fail-over, not for their RETRY (failover-timely).
+    ("long_retry_pct", 40),  # producer jobs with a RETRY of LONG_RETRY_S, acked
+    # One more fault: a crash of a node halfway through the safety phase,
+    # its queue of long RETRY jobs full; 1: restarted after 1 s (before
+    # FAIL: its new incarnation is the loss), 2: down to the end (FAIL).
+    ("failover_crash", 2),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -161,6 +169,8 @@ class Plan:
     crash_after_ack: int = 0
     slow_yourjobs: int = 0
     rewrite_often: int = 0
+    long_retry_pct: int = 0
+    failover_crash: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -201,6 +211,13 @@ class Plan:
             keep = {"crash", "clock-jump", "wipe", "torn-crash"}
             return [f for f in self.faults if f.name in keep]
         out = [f for f in self.faults if f.kind]
+        if self.failover_crash and self.nodes > 1:
+            # Halfway, when every node has a backlog of long RETRY jobs.
+            kind = FAULT_KINDS.index("crash")
+            start = int(self.duration * 5)
+            length = 10 if self.failover_crash == 1 else max(1, int(self.duration * 10) - start)
+            victim = self.seed % self.nodes
+            out.append(Fault(kind=kind, victim=victim, start=start, length=length))
         if self.long_cut:
             # Longer than the node timeout (when drawn short): FAIL is
             # reached, spread, and cleared after heal (fail-detected).
@@ -345,11 +362,19 @@ class Plan:
         )
         # The BUGGIFY knobs, from a generator of their own too.
         knobs = random.Random(f"buggify-{seed}")
-        return attrs.evolve(
+        plan = attrs.evolve(
             plan,
             crash_after_ack=int(knobs.random() < 0.15),
             slow_yourjobs=knobs.randint(1, 5) if knobs.random() < 0.2 else 0,
             rewrite_often=int(knobs.random() < 0.2),
+        )
+        # Fail-over's long RETRY jobs, from a generator of their own too.
+        failover = random.Random(f"failover-{seed}")
+        long_retry_pct = failover.randint(10, 40) if failover.random() < 0.5 else 0
+        return attrs.evolve(
+            plan,
+            long_retry_pct=long_retry_pct,
+            failover_crash=failover.choice((0, 1, 2)) if long_retry_pct else 0,
         )
 
 
