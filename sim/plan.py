@@ -93,9 +93,9 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     # longer than the time to FAIL, so that a lost node's queued jobs wait
     # for the survivors' fail-over, not for their RETRY (failover-timely).
     ("long_retry_pct", 40),  # producer jobs with a RETRY of LONG_RETRY_S, acked
-    # One more fault: a crash of a node halfway through the safety phase,
-    # its queue of long RETRY jobs full; 1: restarted after 1 s (before
-    # FAIL: its new incarnation is the loss), 2: down to the end (FAIL).
+    # A calm fail-over phase after the drains (sim/workload.py): a node
+    # crashes, its queue of long RETRY jobs full; 1: restarted after 1 s
+    # (before FAIL: its new incarnation is the loss), 2: once FAIL.
     ("failover_crash", 2),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
@@ -211,13 +211,6 @@ class Plan:
             keep = {"crash", "clock-jump", "wipe", "torn-crash"}
             return [f for f in self.faults if f.name in keep]
         out = [f for f in self.faults if f.kind]
-        if self.failover_crash and self.nodes > 1:
-            # Halfway, when every node has a backlog of long RETRY jobs.
-            kind = FAULT_KINDS.index("crash")
-            start = int(self.duration * 5)
-            length = 10 if self.failover_crash == 1 else max(1, int(self.duration * 10) - start)
-            victim = self.seed % self.nodes
-            out.append(Fault(kind=kind, victim=victim, start=start, length=length))
         if self.long_cut:
             # Longer than the node timeout (when drawn short): FAIL is
             # reached, spread, and cleared after heal (fail-detected).
@@ -371,10 +364,14 @@ class Plan:
         # Fail-over's long RETRY jobs, from a generator of their own too.
         failover = random.Random(f"failover-{seed}")
         long_retry_pct = failover.randint(10, 40) if failover.random() < 0.5 else 0
+        crash = failover.choice((1, 2)) if long_retry_pct else 0
+        timeout = plan.node_timeout
+        if crash == 2 and not 0 < timeout <= 3:
+            # Down until the others flag it FAIL: a node timeout of 0.5 to
+            # 1.5 s, so that it does not take long.
+            timeout = failover.randint(1, 3)
         return attrs.evolve(
-            plan,
-            long_retry_pct=long_retry_pct,
-            failover_crash=failover.choice((0, 1, 2)) if long_retry_pct else 0,
+            plan, long_retry_pct=long_retry_pct, failover_crash=crash, node_timeout=timeout
         )
 
 

@@ -36,9 +36,9 @@ from disque_trio.testing import RespClient
 
 from . import buggify
 from .explore import Explorer
-from .faults import heal_all, run_faults
+from .faults import FAILOVER_WAIT_S, detection_bound, heal_all, run_faults
 from .plan import Plan
-from .world import World
+from .world import FAILOVER_S, INCARNATION_KNOWN_S, World
 
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
@@ -51,6 +51,9 @@ CODA_S = 4.0  # the calm coda's producing time (plan.coda)
 # 0.2 s: 332 jobs owed needed more than the 40 s (seed 94617).
 DRAIN_PROGRESS_S = 10.0
 DRAIN_EXTRA_S = 60.0
+# A job owed that no node has held for this long plus its RETRY no longer
+# holds the drain back (Workload._forget_gone).
+DRAIN_GONE_S = 10.0
 CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
 PATIENT_TIMEOUT_MS = 10_000  # the coda's patient consumer's GETJOB TIMEOUT
 # The RETRY of the plan's long jobs (plan.long_retry_pct): longer than the
@@ -67,6 +70,11 @@ LONG_WORK_S = (0.2, 6.0)
 # the producers stop, it takes LONG_DRAIN_COUNT every LONG_DRAIN_S.
 LONG_QUEUE = "ql"
 LONG_BACKLOG = 4  # long RETRY jobs added on each node as the safety phase begins
+# The calm fail-over phase (plan.failover_crash): the backlog waits this
+# long before the crash (its holders heard of it), and a node restarted
+# before FAIL is down this long.
+FAILOVER_QUEUED_S = 1.5
+FAILOVER_DOWN_S = 1.0
 LONG_TAKE_S = (1.0, 3.0)
 LONG_DRAIN_S = 0.05
 LONG_DRAIN_COUNT = 4
@@ -161,6 +169,9 @@ class Workload:
     _added_ids: list[str] = attrs.field(factory=list)  # job ids ADDJOB answered, in order
     _in_hand: dict[str, None] = attrs.field(factory=dict)  # delivered, no ack yet (in order)
     _acked_order: list[str] = attrs.field(factory=list)  # ack attempts, in order
+    _long_go: trio.Event = attrs.field(factory=trio.Event)  # the long consumer may take jobs
+    _body_id: dict[str, str] = attrs.field(factory=dict)  # body -> job id (added OK)
+    _body_of: dict[str, str] = attrs.field(factory=dict)  # job id -> body (added OK)
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -170,6 +181,8 @@ class Workload:
             self.explorer.on_record(op, data)
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
+            self._body_id[data["body"]] = data["reply"]
+            self._body_of[data["reply"]] = data["body"]
             self._added_ids.append(data["reply"])
             if data["retry"] and not data.get("ttl"):
                 self._tracked.add(data["reply"])
@@ -218,6 +231,8 @@ class Workload:
         self._consumers_on = trio.Event()
         self._consumers_on.set()
         self._healed = trio.Event()
+        self._long_go = trio.Event()
+        self._long_go.set()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         if plan.explore or plan.admin_mask:
             self.explorer = Explorer(world, plan, self.record, self._stop_producing)
@@ -283,6 +298,8 @@ class Workload:
             await self._drain()
             if plan.coda:
                 await self._run_coda(world)
+            if plan.failover_crash and plan.long_retry_pct and world.count > 1:
+                await self._run_failover(world)
             # Every job delivered once (as before), and each one's last
             # delivery acked (a forgotten job delivered again).
             self.drained = not self._undelivered
@@ -355,6 +372,54 @@ class Workload:
         world.phase = "drain after coda"
         await self._drain()
 
+    async def _run_failover(self, world: World) -> None:
+        """A calm fail-over phase (``plan.failover_crash``): a backlog of
+        long RETRY jobs on every node, the long consumer held back; a node
+        crashes, and is restarted 1 s later (1: before FAIL, its new
+        incarnation is the loss) or once the others flag it FAIL and their
+        fail-over is due (2); failover-timely and failover-once judge what
+        the survivors did with its backlog, then the consumer takes it all
+        (a drain). The faults of the safety phase seldom leave a holder
+        undisturbed around a crash: here every one is."""
+        self.record("workload", "phase", {"ev": "failover"})
+        world.phase = "failover"
+        # Jobs still owed now were so through both drains (lost to a crash,
+        # an excused loss): this phase does not wait for them again.
+        owed, undelivered = set(self._owed), set(self._undelivered)
+        self._long_go = trio.Event()
+        await self._long_backlog(world, "pf", world.child_rng())
+        # Queued there long enough for the other holders to know.
+        await trio.sleep(FAILOVER_QUEUED_S)
+        victim = self.plan.seed % world.count
+        node = world.nodes[victim]
+        bound = detection_bound(self.plan.node_timeout_ms)
+        if node.up:
+            window = world.fault_begin(victim, "crash")
+            world.watch_failover(victim, window, "crash", bound + FAILOVER_WAIT_S)
+            try:
+                with trio.CancelScope(shield=True):
+                    await world.crash(victim)
+                if self.plan.failover_crash == 1:
+                    await trio.sleep(FAILOVER_DOWN_S)
+                else:
+                    with trio.move_on_after(bound):
+                        while not world.flagged_fail(victim):  # noqa: ASYNC110
+                            await trio.sleep(0.1)
+                    await trio.sleep(FAILOVER_S + 1)
+                with trio.CancelScope(shield=True):
+                    if not node.up:
+                        await world.restart(victim)
+            finally:
+                world.fault_end(window)
+            if self.plan.failover_crash == 1:
+                # The deadline of a restart before FAIL.
+                await trio.sleep(INCARNATION_KNOWN_S + FAILOVER_S + 1)
+        self._long_go.set()
+        world.phase = "drain after failover"
+        with trio.move_on_after(self.drain_timeout):
+            while self._owed - owed or self._undelivered - undelivered:  # noqa: ASYNC110
+                await trio.sleep(0.2)
+
     async def _patient(self, world: World, index: int) -> None:
         """The coda's patient consumer: GETJOB with a long TIMEOUT on node
         ``index`` (where the coda adds nothing), in a loop, acking each job
@@ -396,15 +461,49 @@ class Workload:
         self._all_delivered = trio.Event()
         if not self._undelivered and not self._owed:
             self._all_delivered.set()
-        with trio.move_on_after(self.drain_timeout):
-            await self._all_delivered.wait()
-        give_up = trio.current_time() + DRAIN_EXTRA_S
-        while not self._all_delivered.is_set() and trio.current_time() < give_up:
-            paid = self._paid
-            with trio.move_on_after(DRAIN_PROGRESS_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._forget_gone)
+            with trio.move_on_after(self.drain_timeout):
                 await self._all_delivered.wait()
-            if self._paid == paid:
-                break
+            give_up = trio.current_time() + DRAIN_EXTRA_S
+            while not self._all_delivered.is_set() and trio.current_time() < give_up:
+                paid = self._paid
+                with trio.move_on_after(DRAIN_PROGRESS_S):
+                    await self._all_delivered.wait()
+                if self._paid == paid:
+                    break
+            nursery.cancel_scope.cancel()
+
+    async def _forget_gone(self) -> None:
+        """The drain's jobs that no node holds any more (lost to a crash or
+        a flush, or acked by an ack whose answer was lost) stop holding it
+        back once gone for ``DRAIN_GONE_S`` and their RETRY (a copy still on
+        its way, a re-queue due): nothing can deliver them, and waiting the
+        drain's timeout out for them was most of the CPU of the runs that
+        had one. The checks judge them as before, from the history."""
+        assert self._world is not None
+        world = self._world
+        gone_since: dict[str, float] = {}
+        while True:
+            await trio.sleep(1.0)
+            if not all(n.up for n in world.nodes):
+                gone_since.clear()
+                continue
+            now = trio.current_time()
+            waiting = self._owed | {self._body_id[b] for b in self._undelivered}
+            for jid in list(gone_since.keys() - waiting):
+                del gone_since[jid]
+            for jid in sorted(waiting):  # sorted: a set's order moves with the hash seed
+                if any(jid in n.server.node.jobs for n in world.nodes):
+                    gone_since.pop(jid, None)
+                    continue
+                since = gone_since.setdefault(jid, now)
+                if now - since < DRAIN_GONE_S + self._retry_of.get(jid, 0):
+                    continue
+                del gone_since[jid]
+                self._owed.discard(jid)
+                self._undelivered.discard(self._body_of.get(jid, ""))
+                self.record("workload", "gone", {"id": jid})
 
     async def _pause_consumers(self, start: float) -> None:
         await trio.sleep_until(start + self.plan.duration * 0.3)
@@ -625,11 +724,13 @@ class Workload:
 
     async def _long_backlog(self, world: World, name: str, rng: random.Random) -> None:
         """``LONG_BACKLOG`` long RETRY jobs added on each node at once, with
-        two copies at least: a backlog on every node from the start."""
+        three copies at least where there are nodes enough (two holders to
+        take it over: failover-once): a backlog on every node from the
+        start."""
         for n in range(LONG_BACKLOG * world.count):
             index = n % world.count
             retry = rng.randint(*LONG_RETRY_S)
-            least = min(2, world.count)
+            least = min(3, world.count)
             copies = rng.randint(least, max(least, self.plan.max_replicate))
             invoke = {**_sync_invoke(index, f"{name}-{n}", retry, copies), "queue": LONG_QUEUE}
             self.record(name, "invoke", invoke)
@@ -654,6 +755,7 @@ class Workload:
         clients: dict[int, RespClient] = {}
         while True:
             await self._consumers_on.wait()
+            await self._long_go.wait()
             draining = self._stop_producing.is_set()
             await trio.sleep(LONG_DRAIN_S if draining else rng.uniform(*LONG_TAKE_S))
             index = rng.randrange(world.count)

@@ -1539,6 +1539,18 @@ class World:
             for w in self.fault_windows
         )
 
+    def flagged_fail(self, victim: int) -> bool:
+        """A majority of the other nodes up flag node ``victim`` FAIL."""
+        victim_id = self.nodes[victim].server.node.node_id
+        others = [n for n in self.nodes if n.index != victim and n.up]
+        failed = [
+            n
+            for n in others
+            if (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
+            and peer.flags & cluster_flags.FAIL
+        ]
+        return len(failed) > len(others) // 2
+
     async def check_detection(self, victim: int, window: list[float], bound: float) -> None:
         """fail-detected: a node cut off from every other (isolated, frozen,
         down) for longer than ``bound`` (derived from cluster-node-timeout)
@@ -1627,7 +1639,7 @@ class World:
         For an isolated or frozen node, the jobs are those it had queued at
         the cut: the survivors cannot know what it did with them since."""
         node = self.nodes[victim]
-        if not node.up or self._nursery is None or self.phase != "safety":
+        if not node.up or self._nursery is None or self.phase not in ("safety", "failover"):
             return
         core = node.server.node
         victim_id = core.node_id
