@@ -918,6 +918,89 @@ OBSERVE_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]
 }
 
 
+# ------------------------------------------- fail-over and cross-node
+# delivery (issue 57)
+
+
+def failover_off() -> contextlib.AbstractContextManager[None]:
+    """A lost node's queued jobs are left to their RETRY: no survivor takes
+    them over (failover-timely)."""
+    return patched(cj, "take_over", lambda node, job, lost, now: None)
+
+
+def failover_no_standby() -> contextlib.AbstractContextManager[None]:
+    """Every surviving holder takes a lost node's job over at once, as if
+    each were the one chosen: the job is queued on several nodes at once
+    (failover-once)."""
+    original = cj.take_over
+
+    def take_over(node: Node, job: Job, lost: str, now: int) -> None:
+        with patched(cj, "_id_mix", lambda h, job_id: b"\xff" if h == node.node_id else b""):
+            original(node, job, lost, now)
+
+    return patched(cj, "take_over", take_over)
+
+
+def deliveries_untold() -> contextlib.AbstractContextManager[None]:
+    """A job handed to a client is not told to its other holders: they
+    re-queue it at RETRY from its last queueing, and take it over if its
+    node is lost while its consumer works on it (delivery-told,
+    failover-holds)."""
+
+    def tell_deliveries(self: Node) -> None:
+        self.delivered_untold.clear()
+
+    return patched(Node, "tell_deliveries", tell_deliveries)
+
+
+def havejobs_never_sent() -> contextlib.AbstractContextManager[None]:
+    """A job queued on a node with no consumer of its own waiting is not
+    announced to the nodes that asked for jobs of its queue (HAVEJOBS):
+    they ask again only at their NEEDJOBS back-off (federation-prompt)."""
+    return patched(cj, "tell_interested", lambda node, q, now: None)
+
+
+def incarnation_ignored() -> contextlib.AbstractContextManager[None]:
+    """A heartbeat from a new incarnation of a node (it restarted) is not
+    taken for a loss: what it had queued waits for its RETRY, or its FAIL
+    (failover-timely, a crash shorter than the time to FAIL)."""
+    original = ClusterTable.on_heartbeat
+
+    def on_heartbeat(self: ClusterTable, msg: bus.Heartbeat, now: int) -> None:
+        lost = msg.sender in self.lost
+        original(self, msg, now)
+        if not lost:
+            self.lost.pop(msg.sender, None)
+
+    return patched(ClusterTable, "on_heartbeat", on_heartbeat)
+
+
+def leaving_retry0_dropped() -> contextlib.AbstractContextManager[None]:
+    """The fix of cb06e48 reverted: the ENQUEUE of a RETRY 0 job from the
+    node that added it and kept no copy (leaving) finds the copy's queue
+    time 0 (at most once) and does nothing; the job was answered and is
+    never delivered (leaving-added-delivered)."""
+    original = cj._on_enqueue
+
+    def on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.retry == 0:
+            return
+        original(node, sender, msg)
+
+    return handler(bus.Enqueue, on_enqueue)
+
+
+FAILOVER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "failover-off": failover_off,
+    "failover-no-standby": failover_no_standby,
+    "deliveries-untold": deliveries_untold,
+    "havejobs-never-sent": havejobs_never_sent,
+    "incarnation-ignored": incarnation_ignored,
+    "leaving-retry0-dropped": leaving_retry0_dropped,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -947,6 +1030,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 MUTANTS.update(EXPLORER_MUTANTS)
 MUTANTS.update(DELAY_WAIT_MUTANTS)
 MUTANTS.update(OBSERVE_MUTANTS)
+MUTANTS.update(FAILOVER_MUTANTS)
 
 
 @contextlib.contextmanager
