@@ -14,8 +14,18 @@
 * liveness: every fault undone, every node back, membership must converge;
 * drain and settle: consumers take every job still owed until each one's
   last delivery is acked (with ``plan.coda``, then a few seconds of new
-  jobs in the healed cluster and a second drain), then the cluster is
-  left alone so acks are collected everywhere.
+  jobs in the healed cluster, a patient consumer blocked on one node, and
+  a second drain; with ``plan.failover_crash``, then a node crashed with a
+  backlog of long RETRY jobs queued, restarted before or after FAIL, and a
+  third drain), then the cluster is left alone so acks are collected
+  everywhere.
+
+With ``plan.long_retry_pct``, some producer jobs (and four per node as the
+safety phase begins) have a RETRY longer than the time to FAIL, on a queue
+a slow consumer takes, so that a node cut off has a backlog of them: what
+the survivors do with it is the fail-over's doing (sim/world.py,
+failover-timely). A consumer holding a job with WORKING moves to another
+node when its own goes down, as the real client does.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
