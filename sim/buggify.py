@@ -24,6 +24,8 @@ import trio
 
 from disque_trio.core.job import Job
 
+from .faults import FAILOVER_WAIT_S
+
 if TYPE_CHECKING:
     from .explore import Explorer
     from .world import SimNode, World
@@ -62,7 +64,10 @@ def install(world: World) -> None:
 async def _crash_now(world: World, node: SimNode, down: float) -> None:
     if not node.up:
         return
-    window = world.fault_begin(node.index)
+    window = world.fault_begin(node.index, "crash")
+    # Restarted before FAIL: the others take its queued jobs over at once
+    # (a new incarnation: failover-timely).
+    world.watch_failover(node.index, window, "crash", down + FAILOVER_WAIT_S)
     try:
         with trio.CancelScope(shield=True):
             world.trace.record(node.name, "fault", {"ev": "crash-after-ack"})

@@ -22,7 +22,11 @@ Here, over the client history:
   is never answered 1;
 - ``waitjob-true``: WAITJOB says ``acked`` only after some ACKJOB/FASTACK was
   sent, never ``gone`` for a job acked before the call (calm), and a call
-  blocked on the jobs' creator answers within 1 s of their acks' replies.
+  blocked on the jobs' creator answers within 1 s of their acks' replies;
+- ``failover-holds``: a job its consumer keeps (WORKING, moved to another
+  node when its own went down; or a long RETRY job worked on within its
+  retry point) is neither queued nor delivered again until its ack, calm
+  or with a crash of the node it came from as the only fault.
 
 Over node state, in ``sim/world.py`` (its module docstring says more):
 - ``acked-absorbing``: a node that acked a job never queues it again;
@@ -44,6 +48,17 @@ Over node state, in ``sim/world.py`` (its module docstring says more):
   no other holder has the job queued, each holds it past d + RETRY;
 - ``nack-delay-timed``: the node that took the delay has its timer by then;
 - ``aof-keeps-delay``: a job reloaded within its client's delay keeps it;
+- ``failover-timely``: the jobs a node cut off (crash, wipe, isolation,
+  freeze) had queued are queued by a surviving holder within 2 s of the
+  first of them flagging it FAIL, or of hearing it restarted;
+- ``failover-once``: then, not by two holders at once (one is chosen, the
+  others stand by);
+- ``delivery-told``: shortly after a delivery (healthy cluster), the job's
+  other holders hold it past RETRY from the delivery and would not take it
+  over if its node were lost;
+- ``federation-prompt``: in the calm coda, a job queued on a node with no
+  consumer of its own reaches another node whose consumer waits, within
+  six network delays and a margin;
 - ``message-storm``, ``run-finishes``: the bus and the run stay bounded.
 
 What users observe (issue #45), in ``sim/observing.py`` (its docstring
@@ -92,7 +107,9 @@ acks included, are collected everywhere), ``replicated-before-ok`` (an OK
 means REPLICATE copies), ``converged`` (membership and FAIL flags agree
 after heal). By the explorer, in ``sim/explore.py``: ``model-read``,
 ``pause-out``, ``leaving``, ``async-replicated``, ``acked-survives-restart``,
-``shutdown-no-amnesia``.
+``shutdown-no-amnesia``, ``leaving-added-delivered`` (a job added on a
+leaving node itself, which keeps no copy, is delivered on the others
+within 3 s plus its DELAY; a RETRY 0 one exactly once).
 """
 
 from __future__ import annotations
@@ -444,6 +461,76 @@ def check_working(
             out.append(
                 f"working-holds: {e.data['id']} held with WORKING from t={start:.2f} "
                 f"to t={e.t:.2f} (RETRY {retry}) {what}"
+            )
+    return out
+
+
+# calm_but_crash(victim, start, end, after): calm over [start, end] but for
+# crashes of node ``victim`` that began after ``after`` (World.calm_but_crash).
+CalmButCrash = Callable[[int, float, float, float], bool]
+# A job its consumer works on without WORKING (a long RETRY) is due back at
+# the delivering node's next retry point for it (set when it was queued
+# there: a delivery does not move it, as in the original), and on the other
+# holders no sooner than RETRY from the delivery (Node.tell_deliveries);
+# an ack sent this long before the first of those still counts (the random
+# time error, 0.25 s, a network delay, margin).
+WORK_SLACK_S = 1.0
+
+
+def check_failover_holds(
+    history: list[Event],
+    calm_but_crash: CalmButCrash,
+    queued_at: Mapping[str, list[float]] | None = None,
+    retry_points: Mapping[str, list[tuple[float, float]]] | None = None,
+) -> list[str]:
+    """failover-holds: a job its consumer keeps is neither queued again (a
+    node says so, ``queued_at``) nor delivered again until the consumer
+    sends its ack, while the cluster is calm but for crashes of the node it
+    came from that began once its other holders had been told of the
+    delivery (``RACE_S`` after it: that node's next cron, or the consumer's
+    first WORKING, broadcast). Two kinds:
+
+    * ``hold``: held with WORKING every RETRY/3; when its node went down, the
+      consumer sent WORKING to the other nodes in turn (``moved``) and acked
+      where one answered. Holds that never moved are working-holds' business.
+      The survivors knew a consumer had it: no fail-over, and their re-queue
+      pushed by each WORKING;
+    * ``work``: a long RETRY job worked on without WORKING, acked (on
+      another node if its own went down) before its RETRY from the delivery
+      ran out, and before the delivering node's next retry point for it
+      (``retry_points``: delivered at, retry point; ``WORK_SLACK_S``); in a
+      calm cluster too."""
+    gets = _delivery_times(history)
+    out = []
+    for e in history:
+        if e.op not in ("hold", "work") or "acked" not in e.data:
+            continue
+        if e.op == "hold" and "moved" not in e.data:
+            continue
+        start, end = float(e.data["start"]), float(e.data["acked"])
+        retry = _int_option(e.data, "retry", 1)
+        if e.op == "work":
+            points = [p for t, p in (retry_points or {}).get(e.data["id"], ()) if t <= start]
+            due = min(start + retry, points[-1] if points else start)
+            if end > due - WORK_SLACK_S:
+                continue  # its RETRY ran out first: a re-queue is due
+        origin = int(e.data["from"])
+        if not calm_but_crash(origin, start, end, start + RACE_S):
+            continue
+        jid = e.data["id"]
+        during = [t for t in gets.get(jid, []) if start + RACE_S < t < end]
+        queued = [t for t in (queued_at or {}).get(jid, ()) if start + RACE_S < t < end]
+        if during or queued:
+            what = (
+                f"delivered again at t={during[0]:.2f}"
+                if during
+                else f"queued again at t={queued[0]:.2f}"
+            )
+            how = "held with WORKING" if e.op == "hold" else "worked on"
+            moved = f", moved at t={float(e.data['moved']):.2f}" if "moved" in e.data else ""
+            out.append(
+                f"failover-holds: {jid} got from n{origin} at t={start:.2f}, {how} until its "
+                f"ack at t={end:.2f} on n{e.data['node']} (RETRY {retry}{moved}), {what}"
             )
     return out
 

@@ -40,6 +40,11 @@ Its checks (violations name them):
   REPLICATE count of holders 3 s later, the cluster still healthy.
 * ``shutdown-no-amnesia``: a node restarted after SHUTDOWN REWRITE-AOF has
   every job it held (whatever the fsync policy).
+* ``leaving-added-delivered``: a job added on a node while it is leaving
+  (RETRY 0, RETRY 0 with a DELAY, ASYNC with a RETRY, on ``xn``: it keeps
+  no copy, and its one holder queues it) is delivered by GETJOB on the
+  other nodes within ``LEAVING_ADDED_S`` plus its DELAY, when calm; a
+  RETRY 0 one exactly once.
 * ``acked-survives-restart`` (white-box, over every job, the workload's
   too): a node that answered an ACKJOB or FASTACK for a job never queues it
   again in a later incarnation, unless a crash (not a controlled restart)
@@ -75,6 +80,13 @@ WILD = "xw"
 ASYNC_Q = "xa"
 LEAVING_Q = "xl"  # a job for every node, added as one of them starts leaving
 EMPTY_Q = "xe"  # never gets a job: GETJOB on it blocks (or is refused while leaving)
+# Jobs added on a leaving node itself (it keeps no copy: its one holder
+# queues them, ENQUEUE), taken by GETJOB on the other nodes.
+LEAVING_ADD_Q = "xn"
+# leaving-added-delivered: delivered within this of the ADDJOB's answer
+# (plus its DELAY), when calm: the ENQUEUE crosses the network once, and the
+# explorer asks each other node in turn, a GETJOB TIMEOUT 200 ms at a time.
+LEAVING_ADDED_S = 3.0
 ASYNC_SETTLE_S = 3.0
 # PAUSE BCAST: a message per reachable peer, applied on arrival; calm, it
 # is everywhere well within this.
@@ -1109,6 +1121,7 @@ class Explorer:
                 self.probe("leaving-repljob-sent")
             except Unknown:
                 pass
+        await self._leaving_adds(i)
         until = trio.current_time() + self.admin_rng.uniform(2, 5)
         known = False
         while trio.current_time() < until:
@@ -1148,6 +1161,113 @@ class Explorer:
             world.nursery.start_soon(self._leave_later, i, told, marks)
             return
         await self._stop_leaving(i)
+
+    async def _leaving_adds(self, i: int) -> None:
+        """ADDJOB on the leaving node i itself, which keeps no copy of a
+        job: it replicates it to REPLICATE other nodes and has its one
+        holder queue it (ENQUEUE, after the DELAY): RETRY 0, RETRY 0 with a
+        DELAY of 1..2 s, and ASYNC with a RETRY. Each answered with an ID
+        is taken on the other nodes (``_take_leaving_adds``)."""
+        world = self.world
+        delay = self.admin_rng.randint(1, 2)
+        specs: list[tuple[int, int, tuple[Any, ...]]] = [
+            (0, 0, ("REPLICATE", 1, "RETRY", 0)),
+            (0, delay, ("REPLICATE", 1, "RETRY", 0, "DELAY", delay)),
+            (2, 0, ("REPLICATE", 1, "RETRY", 2, "TTL", 60, "ASYNC")),
+        ]
+        others = {j: self.disturbed[j] for j in range(world.count) if j != i}
+        added: list[tuple[str, int, int, float, float]] = []
+        for retry, delay_s, args in specs:
+            self.n += 1
+            body = f"xn-{self.n}"
+            t0 = trio.current_time()
+            try:
+                reply = await self.call(i, "ADDJOB", LEAVING_ADD_Q, body, 2000, *args)
+            except Unknown:
+                continue
+            self.record("add", {"node": i, "body": body, "args": list(args), "reply": text(reply)})
+            if text(reply).startswith("D-"):
+                added.append((text(reply), retry, delay_s, t0, trio.current_time()))
+        if added and world.nursery is not None:
+            world.nursery.start_soon(self._take_leaving_adds, i, added, others)
+
+    async def _take_leaving_adds(
+        self,
+        i: int,
+        added: list[tuple[str, int, int, float, float]],
+        disturbed: dict[int, int],
+    ) -> None:
+        """leaving-added-delivered: each job ``_leaving_adds`` had answered
+        with an ID is delivered by a GETJOB on the other nodes within
+        ``LEAVING_ADDED_S`` (plus its DELAY) of the answer, when calm for
+        the nodes concerned (no fault on the leaving node, on the job's
+        holder or on every node, no flush of the holder, meanwhile); a
+        RETRY 0 one exactly once. The GETJOBs go to the nodes that hold a
+        copy (the others' would fetch it by NEEDJOBS, or not); each job is
+        acked once taken."""
+        world = self.world
+        got: dict[str, list[float]] = {}
+        dues = {jid: t + delay + LEAVING_ADDED_S for jid, _, delay, _, t in added}
+        stop = max(dues.values()) + LEAVING_ADDED_S
+        others = sorted(disturbed)
+        k = 0
+
+        def holders(jids: list[str]) -> list[int]:
+            names = {n for jid in jids for n in world.registered_at.get(jid, {})}
+            return [j for j in others if world.nodes[j].name in names] or others
+
+        async def take(jids: list[str]) -> None:
+            nonlocal k
+            targets = holders(jids)
+            j = targets[k % len(targets)]
+            k += 1
+            try:
+                reply = await self.call(
+                    j, "GETJOB", "TIMEOUT", 200, "COUNT", 3, "FROM", LEAVING_ADD_Q
+                )
+            except Unknown:
+                await trio.sleep(0.1)
+                return
+            for row in rows(reply):
+                jid = text(row[1])
+                got.setdefault(jid, []).append(trio.current_time())
+                self.record("get", {"node": j, "id": jid, "queue": LEAVING_ADD_Q})
+                try:
+                    await self.call(j, "ACKJOB", jid)
+                except Unknown:
+                    pass
+
+        while trio.current_time() < stop and len(got) < len(added):
+            await take([jid for jid, *_ in added if jid not in got])
+        # A second delivery of a RETRY 0 job would come after the first: a
+        # while longer (its holder queueing it again).
+        with trio.move_on_after(LEAVING_ADDED_S):
+            while True:
+                await take([jid for jid, *_ in added])
+        for jid, retry, delay, t0, t in added:
+            times = got.get(jid, [])
+            if retry == 0 and len(times) > 1:
+                self.violate(
+                    f"leaving-added-delivered: RETRY 0 job {jid} added on n{i} (leaving) "
+                    f"delivered {len(times)} times"
+                )
+            due = dues[jid]
+            concerned = {-1, i, *(j for j in holders([jid]) if j in disturbed)}
+            if any(self.disturbed[j] != disturbed[j] for j in concerned if j in disturbed):
+                continue  # a holder flushed, replaced, or its leaving toggled
+            start = t0 - LINK_SETTLE_S
+            if any(
+                int(w[2]) in concerned and w[0] <= due and w[1] >= start
+                for w in world.fault_windows
+            ):
+                continue
+            self.probe("leaving-added-checked")
+            if not any(x <= due for x in times):
+                when = f"at t={times[0]:.2f}" if times else "never"
+                self.violate(
+                    f"leaving-added-delivered: {jid} (RETRY {retry}, DELAY {delay}) added on "
+                    f"n{i} (leaving) at t={t:.2f}, not delivered by t={due:.2f} ({when})"
+                )
 
     async def _leave_later(self, i: int, told: float, marks: tuple[Any, ...]) -> None:
         world = self.world
@@ -1195,7 +1315,7 @@ class Explorer:
         # Down and restarted like a crash: a fault window, so that the
         # checks that want a calm cluster (fail-detected: a restarted node
         # learns a peer's FAIL afresh, seed 4097) leave it out.
-        window = world.fault_begin(i)
+        window = world.fault_begin(i, "shutdown")
         try:
             reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
         except Unknown:

@@ -20,6 +20,11 @@ CUT_OFF = ("crash", "wipe", "torn-crash", "isolate", "pause")
 AFTERMATH_S = {"reset": 2.0, "clock-jump": 5.0}
 
 
+# failover-timely waits this much longer than the detection bound for a
+# holder to flag the victim FAIL (it runs while the majority flags it).
+FAILOVER_WAIT_S = 5.0
+
+
 def detection_bound(timeout_ms: int) -> float:
     """How long after a cut the majority must flag the victim FAIL: a PING
     within half the timeout, PFAIL a timeout later, then the others' reports
@@ -36,12 +41,18 @@ async def run_fault(world: World, fault: Fault, start: float) -> None:
     others = [p for p in ports if p != node.port]
     name = fault.name
     world.trace.record("fault", "begin", {"fault": fault.describe()})
-    window = world.fault_begin(-1 if name == "halves" else i)
+    window = world.fault_begin(-1 if name == "halves" else i, name)
     try:
         if name in CUT_OFF and world.count >= 3 and world.nursery is not None:
             bound = detection_bound(world.plan.node_timeout_ms)
             if length > bound:
                 world.nursery.start_soon(world.check_detection, i, window, bound)
+        if name in CUT_OFF and world.count >= 2:
+            # The survivors queue what it had queued (failover-timely), once
+            # they flag it FAIL (well within the detection bound: past it,
+            # fail-detected's business) or hear it restarted.
+            bound = detection_bound(world.plan.node_timeout_ms)
+            world.watch_failover(i, window, name, bound + FAILOVER_WAIT_S)
         await _run_fault(world, fault, i, length, ports, others)
     finally:
         world.fault_end(window, AFTERMATH_S.get(name, 0.0))

@@ -46,6 +46,11 @@ from disque_trio.server.connections import _Connection
 from .sweep import SEED_WALL_LIMIT_S, SeedWorker, run_seed_process
 
 DEFAULT_SEEDS = tuple(range(1, 61))
+# run_mutant's first line for a seed that failed with no violation (the run
+# raised: the mutant no longer fits the code it patches), which catches
+# nothing (seed 2 ran the four rewrite mutants into a TypeError once the
+# node's aof_record took a second argument, bae3478).
+CRASHED = "CRASHED, no violation:"
 
 
 # -------------------------------------------------------------- mutants
@@ -732,29 +737,39 @@ def yourjobs_drops_nacks() -> contextlib.AbstractContextManager[None]:
     return handler(bus.YourJobs, on_yourjobs)
 
 
+Pending = tuple[str, ...]
+
+
 def _rewrite_record(
-    change: Callable[[Job], bytes | None],
+    change: Callable[[Job, Pending], bytes | None],
 ) -> contextlib.AbstractContextManager[None]:
-    """The AOF rewrite's (and SHUTDOWN REWRITE-AOF's) record of a job,
-    written by ``change``; the records of each change stay right."""
-    return patched(server_aof, "aof_record", change)
+    """The AOF rewrite's (and SHUTDOWN REWRITE-AOF's) record of a job (with
+    its pending holders), written by ``change``; the records of each change
+    stay right."""
+
+    def record(job: Job, pending: Pending = ()) -> bytes | None:
+        return change(job, pending)
+
+    return patched(server_aof, "aof_record", record)
 
 
 def rewrite_drops_dummy_acks() -> contextlib.AbstractContextManager[None]:
     """The rewrite leaves dummy acks out (no body, so nothing to save, it
     thinks): after a restart the node forgets the ack (rewrite-keeps-state)."""
     original = core_records.aof_record
-    return _rewrite_record(lambda job: None if job.body is None else original(job))
+    return _rewrite_record(
+        lambda job, pending: None if job.body is None else original(job, pending)
+    )
 
 
 def rewrite_drops_counters() -> contextlib.AbstractContextManager[None]:
     """The rewrite writes each job with fresh counters (rewrite-keeps-state)."""
     original = core_records.aof_record
 
-    def record(job: Job) -> bytes | None:
+    def record(job: Job, pending: Pending) -> bytes | None:
         if job.body is None or job.state == JobState.WAIT_REPL:
-            return original(job)
-        rec = attrs.evolve(core_records.job_record(job), nacks=0, deliveries=0)
+            return original(job, pending)
+        rec = attrs.evolve(core_records.job_record(job, pending), nacks=0, deliveries=0)
         return aof_records.loadjob(rec)
 
     return _rewrite_record(record)
@@ -765,7 +780,9 @@ def rewrite_drops_acked() -> contextlib.AbstractContextManager[None]:
     thinks): reloaded, the job is active again (rewrite-keeps-state)."""
     original = core_records.aof_record
     return _rewrite_record(
-        lambda job: None if job.state == JobState.ACKED and job.body else original(job)
+        lambda job, pending: (
+            None if job.state == JobState.ACKED and job.body else original(job, pending)
+        )
     )
 
 
@@ -774,10 +791,10 @@ def rewrite_resets_delay() -> contextlib.AbstractContextManager[None]:
     flag (rewrite-keeps-state)."""
     original = core_records.aof_record
 
-    def record(job: Job) -> bytes | None:
+    def record(job: Job, pending: Pending) -> bytes | None:
         if job.body is None or not job.flags & FLAG_DELAYED or job.state == JobState.WAIT_REPL:
-            return original(job)
-        rec = attrs.evolve(core_records.job_record(job), flags=job.flags & ~FLAG_DELAYED)
+            return original(job, pending)
+        rec = attrs.evolve(core_records.job_record(job, pending), flags=job.flags & ~FLAG_DELAYED)
         return aof_records.loadjob(rec)
 
     return _rewrite_record(record)
@@ -901,6 +918,89 @@ OBSERVE_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]
 }
 
 
+# ------------------------------------------- fail-over and cross-node
+# delivery (issue 57)
+
+
+def failover_off() -> contextlib.AbstractContextManager[None]:
+    """A lost node's queued jobs are left to their RETRY: no survivor takes
+    them over (failover-timely)."""
+    return patched(cj, "take_over", lambda node, job, lost, now: None)
+
+
+def failover_no_standby() -> contextlib.AbstractContextManager[None]:
+    """Every surviving holder takes a lost node's job over at once, as if
+    each were the one chosen: the job is queued on several nodes at once
+    (failover-once)."""
+    original = cj.take_over
+
+    def take_over(node: Node, job: Job, lost: str, now: int) -> None:
+        with patched(cj, "_id_mix", lambda h, job_id: b"\xff" if h == node.node_id else b""):
+            original(node, job, lost, now)
+
+    return patched(cj, "take_over", take_over)
+
+
+def deliveries_untold() -> contextlib.AbstractContextManager[None]:
+    """A job handed to a client is not told to its other holders: they
+    re-queue it at RETRY from its last queueing, and take it over if its
+    node is lost while its consumer works on it (delivery-told,
+    failover-holds)."""
+
+    def tell_deliveries(self: Node) -> None:
+        self.delivered_untold.clear()
+
+    return patched(Node, "tell_deliveries", tell_deliveries)
+
+
+def havejobs_never_sent() -> contextlib.AbstractContextManager[None]:
+    """A job queued on a node with no consumer of its own waiting is not
+    announced to the nodes that asked for jobs of its queue (HAVEJOBS):
+    they ask again only at their NEEDJOBS back-off (federation-prompt)."""
+    return patched(cj, "tell_interested", lambda node, q, now: None)
+
+
+def incarnation_ignored() -> contextlib.AbstractContextManager[None]:
+    """A heartbeat from a new incarnation of a node (it restarted) is not
+    taken for a loss: what it had queued waits for its RETRY, or its FAIL
+    (failover-timely, a crash shorter than the time to FAIL)."""
+    original = ClusterTable.on_heartbeat
+
+    def on_heartbeat(self: ClusterTable, msg: bus.Heartbeat, now: int) -> None:
+        lost = msg.sender in self.lost
+        original(self, msg, now)
+        if not lost:
+            self.lost.pop(msg.sender, None)
+
+    return patched(ClusterTable, "on_heartbeat", on_heartbeat)
+
+
+def leaving_retry0_dropped() -> contextlib.AbstractContextManager[None]:
+    """The fix of cb06e48 reverted: the ENQUEUE of a RETRY 0 job from the
+    node that added it and kept no copy (leaving) finds the copy's queue
+    time 0 (at most once) and does nothing; the job was answered and is
+    never delivered (leaving-added-delivered)."""
+    original = cj._on_enqueue
+
+    def on_enqueue(node: Node, sender: str, msg: bus.Enqueue) -> None:
+        job = node.jobs.get(msg.job_id)
+        if job is not None and job.retry == 0:
+            return
+        original(node, sender, msg)
+
+    return handler(bus.Enqueue, on_enqueue)
+
+
+FAILOVER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "failover-off": failover_off,
+    "failover-no-standby": failover_no_standby,
+    "deliveries-untold": deliveries_untold,
+    "havejobs-never-sent": havejobs_never_sent,
+    "incarnation-ignored": incarnation_ignored,
+    "leaving-retry0-dropped": leaving_retry0_dropped,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -930,6 +1030,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
 MUTANTS.update(EXPLORER_MUTANTS)
 MUTANTS.update(DELAY_WAIT_MUTANTS)
 MUTANTS.update(OBSERVE_MUTANTS)
+MUTANTS.update(FAILOVER_MUTANTS)
 
 
 @contextlib.contextmanager
@@ -962,7 +1063,7 @@ def run_mutant(
             rc, lines = run_seed_process([*cmd, "--mutant", name])
         if rc != 0:
             violations = [x[len("VIOLATION ") :] for x in lines if x.startswith("VIOLATION ")]
-            return seed, violations or lines[-5:]
+            return seed, violations or [CRASHED, *lines[-5:]]
     return None, []
 
 
@@ -992,6 +1093,9 @@ def main(
             for name, seed, violations, wall in pool.map(one, names):
                 if seed is None:
                     print(f"{name}: NOT caught ({len(seeds)} seeds, {wall:.1f}s)", flush=True)
+                elif violations[0] == CRASHED:
+                    last = violations[-1] if len(violations) > 1 else "?"
+                    print(f"{name}: NOT caught, CRASHED at seed {seed}: {last}", flush=True)
                 else:
                     caught += 1
                     first = violations[0] if violations else "?"

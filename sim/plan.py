@@ -89,6 +89,14 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("crash_after_ack", 1),  # 1: a node crashes right after acking a job (twice at most)
     ("slow_yourjobs", 5),  # YOURJOBS arrives this many tenths of a second late
     ("rewrite_often", 1),  # 1: BGREWRITEAOF on some node every 0.3..1 s
+    # Fail-over (issue 57; 0 in plans saved before): jobs whose RETRY is
+    # longer than the time to FAIL, so that a lost node's queued jobs wait
+    # for the survivors' fail-over, not for their RETRY (failover-timely).
+    ("long_retry_pct", 40),  # producer jobs with a RETRY of LONG_RETRY_S, acked
+    # A calm fail-over phase after the drains (sim/workload.py): a node
+    # crashes, its queue of long RETRY jobs full; 1: restarted after 1 s
+    # (before FAIL: its new incarnation is the loss), 2: once FAIL.
+    ("failover_crash", 2),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -161,6 +169,8 @@ class Plan:
     crash_after_ack: int = 0
     slow_yourjobs: int = 0
     rewrite_often: int = 0
+    long_retry_pct: int = 0
+    failover_crash: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -345,11 +355,23 @@ class Plan:
         )
         # The BUGGIFY knobs, from a generator of their own too.
         knobs = random.Random(f"buggify-{seed}")
-        return attrs.evolve(
+        plan = attrs.evolve(
             plan,
             crash_after_ack=int(knobs.random() < 0.15),
             slow_yourjobs=knobs.randint(1, 5) if knobs.random() < 0.2 else 0,
             rewrite_often=int(knobs.random() < 0.2),
+        )
+        # Fail-over's long RETRY jobs, from a generator of their own too.
+        failover = random.Random(f"failover-{seed}")
+        long_retry_pct = failover.randint(10, 40) if failover.random() < 0.5 else 0
+        crash = failover.choice((1, 2)) if long_retry_pct else 0
+        timeout = plan.node_timeout
+        if crash == 2 and not 0 < timeout <= 3:
+            # Down until the others flag it FAIL: a node timeout of 0.5 to
+            # 1.5 s, so that it does not take long.
+            timeout = failover.randint(1, 3)
+        return attrs.evolve(
+            plan, long_retry_pct=long_retry_pct, failover_crash=crash, node_timeout=timeout
         )
 
 

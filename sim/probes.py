@@ -73,3 +73,16 @@ OBSERVE_PROBES = (
 )
 # The BUGGIFY knobs' own (sim/buggify.py): they acted in the run.
 BUGGIFY_PROBES = ("crash-after-ack", "slow-yourjobs", "rewrite-often")
+
+# Fail-over and cross-node delivery (issue 57), counted by the workload and
+# the World's checks; the node's own ("failover-taken", "failover-standby")
+# are in sim/world.py's CORE_PROBES.
+FAILOVER_PROBES = (
+    "failover-timely-checked",  # a cut-off node's queued job judged at its fail-over deadline
+    "failover-restart-checked",  # ... a crashed node restarted before FAIL (a new incarnation)
+    "failover-once-checked",  # ... queued on two holders at once after a FAIL (a violation)
+    "delivery-told-checked",  # a delivery's other holder looked at (delivery-told)
+    "hold-moved",  # a consumer holding a job moved its WORKING to another node
+    "federation-prompt-checked",  # a job queued away from a waiting consumer judged
+    "leaving-added-checked",  # a job added on a leaving node itself judged (delivered in time)
+)

@@ -23,6 +23,7 @@ from .checkers import (
     check_answered,
     check_delay_ends,
     check_delay_holds,
+    check_failover_holds,
     check_nack,
     check_requeue,
     check_retry0_refused,
@@ -148,6 +149,9 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
         requeue
         + check_nack(workload.history, world.calm, world.queued_at)
         + check_working(workload.history, world.calm, world.queued_at)
+        + check_failover_holds(
+            workload.history, world.calm_but_crash, world.queued_at, world.retry_points
+        )
         + check_acked(workload.history, world.calm)
         + check_answered(workload.history)
         + check_delay_holds(workload.history, world.calm, allowance_s(world), world.delivered_at)

@@ -14,8 +14,18 @@
 * liveness: every fault undone, every node back, membership must converge;
 * drain and settle: consumers take every job still owed until each one's
   last delivery is acked (with ``plan.coda``, then a few seconds of new
-  jobs in the healed cluster and a second drain), then the cluster is
-  left alone so acks are collected everywhere.
+  jobs in the healed cluster, a patient consumer blocked on one node, and
+  a second drain; with ``plan.failover_crash``, then a node crashed with a
+  backlog of long RETRY jobs queued, restarted before or after FAIL, and a
+  third drain), then the cluster is left alone so acks are collected
+  everywhere.
+
+With ``plan.long_retry_pct``, some producer jobs (and four per node as the
+safety phase begins) have a RETRY longer than the time to FAIL, on a queue
+a slow consumer takes, so that a node cut off has a backlog of them: what
+the survivors do with it is the fail-over's doing (sim/world.py,
+failover-timely). A consumer holding a job with WORKING moves to another
+node when its own goes down, as the real client does.
 
 Every operation lands in the history as (virtual time, client, op, data).
 """
@@ -36,9 +46,9 @@ from disque_trio.testing import RespClient
 
 from . import buggify
 from .explore import Explorer
-from .faults import heal_all, run_faults
+from .faults import FAILOVER_WAIT_S, detection_bound, heal_all, run_faults
 from .plan import Plan
-from .world import World
+from .world import FAILOVER_S, INCARNATION_KNOWN_S, World
 
 QUEUE = "q"
 ADD_TIMEOUT_MS = 1000
@@ -51,7 +61,33 @@ CODA_S = 4.0  # the calm coda's producing time (plan.coda)
 # 0.2 s: 332 jobs owed needed more than the 40 s (seed 94617).
 DRAIN_PROGRESS_S = 10.0
 DRAIN_EXTRA_S = 60.0
+# A job owed that no node has held for this long plus its RETRY no longer
+# holds the drain back (Workload._forget_gone).
+DRAIN_GONE_S = 10.0
 CODA_HOLD_PCT = 30  # deliveries held with WORKING in the coda, at least
+PATIENT_TIMEOUT_MS = 10_000  # the coda's patient consumer's GETJOB TIMEOUT
+# The RETRY of the plan's long jobs (plan.long_retry_pct): longer than the
+# time the cluster takes to flag a lost node FAIL, so that what the
+# survivors do with its jobs is the fail-over's doing, not their RETRY's
+# (failover-timely). Their consumers always ack them, after working on them
+# for up to LONG_WORK_S (no WORKING needed): a forgotten one would hold the
+# drain for its RETRY.
+LONG_RETRY_S = (20, 40)
+LONG_WORK_S = (0.2, 6.0)
+# They go to a queue of their own, which one consumer takes slowly in the
+# safety phase (a job every LONG_TAKE_S, with GETJOB NOHANG on a node at
+# random): every node has a backlog of them when a fault cuts it off. Once
+# the producers stop, it takes LONG_DRAIN_COUNT every LONG_DRAIN_S.
+LONG_QUEUE = "ql"
+LONG_BACKLOG = 4  # long RETRY jobs added on each node as the safety phase begins
+# The calm fail-over phase (plan.failover_crash): the backlog waits this
+# long before the crash (its holders heard of it), and a node restarted
+# before FAIL is down this long.
+FAILOVER_QUEUED_S = 1.5
+FAILOVER_DOWN_S = 1.0
+LONG_TAKE_S = (1.0, 3.0)
+LONG_DRAIN_S = 0.05
+LONG_DRAIN_COUNT = 4
 # The pipelining producer sends its second window this long after the first
 # (past the grace after which a connection's reader takes the input from a
 # waiting ADDJOB), and expects every reply at most UNANSWERED_S after every
@@ -143,6 +179,9 @@ class Workload:
     _added_ids: list[str] = attrs.field(factory=list)  # job ids ADDJOB answered, in order
     _in_hand: dict[str, None] = attrs.field(factory=dict)  # delivered, no ack yet (in order)
     _acked_order: list[str] = attrs.field(factory=list)  # ack attempts, in order
+    _long_go: trio.Event = attrs.field(factory=trio.Event)  # the long consumer may take jobs
+    _body_id: dict[str, str] = attrs.field(factory=dict)  # body -> job id (added OK)
+    _body_of: dict[str, str] = attrs.field(factory=dict)  # job id -> body (added OK)
 
     def record(self, client: str, op: str, data: dict[str, Any]) -> None:
         assert self._world is not None
@@ -150,12 +189,10 @@ class Workload:
         self._world.trace.record(client, "client", {"op": op, **data})
         if self.explorer is not None:
             self.explorer.on_record(op, data)
-        if op in ("nack", "enqueue", "working"):
-            self._world.commands_at.setdefault(data["id"], []).append(
-                data.get("t0", self.history[-1].t)
-            )
         if op == "add" and data["ok"]:
             self._retry_of[data["reply"]] = data["retry"]
+            self._body_id[data["body"]] = data["reply"]
+            self._body_of[data["reply"]] = data["body"]
             self._added_ids.append(data["reply"])
             if data["retry"] and not data.get("ttl"):
                 self._tracked.add(data["reply"])
@@ -185,6 +222,17 @@ class Workload:
         if self._stop_producing.is_set() and not self._undelivered and not self._owed:
             self._all_delivered.set()
 
+    def _sending(self, jid: str) -> float:
+        """A NACK, ENQUEUE or WORKING for ``jid`` is sent now: the World
+        counts it from now (``commands_at``), not from its answer, so that
+        a check judging the job meanwhile stands aside (seed 3723: another
+        consumer's ENQUEUE DELAY taken, its answer 0.4 ms from its client
+        when nack-delay-told judged the first one's). Its send time."""
+        assert self._world is not None
+        t0 = trio.current_time()
+        self._world.commands_at.setdefault(jid, []).append(t0)
+        return t0
+
     async def __call__(self, world: World) -> None:
         plan = self.plan
         self._world = world
@@ -193,6 +241,8 @@ class Workload:
         self._consumers_on = trio.Event()
         self._consumers_on.set()
         self._healed = trio.Event()
+        self._long_go = trio.Event()
+        self._long_go.set()
         rngs = [world.child_rng() for _ in range(plan.producers + plan.consumers + 1)]
         if plan.explore or plan.admin_mask:
             self.explorer = Explorer(world, plan, self.record, self._stop_producing)
@@ -217,6 +267,9 @@ class Workload:
                     # Until the consumers stop: the drain's acks, in a
                     # healed cluster, are where WAITJOB's bound is checked.
                     nursery.start_soon(self._waiter, world, f"w{i}", world.child_rng())
+                if plan.long_retry_pct:
+                    nursery.start_soon(self._long_consumer, world, "lc", world.child_rng())
+                    producers.start_soon(self._long_backlog, world, "pl", world.child_rng())
                 if plan.consumer_pause:
                     producers.start_soon(self._pause_consumers, start)
                 if plan.pause_in:
@@ -255,6 +308,8 @@ class Workload:
             await self._drain()
             if plan.coda:
                 await self._run_coda(world)
+            if plan.failover_crash and plan.long_retry_pct and world.count > 1:
+                await self._run_failover(world)
             # Every job delivered once (as before), and each one's last
             # delivery acked (a forgotten job delivered again).
             self.drained = not self._undelivered
@@ -274,14 +329,33 @@ class Workload:
         timing checks see each path without faults; then drain again."""
         self.record("workload", "phase", {"ev": "coda"})
         world.phase = "coda"
-        self._coda = True
         rng = world.child_rng()
+        if world.count < 2:
+            await self._coda_jobs(world, rng, None)
+            return
+        # A patient consumer blocks on one node the whole coda, while the
+        # jobs are added on the others: each must reach it promptly
+        # (federation-prompt), however long it has waited.
+        patient = rng.randrange(world.count)
+        async with trio.open_nursery() as coda:
+            coda.start_soon(self._patient, world, patient)
+            world.watch_federation(QUEUE)
+            try:
+                await self._coda_jobs(world, rng, patient)
+            finally:
+                world.watch_federation(None)
+                coda.cancel_scope.cancel()
+
+    async def _coda_jobs(self, world: World, rng: random.Random, patient: int | None) -> None:
+        """The coda's producing (on any node but ``patient``'s), then its drain."""
+        self._coda = True
         n = 0
         end = trio.current_time() + CODA_S
         clients: dict[int, RespClient] = {}
+        others = [i for i in range(world.count) if i != patient]
         try:
             while trio.current_time() < end:
-                index = rng.randrange(world.count)
+                index = rng.choice(others)
                 body = f"coda-{n}"
                 n += 1
                 retry = rng.randint(1, 3)
@@ -308,6 +382,85 @@ class Workload:
         world.phase = "drain after coda"
         await self._drain()
 
+    async def _run_failover(self, world: World) -> None:
+        """A calm fail-over phase (``plan.failover_crash``): a backlog of
+        long RETRY jobs on every node, the long consumer held back; a node
+        crashes, and is restarted 1 s later (1: before FAIL, its new
+        incarnation is the loss) or once the others flag it FAIL and their
+        fail-over is due (2); failover-timely and failover-once judge what
+        the survivors did with its backlog, then the consumer takes it all
+        (a drain). The faults of the safety phase seldom leave a holder
+        undisturbed around a crash: here every one is."""
+        self.record("workload", "phase", {"ev": "failover"})
+        world.phase = "failover"
+        # Jobs still owed now were so through both drains (lost to a crash,
+        # an excused loss): this phase does not wait for them again.
+        owed, undelivered = set(self._owed), set(self._undelivered)
+        self._long_go = trio.Event()
+        await self._long_backlog(world, "pf", world.child_rng())
+        # Queued there long enough for the other holders to know.
+        await trio.sleep(FAILOVER_QUEUED_S)
+        victim = self.plan.seed % world.count
+        node = world.nodes[victim]
+        bound = detection_bound(self.plan.node_timeout_ms)
+        if node.up:
+            window = world.fault_begin(victim, "crash")
+            world.watch_failover(victim, window, "crash", bound + FAILOVER_WAIT_S)
+            try:
+                with trio.CancelScope(shield=True):
+                    await world.crash(victim)
+                if self.plan.failover_crash == 1:
+                    await trio.sleep(FAILOVER_DOWN_S)
+                else:
+                    with trio.move_on_after(bound):
+                        while not world.flagged_fail(victim):  # noqa: ASYNC110
+                            await trio.sleep(0.1)
+                    await trio.sleep(FAILOVER_S + 1)
+                with trio.CancelScope(shield=True):
+                    if not node.up:
+                        await world.restart(victim)
+            finally:
+                world.fault_end(window)
+            if self.plan.failover_crash == 1:
+                # The deadline of a restart before FAIL.
+                await trio.sleep(INCARNATION_KNOWN_S + FAILOVER_S + 1)
+        self._long_go.set()
+        world.phase = "drain after failover"
+        with trio.move_on_after(self.drain_timeout):
+            while self._owed - owed or self._undelivered - undelivered:  # noqa: ASYNC110
+                await trio.sleep(0.2)
+
+    async def _patient(self, world: World, index: int) -> None:
+        """The coda's patient consumer: GETJOB with a long TIMEOUT on node
+        ``index`` (where the coda adds nothing), in a loop, acking each job
+        it gets there; on until cancelled (the coda's drain is over)."""
+        name = "patient"
+        client: RespClient | None = None
+        try:
+            while True:
+                try:
+                    if client is None:
+                        client = await world.client(index)
+                    called = trio.current_time()
+                    reply = await client.call(
+                        "GETJOB", "TIMEOUT", PATIENT_TIMEOUT_MS, "COUNT", 1, "FROM", QUEUE
+                    )
+                    if not isinstance(reply, list):
+                        await trio.sleep(0.2)  # -LEAVING, or an error
+                        continue
+                    for _queue, job_id, body in reply:
+                        jid, text = _text(job_id), _text(body)
+                        data = {"node": index, "id": jid, "body": text, "t0": called}
+                        self.record(name, "get", data)
+                        await self._ack(world, client, name, index, jid, False)
+                except CONN_ERRORS as e:
+                    self.record(name, "error", {"node": index, "error": type(e).__name__})
+                    client = None
+                    await trio.sleep(0.2)
+        finally:
+            if client is not None:
+                await client.aclose()
+
     async def _drain(self) -> None:
         """Wait until every job owed is delivered and its last delivery
         acked: ``drain_timeout``, then on while the consumers make progress
@@ -318,15 +471,49 @@ class Workload:
         self._all_delivered = trio.Event()
         if not self._undelivered and not self._owed:
             self._all_delivered.set()
-        with trio.move_on_after(self.drain_timeout):
-            await self._all_delivered.wait()
-        give_up = trio.current_time() + DRAIN_EXTRA_S
-        while not self._all_delivered.is_set() and trio.current_time() < give_up:
-            paid = self._paid
-            with trio.move_on_after(DRAIN_PROGRESS_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._forget_gone)
+            with trio.move_on_after(self.drain_timeout):
                 await self._all_delivered.wait()
-            if self._paid == paid:
-                break
+            give_up = trio.current_time() + DRAIN_EXTRA_S
+            while not self._all_delivered.is_set() and trio.current_time() < give_up:
+                paid = self._paid
+                with trio.move_on_after(DRAIN_PROGRESS_S):
+                    await self._all_delivered.wait()
+                if self._paid == paid:
+                    break
+            nursery.cancel_scope.cancel()
+
+    async def _forget_gone(self) -> None:
+        """The drain's jobs that no node holds any more (lost to a crash or
+        a flush, or acked by an ack whose answer was lost) stop holding it
+        back once gone for ``DRAIN_GONE_S`` and their RETRY (a copy still on
+        its way, a re-queue due): nothing can deliver them, and waiting the
+        drain's timeout out for them was most of the CPU of the runs that
+        had one. The checks judge them as before, from the history."""
+        assert self._world is not None
+        world = self._world
+        gone_since: dict[str, float] = {}
+        while True:
+            await trio.sleep(1.0)
+            if not all(n.up for n in world.nodes):
+                gone_since.clear()
+                continue
+            now = trio.current_time()
+            waiting = self._owed | {self._body_id[b] for b in self._undelivered}
+            for jid in list(gone_since.keys() - waiting):
+                del gone_since[jid]
+            for jid in sorted(waiting):  # sorted: a set's order moves with the hash seed
+                if any(jid in n.server.node.jobs for n in world.nodes):
+                    gone_since.pop(jid, None)
+                    continue
+                since = gone_since.setdefault(jid, now)
+                if now - since < DRAIN_GONE_S + self._retry_of.get(jid, 0):
+                    continue
+                del gone_since[jid]
+                self._owed.discard(jid)
+                self._undelivered.discard(self._body_of.get(jid, ""))
+                self.record("workload", "gone", {"id": jid})
 
     async def _pause_consumers(self, start: float) -> None:
         await trio.sleep_until(start + self.plan.duration * 0.3)
@@ -393,6 +580,17 @@ class Workload:
                 # Short RETRY and TTL: timers fire within the safety phase.
                 retry, ttl = 1, rng.randint(3 + delay, 6 + delay)
                 args[3] = retry
+            queue = QUEUE
+            if retry and plan.long_retry_pct and rng.randrange(100) < plan.long_retry_pct:
+                # Longer than the time to FAIL, on a queue with a backlog:
+                # a lost node's queued jobs run at the survivors' fail-over,
+                # not at their RETRY.
+                retry, ttl, queue = rng.randint(*LONG_RETRY_S), 0, LONG_QUEUE
+                # Two copies at least (whatever the plan's cap): a survivor to
+                # take it over.
+                least = min(2, plan.nodes)
+                copies = rng.randint(least, max(least, plan.max_replicate))
+                args[1], args[3] = copies, retry
             if is_async:
                 args.append("ASYNC")
             if delay:
@@ -415,7 +613,7 @@ class Workload:
                 client = clients.get(index)
                 if client is None:
                     client = clients[index] = await world.client(index)
-                reply: Any = await client.call("ADDJOB", QUEUE, body, ADD_TIMEOUT_MS, *args)
+                reply: Any = await client.call("ADDJOB", queue, body, ADD_TIMEOUT_MS, *args)
             except CONN_ERRORS as e:
                 # Unknown outcome: the job may exist (not OK, so not checked
                 # for loss; a delivery of it is still legal).
@@ -534,6 +732,59 @@ class Workload:
                 index = (index + 1) % world.count
                 await trio.sleep(rng.uniform(0.1, 0.3))
 
+    async def _long_backlog(self, world: World, name: str, rng: random.Random) -> None:
+        """``LONG_BACKLOG`` long RETRY jobs added on each node at once, with
+        three copies at least where there are nodes enough (two holders to
+        take it over: failover-once): a backlog on every node from the
+        start."""
+        for n in range(LONG_BACKLOG * world.count):
+            index = n % world.count
+            retry = rng.randint(*LONG_RETRY_S)
+            least = min(3, world.count)
+            copies = rng.randint(least, max(least, self.plan.max_replicate))
+            invoke = {**_sync_invoke(index, f"{name}-{n}", retry, copies), "queue": LONG_QUEUE}
+            self.record(name, "invoke", invoke)
+            try:
+                client = await world.client(index)
+                try:
+                    reply: Any = await client.call(
+                        "ADDJOB", LONG_QUEUE, invoke["body"], ADD_TIMEOUT_MS,
+                        "REPLICATE", copies, "RETRY", retry,
+                    )  # fmt: skip
+                finally:
+                    await client.aclose()
+            except CONN_ERRORS as e:
+                reply = f"connection error: {type(e).__name__}"
+            ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
+            self.record(name, "add", {**invoke, "ok": ok, "reply": _text(reply)})
+
+    async def _long_consumer(self, world: World, name: str, rng: random.Random) -> None:
+        """The long RETRY jobs' consumer: now and then one job, with GETJOB
+        NOHANG on a node at random (no NEEDJOBS: jobs wait where they were
+        queued), worked on and acked (``_work``)."""
+        clients: dict[int, RespClient] = {}
+        while True:
+            await self._consumers_on.wait()
+            await self._long_go.wait()
+            draining = self._stop_producing.is_set()
+            await trio.sleep(LONG_DRAIN_S if draining else rng.uniform(*LONG_TAKE_S))
+            index = rng.randrange(world.count)
+            count = LONG_DRAIN_COUNT if draining else 1
+            try:
+                client = clients.get(index)
+                if client is None:
+                    client = clients[index] = await world.client(index)
+                called = trio.current_time()
+                reply = await client.call("GETJOB", "NOHANG", "COUNT", count, "FROM", LONG_QUEUE)
+            except CONN_ERRORS as e:
+                self.record(name, "error", {"node": index, "error": type(e).__name__})
+                clients.pop(index, None)
+                continue
+            for _queue, job_id, body in reply if isinstance(reply, list) else ():
+                jid, text = _text(job_id), _text(body)
+                self.record(name, "get", {"node": index, "id": jid, "body": text, "t0": called})
+                await self._handle(world, client, name, index, jid, rng)
+
     async def _ack_shared(self, world: World, client: RespClient, name: str, index: int) -> None:
         """Ack a job another consumer handed over (it knows only the ID),
         on this consumer's own node."""
@@ -563,12 +814,26 @@ class Workload:
         # refuse (at most once, whatever a client sends; the original's
         # enqueueJob does). Only RETRY > 0 jobs vanish with their consumer.
         again = self._retry_of.get(jid, 0) > 0
+        # A long RETRY job is always acked (after some work): forgotten, it
+        # would hold the drain for its RETRY.
+        long = self._retry_of.get(jid, 0) >= LONG_RETRY_S[0]
         # A RETRY 0 job may be forgotten too: it stays delivered, never
         # queued again (a node reloading it from its AOF must not either).
-        if jid in self._retry_of and not draining and rng.randrange(100) < plan.noack_pct:
+        if (
+            jid in self._retry_of
+            and not long
+            and not draining
+            and rng.randrange(100) < plan.noack_pct
+        ):
             self.record(name, "forget", {"node": index, "id": jid})
             return False
-        if again and not draining and plan.vanish_pct and rng.randrange(100) < plan.vanish_pct:
+        if (
+            again
+            and not long
+            and not draining
+            and plan.vanish_pct
+            and rng.randrange(100) < plan.vanish_pct
+        ):
             self.record(name, "vanish", {"node": index, "id": jid})
             world.probes["consumer-vanished"] += 1
             return True
@@ -580,7 +845,7 @@ class Workload:
                     return False
                 break  # refused (a delivered RETRY 0 job, or queued again meanwhile)
         if again and not draining and rng.randrange(100) < plan.nack_pct:
-            called = trio.current_time()
+            called = self._sending(jid)
             reply = await client.call("NACK", jid)
             data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
             self.record(name, "nack", data)
@@ -595,7 +860,7 @@ class Workload:
                 # delivered RETRY 0 job answers 0 (retry0-refused), and the
                 # job is never delivered again (check, retry0-once).
                 cmd = rng.choice(("NACK", "ENQUEUE"))
-                called = trio.current_time()
+                called = self._sending(jid)
                 reply = await client.call(cmd, jid)
                 data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "retry": 0}
                 self.record(name, cmd.lower(), data)
@@ -605,6 +870,16 @@ class Workload:
         if again and not draining and plan.share_pct and rng.randrange(100) < plan.share_pct:
             self.record(name, "share", {"node": index, "id": jid})
             self._shared.append((name, jid))
+            return False
+        if long:
+            # Worked on for a few seconds, well within its RETRY (no WORKING
+            # needed), then acked: its node told the other holders of the
+            # delivery, and a loss of that node meanwhile must not bring
+            # the job back early (failover-holds).
+            assert self._nursery is not None
+            work = rng.uniform(*LONG_WORK_S)
+            retry = self._retry_of[jid]
+            self._nursery.start_soon(self._work, world, name, index, jid, retry, work)
             return False
         # The calm coda holds jobs in every plan: working-holds wants holds
         # without faults, and a hold past RETRY 2 or 3 (WORKING every
@@ -619,7 +894,7 @@ class Workload:
             return False
         await trio.sleep(rng.uniform(0.0, 0.05))
         if rng.randrange(100) < plan.working_pct:
-            called = trio.current_time()
+            called = self._sending(jid)
             reply = await client.call("WORKING", jid)
             data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
             self.record(name, "working", data)
@@ -675,10 +950,11 @@ class Workload:
         the node took it (it comes back after the delay); a delivered RETRY
         0 job must be refused (at most once)."""
         retry = self._retry_of[jid]
-        if retry and self.plan.late_delay_pct and rng.randrange(100) < self.plan.late_delay_pct:
+        late = retry and retry < LONG_RETRY_S[0] and self.plan.late_delay_pct
+        if late and rng.randrange(100) < self.plan.late_delay_pct:
             await trio.sleep(rng.uniform(0.8, 2.0) * retry)
         delay = rng.randint(1, 5)
-        called = trio.current_time()
+        called = self._sending(jid)
         reply = await client.call(cmd, jid, "DELAY", delay)
         op = cmd.lower()
         data = {"node": index, "id": jid, "reply": _text(reply), "t0": called, "delay": delay}
@@ -743,9 +1019,9 @@ class Workload:
 
     async def _ack(
         self, world: World, client: RespClient, name: str, index: int, jid: str, fast: bool
-    ) -> None:
+    ) -> dict[str, Any]:
         """ACKJOB or FASTACK; a connection lost meanwhile leaves the outcome
-        unknown (recorded as such, then raised)."""
+        unknown (recorded as such, then raised). The record's data."""
         data: dict[str, Any] = {"node": index, "id": jid, "fast": fast, "t0": trio.current_time()}
         leaving, alone = _leaving(world, index), _alone(world, index)
         try:
@@ -765,32 +1041,139 @@ class Workload:
             data["noop"] = True
         if world.net.faulty or world.chaos:
             world.acked_in_fault.add(jid)
-        self.record(name, "ack", {**data, "reply": _text(acked)})
+        data["reply"] = _text(acked)
+        self.record(name, "ack", data)
+        return data
 
     async def _hold(
         self, world: World, name: str, index: int, jid: str, retry: int, hold: float
     ) -> None:
         """Hold a job past its RETRY, sending WORKING every RETRY/3 s over a
-        connection of its own, then ack it (a consumer doing long work)."""
+        connection of its own, then ack it (a consumer doing long work).
+        When its node goes down, it does what the real client does: sends
+        WORKING to the other nodes in turn at once (one without a copy
+        answers -NOJOB), and goes on holding, and acks, where one took it
+        (failover-holds)."""
         start = trio.current_time()
+        origin = index
+        moved: float | None = None
         try:
             client = await world.client(index)
         except CONN_ERRORS:
             return  # forgotten: re-queued at RETRY
         try:
             while trio.current_time() < start + hold:
-                called = trio.current_time()
-                reply = await client.call("WORKING", jid)
-                data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
-                self.record(name, "working", data)
-                if not isinstance(reply, int):
-                    return  # NOJOB: acked elsewhere (a duplicate delivery)
+                called = self._sending(jid)
+                try:
+                    reply = await client.call("WORKING", jid)
+                except CONN_ERRORS as e:
+                    error = f"connection error: {type(e).__name__}"
+                    self.record(
+                        name, "working", {"node": index, "id": jid, "reply": error, "t0": called}
+                    )
+                    await client.aclose()
+                    found = await self._working_elsewhere(world, name, index, jid)
+                    if found is None:
+                        return  # no node took it: forgotten, re-queued at RETRY
+                    client, index = found
+                    moved = moved or trio.current_time()
+                else:
+                    data = {"node": index, "id": jid, "reply": _text(reply), "t0": called}
+                    self.record(name, "working", data)
+                    if not isinstance(reply, int):
+                        return  # NOJOB: acked elsewhere (a duplicate delivery)
                 await trio.sleep(max(0.0, min(retry / 3, start + hold - trio.current_time())))
-            await self._ack(world, client, name, index, jid, False)
+            try:
+                acked: dict[str, Any] | None = await self._ack(
+                    world, client, name, index, jid, False
+                )
+            except CONN_ERRORS:
+                acked = await self._ack_somewhere(world, name, index + 1, jid)
+                if acked is None:
+                    return
+                index, moved = acked["node"], moved or trio.current_time()
+            assert acked is not None
             if trio.current_time() - start > retry:
                 world.probes["held-past-retry"] += 1
-            self.record(name, "hold", {"node": index, "id": jid, "start": start, "retry": retry})
-        except CONN_ERRORS:
-            pass
+            data = {
+                "node": index,
+                "id": jid,
+                "start": start,
+                "retry": retry,
+                "from": origin,
+                "acked": acked["t0"],
+            }
+            if moved is not None:
+                data["moved"] = moved
+                world.probes["hold-moved"] += 1
+            self.record(name, "hold", data)
         finally:
             await client.aclose()
+
+    async def _working_elsewhere(
+        self, world: World, name: str, index: int, jid: str
+    ) -> tuple[RespClient, int] | None:
+        """WORKING sent to every node but ``index`` in turn, over a fresh
+        connection: the first that answers with the job's RETRY, and its
+        client; None if none did."""
+        for k in range(1, world.count):
+            j = (index + k) % world.count
+            try:
+                client = await world.client(j)
+            except CONN_ERRORS:
+                continue
+            called = self._sending(jid)
+            try:
+                reply = await client.call("WORKING", jid)
+            except CONN_ERRORS as e:
+                reply = f"connection error: {type(e).__name__}"
+            data = {"node": j, "id": jid, "reply": _text(reply), "t0": called}
+            self.record(name, "working", data)
+            if isinstance(reply, int):
+                return client, j
+            await client.aclose()
+        return None
+
+    async def _ack_somewhere(
+        self, world: World, name: str, index: int, jid: str
+    ) -> dict[str, Any] | None:
+        """ACKJOB on node ``index``, else on the next ones in turn, each over
+        a fresh connection, until a node acks it (not a lone or leaving
+        node's 0): the real client sends an ACKJOB it could not deliver
+        elsewhere. The record of the ack that did, or None."""
+        for k in range(world.count):
+            j = (index + k) % world.count
+            try:
+                client = await world.client(j)
+            except CONN_ERRORS:
+                continue
+            try:
+                data = await self._ack(world, client, name, j, jid, False)
+            except CONN_ERRORS:
+                continue
+            finally:
+                await client.aclose()
+            if not data.get("noop"):
+                return data
+        return None
+
+    async def _work(
+        self, world: World, name: str, index: int, jid: str, retry: int, work: float
+    ) -> None:
+        """A long RETRY job worked on for ``work`` seconds (well within its
+        RETRY: no WORKING), then acked on its node, or, if that one went
+        down meanwhile, on another (failover-holds: nobody may deliver it
+        again meanwhile)."""
+        start = trio.current_time()
+        await trio.sleep(work)
+        acked = await self._ack_somewhere(world, name, index, jid)
+        if acked is not None:
+            data = {
+                "node": acked["node"],
+                "id": jid,
+                "start": start,
+                "retry": retry,
+                "from": index,
+                "acked": acked["t0"],
+            }
+            self.record(name, "work", data)

@@ -47,6 +47,9 @@ sampling monitor (``World.violations``):
   the expire time it had when the node crashed (or, when the records of
   its last moves with the clock's backward steps died with the crash, a
   time no later than before those moves).
+* ``failover-timely``, ``failover-once``: see ``World.watch_failover``.
+* ``delivery-told``: see ``World._check_told``.
+* ``federation-prompt``: see ``World.watch_federation``.
 * ``replication-counts-nodes``: a GOTJOB ends a synchronous ADDJOB's wait
   only once REPLICATE distinct nodes confirmed a copy (the origin's own
   copy counts as one); a holder that answers twice (a REPLJOB sent again,
@@ -60,10 +63,11 @@ import logging
 import math
 import random
 import sys
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, MutableSequence
 from typing import Any
 
+import attrs
 import trio
 import trio._core._run as trio_run
 import trio.testing
@@ -71,8 +75,9 @@ import trio.testing
 from disque_trio.config import Config
 from disque_trio.core import always
 from disque_trio.core import cluster as cluster_flags
+from disque_trio.core.clusterjobs import HAVEJOBS_MIN_INTERVAL_MS
 from disque_trio.core.job import FLAG_DELAYED, TIME_ERROR_MS, Job, JobState
-from disque_trio.core.queue import PAUSED_IN
+from disque_trio.core.queue import PAUSED_IN, PAUSED_OUT
 from disque_trio.env import Env
 from disque_trio.protocol import bus
 from disque_trio.server.node import NodeServer
@@ -82,7 +87,13 @@ from .clock import TimerAlarm, Timers, fast_hook_table, virtual_time
 from .disk import DiskHandle, SimDisk
 from .net import SimNet
 from .plan import Plan
-from .probes import BUGGIFY_PROBES, COMMAND_PROBES, DELAY_WAIT_PROBES, OBSERVE_PROBES
+from .probes import (
+    BUGGIFY_PROBES,
+    COMMAND_PROBES,
+    DELAY_WAIT_PROBES,
+    FAILOVER_PROBES,
+    OBSERVE_PROBES,
+)
 from .trace import Trace
 
 BASE_PORT = 7711
@@ -95,6 +106,8 @@ CORE_PROBES = (
     "ack-collected",
     "postpone-caused-dequeue",  # a POSTPONE took a queued copy out (NACK/ENQUEUE DELAY)
     "willqueue-answered-postpone",  # a holder that missed the POSTPONE was told again
+    "failover-taken",  # a lost node's queued job queued by the survivor chosen
+    "failover-standby",  # ... and stood by for by another survivor
 )
 PROBES: tuple[str, ...] = (
     *CORE_PROBES,
@@ -124,8 +137,51 @@ TIMING_PROBES = (
     "consumer-vanished",
     "everysec-crash-checked",  # an everysec crash with writes older than its window
 )
-PROBES = (*PROBES, *TIMING_PROBES, *DELAY_WAIT_PROBES, *OBSERVE_PROBES, *BUGGIFY_PROBES)
+PROBES = (
+    *PROBES,
+    *TIMING_PROBES,
+    *DELAY_WAIT_PROBES,
+    *OBSERVE_PROBES,
+    *BUGGIFY_PROBES,
+    *FAILOVER_PROBES,
+)
 MESH_TIMEOUT_S = 30.0
+# Faults that take a node down and restart it (World.calm_but_crash).
+CRASH_KINDS = ("crash", "wipe", "torn-crash", "shutdown")
+# failover-timely (issue 57): a job queued on a node cut off this long
+# before the cut was heard of by its other holders (REPLJOB, QUEUED: a
+# network delay; checkers.RACE_S).
+FAILOVER_HEARD_S = 1.0
+# From the first of a job's surviving holders to flag the node FAIL: the
+# holder chosen queues it at once (it flags FAIL a network delay later, on
+# the FAIL message), the others after FAILOVER_STANDBY_MS (1 s) unless its
+# QUEUED came, their timer run in the next chatter slot (0.1 s); the rest
+# is margin. The check looks every FAILOVER_POLL_S (its deadline is judged
+# up to that late, and a FAIL seen that late).
+FAILOVER_S = 2.0
+FAILOVER_POLL_S = 0.1
+# failover-once: a holder's own RETRY timer, as its copy stood at the cut,
+# may queue the job up to this much sooner (a QUEUED among the survivors
+# sets it again, with the random time error).
+FAILOVER_RETRY_SLACK_S = 0.6
+# A crashed node restarted before FAIL: its first heartbeats, with its new
+# incarnation, reach the others within this (its links come up at once,
+# theirs to it after a reconnection back-off: LINK_SETTLE_S).
+INCARNATION_KNOWN_S = 2.0
+# delivery-told: a delivery's other holders hear of it (WORKING) at its
+# node's next cron (0.1 s) and a network delay (up to 2 x 40 ms): looked at
+# from the monitor's first sample this long after it. TOLD_SLACK_MS: the
+# clock arithmetic's rounding, with margin.
+TOLD_S = 0.4
+TOLD_SLACK_MS = 50
+# federation-prompt: a node whose clients have waited this long (two of the
+# monitor's samples) has asked the others for jobs (NEEDJOBS); the bound's
+# margin (World.federation_bound).
+FEDERATION_WAITING_S = 0.5
+FEDERATION_MARGIN_S = 0.5
+# A client's NACK or ENQUEUE DELAY (up to 5 s) this long before the cut may
+# still hold the job back (the workload's delays are 1..5 s).
+NACK_DELAY_MAX_S = 6.0
 DOUBLE_QUEUED_S = 4.0
 # everysec: a write is fsynced by the next cron second, and the writer does
 # it in its next round; what a crash may lose is this much, with margin.
@@ -242,9 +298,37 @@ class SimNode:
         self.handling: type | None = None  # the bus message being dispatched
         self.handling_msg: object = None  # and the message itself
         self.seen_at: dict[str, float] = {}  # job id -> last registration (this incarnation)
+        # job id -> when this incarnation last queued it (not by its AOF
+        # load, which tells nobody): failover-timely's jobs.
+        self.queued_since: dict[str, float] = {}
         self.expired: set[str] = set()  # jobs this incarnation expired (TTL)
         self.crashed_at = 0.0
         self.restart_lock = trio.Lock()  # one restart at a time (World.restart)
+
+
+@attrs.define
+class FailoverWatch:
+    """A cut-off node's queued jobs, watched by failover-timely
+    (``World.watch_failover``)."""
+
+    victim: int
+    victim_id: str
+    window: list[float]
+    kind: str
+    jobs: dict[str, list[int]]  # job id -> the surviving holders (node indexes)
+    give_up: float  # no FAIL by then: not judged
+    incarnation: int  # the victim's at the cut
+    taken: dict[str, float] = attrs.field(factory=dict)  # job -> first queued elsewhere
+    by_victim: set[str] = attrs.field(factory=set)  # jobs the victim delivered since
+    fail_at: dict[int, float] = attrs.field(factory=dict)  # holder -> when it flagged FAIL
+    restarted: float | None = None  # restarted before any FAIL: when
+    # job -> the earliest virtual time a holder's own timer would queue it
+    # (its RETRY), as its copies stood at the cut
+    retry_at: dict[str, float] = attrs.field(factory=dict)
+    # job -> how many other nodes held a copy at the cut (any state, loaded too)
+    copies: dict[str, int] = attrs.field(factory=dict)
+    # job -> (time, the two holders) it was first queued on two holders at once
+    doubled: dict[str, tuple[float, int, int]] = attrs.field(factory=dict)
 
 
 class _SchedulerRandom(random.Random):
@@ -327,6 +411,9 @@ class World:
         # job id -> virtual times a node handed it to a client (GETJOB), so
         # that a reply a fault held back is judged by when the node sent it
         self.delivered_at: dict[str, list[float]] = {}
+        # job id -> (virtual time, the node's next retry point for it) of
+        # each delivery (GETJOB) of a RETRY > 0 job (failover-holds)
+        self.retry_points: dict[str, list[tuple[float, float]]] = {}
         # job id -> virtual times a node queued it (nack-prompt's evidence)
         self.queued_at: dict[str, list[float]] = {}
         # job id -> when a workload client sent NACK, ENQUEUE or WORKING for
@@ -345,6 +432,20 @@ class World:
         # monitor sample; sim/runner.py attaches them.
         self.start_hooks: list[Callable[[SimNode], None]] = []
         self.samplers: list[Callable[[], None]] = []
+        self._crash_windows: list[list[float]] = []  # the crash-like fault windows
+        # (delivered at, node index, incarnation, job id) of deliveries in a
+        # healthy cluster whose other holders are to be looked at
+        # (delivery-told), oldest first.
+        self._told_pending: deque[tuple[float, int, int, str]] = deque()
+        # federation-prompt (watch_federation): the queue watched, or None;
+        # node index -> since when it has had clients blocked on it with
+        # nothing queued (by the monitor's samples); (node, queue) -> its
+        # last queueing of a job there; the jobs to judge: (queued at, node
+        # index, incarnation, job id, the waiting nodes' indexes).
+        self._federation: str | None = None
+        self._fed_waiting: dict[int, float] = {}
+        self._fed_last: dict[int, float] = {}
+        self._fed_pending: deque[tuple[float, int, int, str, list[int]]] = deque()
 
     @property
     def nursery(self) -> trio.Nursery | None:
@@ -456,6 +557,7 @@ class World:
         node.loaded, node.reloaded = set(), set()
         node.loaded_as = {}
         node.seen_at, node.expired = {}, set()
+        node.queued_since = {}
         server.node.observers.append(self._observer(node, server))
         for hook in self.start_hooks:
             hook(node)
@@ -912,10 +1014,23 @@ class World:
                     self.probes["ack-crossed-healed-partition"] += 1
                     self.acked_in_fault.discard(job.id)
             elif event == "delivered":
-                self.delivered_at.setdefault(job.id, []).append(trio.current_time())
+                now = trio.current_time()
+                self.delivered_at.setdefault(job.id, []).append(now)
+                if job.retry and node.clock is not None:
+                    # Its next retry point here, set when it was queued (a
+                    # delivery does not move it, as in the original).
+                    left = (job.qtime - server.node.now_ms()) / 1000 / node.clock.rate
+                    self.retry_points.setdefault(job.id, []).append((now, now + left))
+                if job.retry and len(job.nodes_delivered) > 1 and self.healthy(True):
+                    self._told_pending.append(
+                        (trio.current_time(), node.index, node.incarnation, job.id)
+                    )
             elif event == "queued":
                 if not loading:
                     self.queued_at.setdefault(job.id, []).append(trio.current_time())
+                    node.queued_since[job.id] = trio.current_time()
+                    if job.queue == self._federation:
+                        self._federation_queued(node, job)
                 if job.id in acked:
                     self._violate(f"acked-absorbing: {name} re-queued acked {job.id}")
                 if job.retry == 0 and not loading:
@@ -1138,6 +1253,10 @@ class World:
                 raise StormError(self.violations[-1])
             self.check_ttl(now)
             self._sample_flags()
+            if self._told_pending:
+                self._check_told(now)
+            if self._federation is not None:
+                self._sample_federation(now)
             for sample in self.samplers:
                 sample()
             where: Counter[str] = Counter()
@@ -1171,6 +1290,153 @@ class World:
                         f"single-queued: {j} queued on 2+ nodes for more than "
                         f"{DOUBLE_QUEUED_S:.0f}s (since t={start:.2f})"
                     )
+
+    def _check_told(self, now: float) -> None:
+        """delivery-told: a job handed to a client in a healthy cluster and
+        still in its hands (active there, no client's NACK, ENQUEUE or
+        WORKING, not delivered or queued again) has been told to its other
+        holders by its node's next cron (WORKING): ``TOLD_S`` after the
+        delivery, each of them (that held it then, listed by that node)
+        holds its copy active, re-queues it no sooner than RETRY from the
+        delivery (less the random time error), and does not count it queued
+        there (a fail-over if that node were lost would queue it again
+        while its consumer works on it)."""
+        pending = self._told_pending
+        while pending and pending[0][0] <= now - TOLD_S:
+            t, index, incarnation, job_id = pending.popleft()
+            node = self.nodes[index]
+            if not node.up or node.incarnation != incarnation:
+                continue
+            if not self.healthy(True) or not self.calm(t, now):
+                continue
+            core = node.server.node
+            job = core.jobs.get(job_id)
+            if job is None or job.state != JobState.ACTIVE or job.flags & FLAG_DELAYED:
+                continue  # acked, queued again, or within a client's delay
+            if sum(1 for x in self.delivered_at.get(job_id, ()) if x >= t - TOLD_S) > 1:
+                continue  # delivered twice: each node tells its own
+            if any(x > t for x in self.queued_at.get(job_id, ())):
+                continue
+            if any(x >= t for x in self.commands_at.get(job_id, ())):
+                continue
+            for n in self.nodes:
+                if n is node or not n.up or n.server.node.node_id not in job.nodes_delivered:
+                    continue
+                copy = n.server.node.jobs.get(job_id)
+                if copy is None or n.seen_at.get(job_id, math.inf) > t:
+                    continue
+                if copy.state not in (JobState.ACTIVE, JobState.QUEUED):
+                    continue
+                assert n.clock is not None
+                self.probes["delivery-told-checked"] += 1
+                sent = n.server.node.now_ms() - (now - t) * 1000 * n.clock.rate
+                due = sent + job.retry * 1000 - TIME_ERROR_MS // 2 - TOLD_SLACK_MS
+                if copy.state == JobState.QUEUED:
+                    what = "has it queued"
+                elif copy.queued_on == core.node_id:
+                    what = f"counts it queued on {node.name}"
+                elif 0 < copy.qtime < due:
+                    what = f"re-queues it {(copy.qtime - sent) / 1000:.2f}s after the delivery"
+                else:
+                    continue
+                self._violate(
+                    f"delivery-told: {node.name} delivered {job_id} (RETRY {job.retry}) at "
+                    f"t={t:.2f}; {now - t:.2f}s later {n.name} {what}"
+                )
+
+    def watch_federation(self, queue: str | None) -> None:
+        """federation-prompt, for the jobs of ``queue`` (None: off; the
+        workload's calm coda turns it on). A job queued on a node A (not
+        leaving, its queue there not paused out, with no client of its own
+        blocked on it and importing nothing: the node gives its jobs away
+        when asked, ``clusterjobs._on_needjobs``), the only one there and
+        the first of that queue there for ``HAVEJOBS_MIN_INTERVAL_MS``
+        (A tells the nodes that asked for jobs of it, HAVEJOBS, at most
+        that often), while another node B has had clients blocked on the
+        queue with nothing queued since half a second at least (its
+        NEEDJOBS reached A), is gone from A, or B served, within
+        ``federation_bound()``: HAVEJOBS, NEEDJOBS and YOURJOBS each cross
+        the network once. Judged in a calm cluster only."""
+        self._federation = queue
+        self._fed_waiting.clear()
+        self._fed_last.clear()
+        self._fed_pending.clear()
+
+    def federation_bound(self) -> float:
+        """federation-prompt's bound: three one-way network delays (the
+        plan's latency at most, 40 ms, and 0.5 ms) for HAVEJOBS, NEEDJOBS
+        and YOURJOBS, doubled, and a margin (the node's flushes, a waiter
+        woken, the monitor's sample)."""
+        one_way = 0.0005 + self.plan.latency_ms / 1000
+        return FEDERATION_MARGIN_S + 6 * one_way
+
+    def _fed_blocked(self, n: SimNode, queue: str) -> bool:
+        """Node ``n`` has clients blocked on ``queue`` and nothing queued."""
+        if not n.up or n.server.node.leaving:
+            return False
+        q = n.server.node.queues.get(queue)
+        return q is not None and bool(q.waiters) and not q.jobs
+
+    def _fed_giver(self, n: SimNode, queue: str) -> bool:
+        """Node ``n`` gives jobs of ``queue`` away when asked, and has none
+        of its clients waiting for them."""
+        core = n.server.node
+        q = core.queues.get(queue)
+        return (
+            n.up
+            and not core.leaving
+            and q is not None
+            and not q.waiters
+            and not q.pause & PAUSED_OUT
+            and q.import_rate(core.now_ms()) == 0
+        )
+
+    def _federation_queued(self, node: SimNode, job: Job) -> None:
+        queue = job.queue
+        now = trio.current_time()
+        last = self._fed_last.get(node.index, -math.inf)
+        self._fed_last[node.index] = now
+        if now - last < HAVEJOBS_MIN_INTERVAL_MS / 1000 or not self.healthy(True):
+            return
+        q = node.server.node.queues.get(queue)
+        if q is None or len(q.jobs) > 1 or not self._fed_giver(node, queue):
+            return
+        waiting = [
+            i
+            for i, since in self._fed_waiting.items()
+            if i != node.index and since <= now - FEDERATION_WAITING_S
+        ]
+        if waiting:
+            self._fed_pending.append((now, node.index, node.incarnation, job.id, waiting))
+
+    def _sample_federation(self, now: float) -> None:
+        queue = self._federation
+        assert queue is not None
+        for n in self.nodes:
+            if self._fed_blocked(n, queue):
+                self._fed_waiting.setdefault(n.index, now)
+            else:
+                self._fed_waiting.pop(n.index, None)
+        bound = self.federation_bound()
+        pending = self._fed_pending
+        while pending and pending[0][0] <= now - bound:
+            t, index, incarnation, job_id, waiting = pending.popleft()
+            node = self.nodes[index]
+            if node.incarnation != incarnation or not self.healthy(True):
+                continue
+            if not self.calm(t, now) or not self._fed_giver(node, queue):
+                continue
+            still = [
+                self.nodes[i].name for i in waiting if self._fed_blocked(self.nodes[i], queue)
+            ]
+            job = node.server.node.jobs.get(job_id)
+            self.probes["federation-prompt-checked"] += 1
+            if still and job is not None and job.state == JobState.QUEUED:
+                self._violate(
+                    f"federation-prompt: {job_id} queued on {node.name} at t={t:.2f}, "
+                    f"still there at t={now:.2f} while {still} had clients blocked on "
+                    f"{queue} with nothing queued (bound {bound:.2f}s)"
+                )
 
     def check_ttl(self, now: float) -> None:
         """ttl-expires: no node holds a job whose TTL ran out, by its own
@@ -1215,10 +1481,15 @@ class World:
 
     # -------------------------------------------------------- fault windows
 
-    def fault_begin(self, victim: int = -1) -> list[float]:
-        """A fault's window [start, end, victim] (victim -1: every node)."""
+    def fault_begin(self, victim: int = -1, kind: str = "") -> list[float]:
+        """A fault's window [start, end, victim] (victim -1: every node).
+        ``kind``: the fault's name; a crash-like one (``CRASH_KINDS``: the
+        node down, its connections broken, then restarted) is remembered
+        (``calm_but_crash``)."""
         window = [trio.current_time(), float("inf"), float(victim)]
         self.fault_windows.append(window)
+        if kind in CRASH_KINDS:
+            self._crash_windows.append(window)
         return window
 
     def fault_end(self, window: list[float], extra: float = 0.0) -> None:
@@ -1255,6 +1526,30 @@ class World:
         """No fault in force in [start - margin, end] (nor ended less than
         ``margin`` before ``start``: links take that long to come back)."""
         return all(w[1] + margin < start or w[0] > end for w in self.fault_windows)
+
+    def calm_but_crash(
+        self, victim: int, start: float, end: float, after: float, margin: float = LINK_SETTLE_S
+    ) -> bool:
+        """``calm(start, end)``, but for crashes of node ``victim`` (crash,
+        wipe, torn crash, a controlled restart: down, its clients' and
+        peers' connections broken) that began after ``after``."""
+        crashes = [w for w in self._crash_windows if int(w[2]) == victim and w[0] > after]
+        return all(
+            w[1] + margin < start or w[0] > end or any(w is c for c in crashes)
+            for w in self.fault_windows
+        )
+
+    def flagged_fail(self, victim: int) -> bool:
+        """A majority of the other nodes up flag node ``victim`` FAIL."""
+        victim_id = self.nodes[victim].server.node.node_id
+        others = [n for n in self.nodes if n.index != victim and n.up]
+        failed = [
+            n
+            for n in others
+            if (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
+            and peer.flags & cluster_flags.FAIL
+        ]
+        return len(failed) > len(others) // 2
 
     async def check_detection(self, victim: int, window: list[float], bound: float) -> None:
         """fail-detected: a node cut off from every other (isolated, frozen,
@@ -1314,6 +1609,250 @@ class World:
                 f"{bound:.1f}s later (node timeout {self.plan.node_timeout_ms} ms) "
                 f"only {failed or 'no node'} of {[n.name for n in asked]} flag it FAIL"
             )
+
+    def watch_failover(self, victim: int, window: list[float], kind: str, give_up: float) -> None:
+        """failover-timely: node ``victim`` is being cut off now (``kind``:
+        a crash, a wipe, a torn crash, isolated or frozen). The jobs it has
+        queued (RETRY > 0), queued there since ``FAILOVER_HEARD_S`` at
+        least (the other holders heard: REPLJOB, QUEUED), held by other
+        nodes up now that know it and do not flag it FAIL yet, must be
+        queued on a node other than the victim within ``FAILOVER_S`` of the
+        first of their holders to flag it FAIL, or of
+        ``INCARNATION_KNOWN_S`` after its restart when a crash ended before
+        any did (its new incarnation is a loss too); or be acked or gone
+        there by then. The jobs and their holders are taken now; the check
+        (``_check_failover``) waits at most ``give_up`` seconds for a FAIL
+        (past the detection bound, fail-detected's business).
+
+        The deadline runs from the holders that no other fault touched
+        from ``LINK_SETTLE_S`` plus ``FAILOVER_HEARD_S`` before the cut
+        (``_undisturbed``): one of them suffices, whichever holder the
+        others chose (a down or cut-off one: the stand-by covers it). A
+        holder that loaded the job from its AOF since is not counted: a
+        copy's ``queued_on`` is not recorded, so it cannot know. Void when
+        a fault touched every node (or the victim before the cut), when the
+        cut ended before any holder flagged FAIL (but a crash: a restart),
+        when an isolation or freeze ended before the deadline (the victim
+        is back with its queue), for a job a client sent NACK, ENQUEUE or
+        WORKING for lately, or one the victim delivered after the cut when
+        it was back by the deadline (its consumer's WORKING reached them).
+        For an isolated or frozen node, the jobs are those it had queued at
+        the cut: the survivors cannot know what it did with them since."""
+        node = self.nodes[victim]
+        if not node.up or self._nursery is None or self.phase not in ("safety", "failover"):
+            return
+        core = node.server.node
+        victim_id = core.node_id
+        now = trio.current_time()
+        survivors = [
+            n
+            for n in self.nodes
+            if n is not node
+            and n.up
+            and (peer := n.server.node.cluster.nodes.get(victim_id)) is not None
+            and not peer.flags & (cluster_flags.HANDSHAKE | cluster_flags.FAIL)
+        ]
+        jobs: dict[str, list[int]] = {}  # job id -> the survivors holding it (active)
+        retries: dict[str, float] = {}
+        copies: dict[str, int] = {}
+        for job in core.jobs.values():
+            if job.state != JobState.QUEUED or not job.retry:
+                continue
+            if node.queued_since.get(job.id, now) > now - FAILOVER_HEARD_S:
+                continue
+            if job.delay and self.jumps_ms:
+                continue  # its DELAY's end, from its ctime, moved with a clock
+            holders: list[int] = []
+            retry_at = math.inf
+            copies[job.id] = sum(
+                1 for n in self.nodes if n is not node and n.up and job.id in n.server.node.jobs
+            )
+            for n in survivors:
+                copy = n.server.node.jobs.get(job.id)
+                if copy is None:
+                    continue
+                if copy.state == JobState.QUEUED:
+                    holders = []  # queued on a survivor already
+                    break
+                if job.id in n.loaded:
+                    # Loaded from its AOF by this incarnation: the copy knows
+                    # nothing of where the job is queued (Job.queued_on is
+                    # not recorded), unless told again since (seed 4046: a
+                    # holder restarted just after the REPLJOB stood by for
+                    # RETRY when the node that had it queued restarted too).
+                    continue
+                if copy.state == JobState.ACTIVE and not copy.flags & FLAG_DELAYED:
+                    holders.append(n.index)
+                    assert n.clock is not None
+                    left = (copy.qtime - n.server.node.now_ms()) / 1000 / n.clock.rate
+                    retry_at = min(retry_at, now + left)
+            if holders:
+                jobs[job.id] = holders
+                retries[job.id] = retry_at
+        if jobs:
+            watch = FailoverWatch(
+                victim, victim_id, window, kind, jobs, now + give_up, node.incarnation
+            )
+            watch.retry_at = retries
+            watch.copies = copies
+            self._nursery.start_soon(self._check_failover, watch)
+
+    async def _check_failover(self, watch: FailoverWatch) -> None:
+        jobs = watch.jobs
+
+        def observe(n: SimNode, event: str, job: Job, loading: bool) -> None:
+            if job.id not in jobs or loading:
+                return
+            if event == "queued" and n.index != watch.victim:
+                now = trio.current_time()
+                watch.taken.setdefault(job.id, now)
+                if job.id not in watch.doubled:
+                    for i in jobs[job.id]:
+                        other = self.nodes[i]
+                        copy = other.server.node.jobs.get(job.id) if other.up else None
+                        if i != n.index and copy is not None and copy.state == JobState.QUEUED:
+                            watch.doubled[job.id] = (now, i, n.index)
+            elif event == "delivered" and n.index == watch.victim:
+                watch.by_victim.add(job.id)
+
+        self.observers.append(observe)
+        try:
+            await self._failover_deadlines(watch)
+        finally:
+            self.observers[:] = [o for o in self.observers if o is not observe]
+
+    async def _failover_deadlines(self, watch: FailoverWatch) -> None:
+        """``_check_failover``'s wait: each job is judged at its deadline,
+        from its undisturbed holders' FAIL (``_undisturbed``)."""
+        node = self.nodes[watch.victim]
+        window = watch.window
+        fail_at = watch.fail_at
+        holders_of = {i for holders in watch.jobs.values() for i in holders}
+        # A client's ADDJOB DELAY ends at the job's ctime plus the delay, on
+        # the creator's clock: a survivor's may be that far off.
+        skew_s = 2 * self.plan.skew_ms / 1000 + 0.1
+        pending = dict(watch.jobs)
+        while pending:
+            await trio.sleep(FAILOVER_POLL_S)
+            now = trio.current_time()
+            for i in holders_of - fail_at.keys():
+                n = self.nodes[i]
+                peer = n.server.node.cluster.nodes.get(watch.victim_id) if n.up else None
+                if peer is not None and peer.flags & cluster_flags.FAIL:
+                    fail_at[i] = now
+            if watch.restarted is None and window[1] <= now and not fail_at:
+                # Back before any holder flagged it FAIL: a restart is a loss
+                # too (a new incarnation), a cut that healed is not; a wiped
+                # node's old identity goes on until it is flagged FAIL.
+                if watch.kind in ("crash", "torn-crash") and node.incarnation > watch.incarnation:
+                    watch.restarted = window[1]
+                    self.probes["failover-restart-checked"] += 1
+                elif watch.kind != "wipe" or now > watch.give_up:
+                    return
+            for job_id, holders in list(pending.items()):
+                undisturbed = self._undisturbed(watch, holders, now)
+                if not undisturbed:
+                    del pending[job_id]  # every holder disturbed: void
+                    continue
+                marks = [fail_at[i] for i in undisturbed if i in fail_at]
+                ends = [min(marks) + FAILOVER_S] if marks else []
+                if watch.restarted is not None:
+                    ends.append(watch.restarted + INCARNATION_KNOWN_S + FAILOVER_S)
+                if not ends:
+                    if now > watch.give_up:
+                        del pending[job_id]  # never flagged FAIL: fail-detected's business
+                    continue
+                due = min(ends)
+                copy = self.nodes[holders[0]].server.node.jobs.get(job_id)
+                if copy is not None and copy.delay:
+                    due += skew_s
+                if now < due + FAILOVER_POLL_S:
+                    continue
+                del pending[job_id]
+                undisturbed = self._undisturbed(watch, holders, due)
+                if undisturbed:
+                    self._judge_failover(watch, job_id, holders, undisturbed, due)
+
+    def _undisturbed(self, watch: FailoverWatch, holders: list[int], until: float) -> list[int]:
+        """The holders that no other fault touched from shortly before the
+        cut until ``until`` (up, no crash, cut, clock jump, chaos of their
+        own), or none when a fault touched every node, or the victim before
+        the cut (the news of its queueing may not have reached them)."""
+        window, victim = watch.window, watch.victim
+        cut = window[0]
+        settled = cut - LINK_SETTLE_S - FAILOVER_HEARD_S
+        touched: set[int] = set()
+        for w in self.fault_windows:
+            if w is window or w[0] > until or w[1] < settled:
+                continue
+            hit = int(w[2])
+            if hit == -1 or (hit == victim and w[0] < cut):
+                return []
+            touched.add(hit)
+        return [i for i in holders if i not in touched and self.nodes[i].up]
+
+    def _judge_failover(
+        self,
+        watch: FailoverWatch,
+        job_id: str,
+        holders: list[int],
+        undisturbed: list[int],
+        due: float,
+    ) -> None:
+        """failover-timely (and failover-once) for one job at its deadline
+        ``due``: from the first of its ``undisturbed`` holders to flag the
+        victim FAIL (or from its restart), each of them queues it within
+        FAILOVER_STANDBY_MS unless the one chosen did (it may be one of
+        the others: down, cut off; the stand-by covers it). Faults on other
+        nodes change nothing here: the holders choose among themselves."""
+        window, victim = watch.window, watch.victim
+        cut = window[0]
+        if window[1] <= due and watch.kind in ("isolate", "pause"):
+            # Back by then with its queue: a stand-by's WILLQUEUE finds the
+            # job queued there again (QUEUED), and rightly stands down
+            # (seed 4440).
+            return
+        if job_id in watch.by_victim and window[1] <= due:
+            return  # its consumer there was heard of (WORKING) once it was back
+        if any(t >= cut - NACK_DELAY_MAX_S for t in self.commands_at.get(job_id, ())):
+            return  # a client's NACK, ENQUEUE or WORKING: its own timing
+        able = len(undisturbed) == len(holders) == watch.copies[job_id]
+        if watch.restarted is None and len(holders) > 1 and able:
+            # failover-once: not queued by two of its holders at once (before
+            # either's RETRY timer was due), while they agreed on who is
+            # reachable (FAIL spreads in a network delay) and each of them
+            # knew the victim had it queued (none loaded it from its AOF
+            # since: seed 4122, the one chosen had, and the others all
+            # queued it at the end of their stand-by): the one chosen queues
+            # it, the others stand by for its QUEUED.
+            self.probes["failover-once-checked"] += 1
+            double = watch.doubled.get(job_id)
+            early = watch.retry_at[job_id] - FAILOVER_RETRY_SLACK_S
+            if double is not None and double[0] <= min(due, early):
+                at, first, second = double
+                self._violate(
+                    f"failover-once: n{victim} cut off ({watch.kind}) at t={cut:.2f}; "
+                    f"{job_id} it had queued was queued on n{first} and n{second} at once "
+                    f"at t={at:.2f}"
+                )
+        self.probes["failover-timely-checked"] += 1
+        if watch.taken.get(job_id, math.inf) <= due:
+            return
+        for i in undisturbed:
+            copy = self.nodes[i].server.node.jobs.get(job_id)
+            if copy is None or copy.state != JobState.ACTIVE:
+                return  # acked, gone (collected, expired, flushed), or queued there
+        names = [self.nodes[i].name for i in holders]
+        marks = {self.nodes[i].name: round(t, 2) for i, t in sorted(watch.fail_at.items())}
+        since = f"FAIL at {marks}" if marks else f"restarted at t={watch.restarted:.2f}"
+        later = watch.taken.get(job_id)
+        when = f"at t={later:.2f}" if later is not None else "not yet"
+        self._violate(
+            f"failover-timely: n{victim} cut off ({watch.kind}) at t={cut:.2f}, {since}; "
+            f"{job_id} it had queued, held by {names} (undisturbed "
+            f"{[self.nodes[i].name for i in undisturbed]}), not queued on another node by "
+            f"t={due:.2f} ({when})"
+        )
 
     async def _progress(self) -> None:
         """A progress line on stderr every 5 virtual seconds (if asked for;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sim.checkers import (
@@ -11,6 +12,7 @@ from sim.checkers import (
     check_answered,
     check_delay_ends,
     check_delay_holds,
+    check_failover_holds,
     check_nack,
     check_requeue,
     check_retry0_refused,
@@ -97,6 +99,47 @@ def test_working_holds() -> None:
     # nobody asked for it before the ack: the node's re-queue is caught.
     assert check_working(held, calm, {JOB: [0.0, 3.0]})[0].endswith("queued again at t=3.00")
     assert check_working(held, calm, {JOB: [0.0, 7.5]}) == []
+
+
+def crash_of(origin: int) -> Callable[[int, float, float, float], bool]:
+    """calm_but_crash for a run whose one fault is a crash of ``origin``
+    that began at t=3."""
+    return lambda victim, start, end, after: victim == origin and after < 3.0
+
+
+def test_failover_holds_a_moved_hold() -> None:
+    hold = ev(7.0, "hold", node=1, id=JOB, start=1.0, retry=2, acked=6.9, moved=3.2, **{"from": 0})
+    again = [
+        *added(),
+        ev(1.0, "get", node=0, id=JOB, body="b"),
+        ev(4.0, "get", node=2, id=JOB),
+        hold,
+    ]
+    (v,) = check_failover_holds(again, crash_of(0))
+    assert v.startswith("failover-holds:") and "delivered again at t=4.00" in v
+    # Another fault (or the crash of another node): not judged.
+    assert check_failover_holds(again, crash_of(1)) == []
+    # Queued again on a node while held: the node's doing, whoever asks.
+    held = [*added(), ev(1.0, "get", node=0, id=JOB, body="b"), hold]
+    assert check_failover_holds(held, crash_of(0), {JOB: [0.5, 5.0]})[0].endswith("t=5.00")
+    assert check_failover_holds(held, crash_of(0), {JOB: [0.5, 7.5]}) == []
+    # A hold that never moved is working-holds' business.
+    still = ev(7.0, "hold", node=0, id=JOB, start=1.0, retry=2, acked=6.9, **{"from": 0})
+    assert check_failover_holds([*again[:-1], still], crash_of(0)) == []
+
+
+def test_failover_holds_a_job_worked_on_within_its_retry() -> None:
+    work = ev(6.0, "work", node=1, id=JOB, start=1.0, retry=20, acked=5.9, **{"from": 0})
+    base = [*added(retry=20), ev(1.0, "get", node=0, id=JOB, body="b"), work]
+    # Delivered at 0.99 by n0, whose next retry point for it was 15 s later.
+    points = {JOB: [(0.99, 16.0)]}
+    (v,) = check_failover_holds(base, crash_of(0), {JOB: [0.5, 4.0]}, points)
+    assert "worked on until its ack at t=5.90" in v and v.endswith("queued again at t=4.00")
+    assert check_failover_holds(base, crash_of(0), {JOB: [0.5, 6.5]}, points) == []
+    # Seed 3000: queued 17 s before its delivery, its retry point there came
+    # 4 s after it (a delivery does not move it, as in the original): the
+    # ack came too late for the check.
+    assert check_failover_holds(base, crash_of(0), {JOB: [0.5, 4.0]}, {JOB: [(0.99, 5.0)]}) == []
 
 
 def test_ack_final() -> None:
