@@ -1294,7 +1294,15 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             elif node.postpones_heard and _apply_postpone_heard(node, job, now):
                 continue
         elif job.retry == 0:
-            continue  # a duplicate or late copy: at most once, never again
+            if job.state != STATE_ACTIVE or job.flags & FLAG_DELIVERED:
+                continue  # a duplicate or late copy: at most once, never again
+            # A copy here that never left a queue of ours: an extra copy of
+            # an external replication (a leaving node adds one more holder
+            # while the first GOTJOB is slow, then ENQUEUEs the job on one
+            # of them). The sender moved the one queued copy here and
+            # forgot it: this is its queueing. Dropped as a duplicate, the
+            # job was answered and never delivered (simulator seed 6752).
+            job.qtime = now  # any non-zero value lets enqueue() accept it
         else:
             job.nodes_delivered = merge_holders(
                 node, job.nodes_delivered, data.nodes_delivered, job.id

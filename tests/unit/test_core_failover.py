@@ -438,3 +438,35 @@ def test_cluster_forget_takes_over_what_the_node_had_queued() -> None:
     w.pump()
     queued = w.queued_on()
     assert sorted(queued[B_ID] + queued[C_ID]) == sorted(ids)
+
+
+def test_a_retry_0_job_moved_onto_an_extra_copy_is_delivered() -> None:
+    """Seed 6752: a leaving node added a RETRY 0 job; its first GOTJOB was
+    slow, so it sent one more REPLJOB (to B) and then ENQUEUEd the job on
+    C. A NEEDJOBS from B moved the job there: B dropped it as a duplicate
+    of its copy, and the job, answered, was never delivered."""
+    w = Wired(A_ID, B_ID, C_ID)
+    a, b, c = w.nodes[A_ID], w.nodes[B_ID], w.nodes[C_ID]
+    _leaving(a)
+    waiter = run(a, "ADDJOB", "q", "once", 0, "RETRY", 0, "REPLICATE", 1)
+    [(first, repljob)] = [(to, m) for to, m in sent(a) if isinstance(m, bus.ReplJob)]
+    second = B_ID if first == C_ID else C_ID
+    a.effects.clear()
+    w.clock.ms += 60  # no GOTJOB yet: one more node
+    a.tick()
+    extra = [(to, m) for to, m in sent(a) if isinstance(m, bus.ReplJob) and to == second]
+    assert extra
+    a.effects.clear()
+    cj.receive(w.nodes[second], A_ID, extra[0][1])  # the extra copy, passive
+    w.nodes[second].effects.clear()
+    cj.receive(w.nodes[first], A_ID, repljob)  # the first copy answers GOTJOB
+    w.pump()  # GOTJOB, ENQUEUE: queued on the first holder
+    job_id = waiter.reply
+    assert w.nodes[first].jobs[job_id].state == JobState.QUEUED
+    assert w.nodes[second].jobs[job_id].state == JobState.ACTIVE
+    cj.receive(w.nodes[first], second, bus.NeedJobs("q", 1))
+    w.pump()  # YOURJOBS: moved onto the extra copy
+    [delivered] = get(w.nodes[second], "q")
+    assert delivered[1] == job_id
+    w.elapse(3000)
+    assert get(b, "q") == [] and get(c, "q") == []  # at most once
