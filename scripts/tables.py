@@ -142,10 +142,15 @@ FAILOVER_ROWS = (
 
 
 def _before_of(after: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``-before`` run kept beside ``after`` (same name and date)."""
+    """The ``-before`` run kept beside ``after`` (same name and date), else
+    the newest ``-before`` run of that benchmark."""
     path = ROOT / str(after["_file"]).replace(".json", "-before.json")
     if not path.exists():
-        return None
+        name = Path(str(after["_file"])).name.split("-20")[0]
+        befores = sorted(RESULTS.glob(f"{name}-20*-before.json"))
+        if not befores:
+            return None
+        path = befores[-1]
     data: dict[str, Any] = json.loads(path.read_text())
     data["_file"] = str(path.relative_to(ROOT))
     return data
@@ -177,6 +182,32 @@ def _failover() -> str:
         for r in runs
     )
     return f"*{caption}.*\n\n" + _table(columns, rows)
+
+
+IDLE_AB_KEYS = (
+    ("3n_none_median_ms_per_s", "3 nodes"),
+    ("3n_clients_max_ms_per_s", "3 nodes, clients (their node)"),
+    ("9n_none_median_ms_per_s", "9 nodes"),
+    ("9n_clients_max_ms_per_s", "9 nodes, clients (their node)"),
+)
+
+
+def _failover_idle_ab() -> str:
+    """Idle CPU per node, the code before issue 57 and after alternating
+    (bench_failover --only idle, run by run): neighbouring runs compare."""
+    data = json.loads((RESULTS / "failover-idle-ab-2026-12-07.json").read_text())
+    rows = [
+        [
+            run["run"],
+            run["checkout_commit"],
+            *(_figure(run["figures"][k]) for k, _ in IDLE_AB_KEYS),
+        ]
+        for run in data["runs"]
+    ]
+    columns = ["run", "at", *(f"{label}, ms/s" for _, label in IDLE_AB_KEYS)]
+    return f"*{data['note']} (`bench/results/failover-idle-ab-2026-12-07.json`).*\n\n" + _table(
+        columns, rows
+    )
 
 
 def _failover_repl_cost() -> str:
@@ -330,6 +361,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "integrations": lambda: _result("integrations"),
     "failover": _failover,
     "failover-repl-cost": _failover_repl_cost,
+    "failover-idle-ab": _failover_idle_ab,
     "consume-cost": lambda: _result("consume-cost"),
     "chatter": _chatter,
     "tcl-suite": _tcl_suite,

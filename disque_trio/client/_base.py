@@ -203,7 +203,7 @@ def log_retry(command: Command[T], error: DisqueError, address: Address | None) 
     where = fmt_address(address) if address is not None else "a node"
     if isinstance(error, ResponseError):
         log.info("%s refused %s (%s): sending it elsewhere", where, command.name, error)
-    elif isinstance(error, ConnectionLostError) and command.retry_codes:
+    elif isinstance(error, ConnectionLostError) and command.duplicates:
         # ADDJOB with resend: its fate is unknown.
         log.warning(
             "%s sent again: the connection to %s broke with it in flight, and if the "

@@ -267,7 +267,7 @@ class AsyncClient:
         except BaseException:
             await conn.aclose()
             raise
-        self.router.learn(address, conn.hello)
+        self.router.learn(address, conn.hello, anyio.current_time())
         self.router.heard(anyio.current_time())
         return conn
 
@@ -279,7 +279,7 @@ class AsyncClient:
         for attempt in range(2):
             conn = await pool.acquire()
             reused = conn.calls > 0
-            while reused and not command.idempotent and conn.peer_closed():
+            while reused and (command.duplicates or not command.idempotent) and conn.peer_closed():
                 # Closed by the node while idle (a restart): the command
                 # would be lost unsent, and could not be sent again.
                 conn.proto.receive_data(b"")
@@ -290,9 +290,10 @@ class AsyncClient:
                 result = await conn.call(command)
                 conn.calls += 1
                 return result
-            except ConnectionLostError:
+            except ConnectionLostError as e:
                 if attempt or not (reused and command.idempotent):
                     raise
+                log_retry(command, e, address)
             finally:
                 await pool.release(conn)
         raise AssertionError("unreachable")
@@ -333,11 +334,11 @@ class AsyncClient:
                 if me is not None and me.priority >= 100 and fallback is None:
                     fallback = (address, hello)  # leaving or failing: only if nothing else
                     continue
-                self.router.connected(address, hello)
+                self.router.connected(address, hello, anyio.current_time())
                 log.debug("connected to %s (%s)", _fmt(address), hello.node_id[:8])
                 return address
             if fallback is not None:
-                self.router.connected(*fallback)
+                self.router.connected(*fallback, anyio.current_time())
                 return fallback[0]
             raise NoNodeAvailableError("no node reachable: " + "; ".join(errors))
 
@@ -351,7 +352,7 @@ class AsyncClient:
             except LeavingError as e:
                 error: DisqueError = e
                 if address is not None:
-                    self.router.leaving(address)
+                    self.router.leaving(address, anyio.current_time())
                     log.info("%s is leaving the cluster: moving", _fmt(address))
             except ResponseError as e:
                 if e.code not in command.retry_codes or address is None:
@@ -470,7 +471,7 @@ class AsyncClient:
                     hello = await self._once(other, cmds.hello())
             except (TimeoutError, DisqueError):
                 continue
-            self.router.learn(other, hello)
+            self.router.learn(other, hello, anyio.current_time())
             return
 
     async def _reassert_quietly(self) -> None:
@@ -653,7 +654,8 @@ class AsyncClient:
             address = self.router.current
             try:
                 with anyio.fail_after(self.options.timeout):
-                    self.router.learn(address, await self._once(address, cmds.hello()))
+                    hello = await self._once(address, cmds.hello())
+                    self.router.learn(address, hello, anyio.current_time())
                 self.router.heard(now)
             except (DisqueError, TimeoutError) as e:
                 log.debug("HELLO refresh at %s failed: %s", _fmt(address), e)
@@ -799,7 +801,7 @@ class AsyncClient:
         """HELLO on the current node (and learn the cluster from it)."""
         address = await self._current()
         hello = await self.execute(cmds.hello())
-        self.router.learn(address, hello)
+        self.router.learn(address, hello, anyio.current_time())
         return hello
 
     async def ping(self) -> str:

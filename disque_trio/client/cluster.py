@@ -50,6 +50,9 @@ __all__ = [
 DEFAULT_PORT = 7711
 # HELLO priorities: 1 reachable, 5 no link yet, 10 fail?, 100 failing or leaving.
 PRIORITY_UNUSABLE = 100
+# How long after a node said -LEAVING another node's HELLO listing it as
+# usable is believed (gossip spreads the flag within about a second).
+LEAVING_GOSSIP_S = 5.0
 # What a seed that HELLO has not described yet counts as.
 PRIORITY_SEED = 2
 # Jobs whose delivering node is remembered, for routing their ACK/NACK.
@@ -214,7 +217,10 @@ class Router:
         self.current: Address | None = None
         self.current_id: str | None = None
         self._trouble: dict[Address, _Trouble] = {}
-        self._leaving: set[Address] = set()  # said -LEAVING; cleared by a HELLO saying otherwise
+        # Said -LEAVING (when): cleared by its own HELLO saying otherwise,
+        # or by another node's once LEAVING_GOSSIP_S passed (that node may
+        # not have heard yet: gossip takes a moment).
+        self._leaving: dict[Address, float] = {}
         # The last connection attempt to these failed (cleared when one
         # answers HELLO): routed commands do not go there first, however
         # long ago that was; connect_order's rest is a short back-off.
@@ -255,15 +261,21 @@ class Router:
         order.sort()
         return [address for _, address in order]
 
-    def connected(self, address: Address, hello: HelloInfo) -> None:
+    def connected(self, address: Address, hello: HelloInfo, now: float) -> None:
         """A connection to ``address`` answered HELLO: learn the cluster
         from it and make it the current node."""
-        self.learn(address, hello)
+        self.learn(address, hello, now)
         self.current = address
         self.current_id = hello.node_id
 
-    def learn(self, address: Address, hello: HelloInfo) -> None:
-        """Take the node table from a HELLO answered at ``address``."""
+    def learn(self, address: Address, hello: HelloInfo, now: float) -> None:
+        """Take the node table from a HELLO answered at ``address``. A node
+        that said -LEAVING itself is usable again when it says so, or when
+        another node does LEAVING_GOSSIP_S later: right after CLUSTER
+        LEAVING the other nodes still list it usable for a moment, and a
+        client that believed them went back to it (a consumer following the
+        producer there, acks routed to it that it cannot spread: found in
+        the rolling restart test, jobs delivered twice)."""
         self._trouble.pop(address, None)
         self._down.discard(address)
         self.held.back(address)
@@ -275,7 +287,11 @@ class Router:
                 node = NodeInfo(node.id, address[0], node.port, node.priority)
             nodes[node.id] = node
             if node.priority < PRIORITY_UNUSABLE:
-                self._leaving.discard(node.address)
+                since = self._leaving.get(node.address)
+                if since is not None and (
+                    node.id == hello.node_id or now - since >= LEAVING_GOSSIP_S
+                ):
+                    del self._leaving[node.address]
             else:
                 self.held.gone(node.address)  # failing or leaving
         self.nodes = nodes
@@ -387,7 +403,7 @@ class Router:
         is leaving (it keeps no copy then, so with REPLICATE n it needs n
         others) is left as after -LEAVING."""
         if "leaving" in error.message.lower():
-            self.leaving(address)
+            self.leaving(address, now)
         else:
             self._rest(address, now)
 
@@ -400,10 +416,10 @@ class Router:
         if address == self.current:
             self.current = self.current_id = None
 
-    def leaving(self, address: Address) -> None:
+    def leaving(self, address: Address, now: float) -> None:
         """``address`` answered -LEAVING: stop using it (and keep the jobs
         held from it alive elsewhere)."""
-        self._leaving.add(address)
+        self._leaving[address] = now
         self.held.gone(address)
         if address == self.current:
             self.current = self.current_id = None
@@ -491,12 +507,20 @@ class Router:
         current node as well? When that node did nothing with it (it may
         not hold the job: a copy made elsewhere, a leaving creator): 0
         jobs, no SHOW, -NOJOB, WAITJOB's unknown for every job; or when
-        it could not be reached at all. A NACK is only sent again when
-        none of its jobs was queued."""
+        it could not be reached at all. An ACKJOB or FASTACK that counted
+        fewer jobs than it named goes again whole (sending an ack twice does
+        no harm): that node did not hold some of them, and a leaving node
+        does not spread an ack for a job it does not hold (found in the
+        rolling restart test: an ACKJOB for five jobs made by a leaving
+        node, which held one, answered 1, and the other four were delivered
+        again at their RETRY). A NACK is only sent again when none of its
+        jobs was queued."""
         if isinstance(outcome, NoJobError):
             return True
         if isinstance(outcome, list):
             return all(entry == "unknown" for entry in outcome)
         if isinstance(outcome, DisqueError):
             return Router.retryable(command, outcome) and not isinstance(outcome, LeavingError)
+        if isinstance(outcome, int) and command.idempotent:
+            return outcome < len(command.job_ids)
         return outcome is None or outcome == 0

@@ -69,6 +69,9 @@ class Command(Generic[T_co]):
     sent again when it never left: a connection that could not be opened.)
     ``retry_codes``: error replies after which the node did nothing, so
     the command may be sent again elsewhere (ADDJOB's NOREPL).
+    ``duplicates``: sent again after a connection lost with it in flight,
+    it may take effect twice (ADDJOB with resend: a second job); the shells
+    say so when they do, and check a reused connection before sending it.
     ``attempts``: how many times a shell may send it in all (None: the
     client's ``max_attempts``). ``routed``: the shells send it to the node
     named by its job IDs when that node is known (``job_ids``). ``block``:
@@ -87,6 +90,7 @@ class Command(Generic[T_co]):
     tail: tuple[bytes, ...] = ()
     retry_codes: tuple[str, ...] = ()
     attempts: int | None = None
+    duplicates: bool = False
 
     @property
     def name(self) -> str:
@@ -392,6 +396,7 @@ def addjob(
         block=block,
         retry_codes=("NOREPL",),
         attempts=attempts,
+        duplicates=resend,
     )
 
 

@@ -231,7 +231,7 @@ class Client:
         except BaseException:
             conn.close()
             raise
-        self.router.learn(address, hello)
+        self.router.learn(address, hello, time.monotonic())
         self.router.heard(time.monotonic())
         self._conns[address] = conn
         return conn
@@ -242,17 +242,19 @@ class Client:
         for attempt in range(2):
             conn = self._connection(address, deadline)
             reused = conn.calls > 0
-            if reused and not command.idempotent and conn.peer_closed():
+            if reused and (command.duplicates or not command.idempotent) and conn.peer_closed():
                 # Closed by the node while idle (a restart): the command
-                # would be lost unsent, and could not be sent again.
+                # would be lost unsent, and could not be sent again (or,
+                # sent again, could exist twice).
                 conn.close()
                 conn = self._connection(address, deadline)
                 reused = False
             try:
                 result = conn.call(command, deadline)
-            except ConnectionLostError:
+            except ConnectionLostError as e:
                 if attempt or not (reused and command.idempotent):
                     raise
+                log_retry(command, e, address)
                 continue
             conn.calls += 1
             return result
@@ -280,10 +282,10 @@ class Client:
             if me is not None and me.priority >= 100 and fallback is None:
                 fallback = (address, hello)
                 continue
-            self.router.connected(address, hello)
+            self.router.connected(address, hello, time.monotonic())
             return address
         if fallback is not None:
-            self.router.connected(*fallback)
+            self.router.connected(*fallback, time.monotonic())
             return fallback[0]
         raise NoNodeAvailableError("no node reachable: " + "; ".join(errors))
 
@@ -297,7 +299,7 @@ class Client:
             except LeavingError as e:
                 error: DisqueError = e
                 if address is not None:
-                    self.router.leaving(address)
+                    self.router.leaving(address, time.monotonic())
                     log.info("%s is leaving the cluster: moving", _fmt(address))
             except ResponseError as e:
                 if e.code not in command.retry_codes or address is None:
@@ -395,7 +397,7 @@ class Client:
                 hello = self._once(other, cmds.hello(), _Deadline(PROBE_TIMEOUT))
             except (TimeoutError, DisqueError):
                 continue
-            self.router.learn(other, hello)
+            self.router.learn(other, hello, time.monotonic())
             return
 
     def _reassert_quietly(self) -> None:
@@ -527,7 +529,9 @@ class Client:
             address = self.router.current
             try:
                 self.router.learn(
-                    address, self._once(address, cmds.hello(), _Deadline(self.options.timeout))
+                    address,
+                    self._once(address, cmds.hello(), _Deadline(self.options.timeout)),
+                    time.monotonic(),
                 )
                 self.router.heard(now)
             except (DisqueError, TimeoutError) as e:
@@ -655,7 +659,7 @@ class Client:
     def hello(self) -> HelloInfo:
         hello = self.execute(cmds.hello())
         if self.router.current is not None:
-            self.router.learn(self.router.current, hello)
+            self.router.learn(self.router.current, hello, time.monotonic())
         return hello
 
     def ping(self) -> str:

@@ -6,6 +6,7 @@ and under Trio, and on the blocking shell."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -144,6 +145,24 @@ async def test_routed_command_falls_back_to_the_current_node(
     await client.aclose()
 
 
+async def test_an_ack_the_creator_counts_short_goes_to_the_current_node(
+    cluster: FakeCluster, make: Make
+) -> None:
+    """Two jobs made by B, one of them held by A only (B was leaving when it
+    was added): B counts one, so the ACKJOB goes to A as well, whole."""
+    a, b, _ = cluster.nodes
+    kept = cluster.add(b, "q")
+    external = cluster.add(b, "q")
+    cluster.jobs[external].holders = {a.id}
+    client = make([a], follow_producers=False)
+    await client.qlen("q")
+    await client.ack_job(kept, external)
+    assert cluster.commands(b, "ACKJOB") == [["ACKJOB", kept, external]]
+    assert cluster.commands(a, "ACKJOB") == [["ACKJOB", kept, external]]
+    assert kept not in cluster.jobs and external not in cluster.jobs
+    await client.aclose()
+
+
 async def test_acks_for_several_nodes_are_split(cluster: FakeCluster, make: Make) -> None:
     a, b, c = cluster.nodes
     ids = [cluster.add(n, "q") for n in (a, b, c, b)]
@@ -233,6 +252,30 @@ async def test_lost_connection_retries_only_what_is_idempotent(
     cluster.node_at(client.current_node).drop_next = 1
     with pytest.raises(ConnectionLostError):
         await client.add_job("q", b"not again")
+    await client.aclose()
+
+
+async def test_an_addjob_sent_again_after_a_lost_connection_says_so(
+    cluster: FakeCluster, make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection that broke with ADDJOB in flight: the job may exist, so
+    sending it again may make a second one. The warning says so whether the
+    second send goes to the same node on a new connection (found in the
+    rolling restart test: that path used to stay silent) or elsewhere."""
+    caplog.set_level(logging.WARNING, logger="disque_trio.client")
+    client = make(follow_producers=False)
+    await client.qlen("q")
+    cluster.node_at(client.current_node).drop_next = 1
+    job_id = await client.add_job("q", b"again")
+    assert cluster.jobs[job_id].body == b"again"
+    assert sum(len(cluster.commands(n, "ADDJOB")) for n in cluster.nodes) == 2
+    warned = [r.getMessage() for r in caplog.records if "sent again" in r.getMessage()]
+    assert len(warned) == 1 and "ADDJOB" in warned[0]
+    # Acks are idempotent: sent again without a word.
+    caplog.clear()
+    cluster.node_at(client.current_node).drop_next = 1
+    assert await client.ack_job(job_id) >= 0
+    assert not [r for r in caplog.records if "sent again" in r.getMessage()]
     await client.aclose()
 
 

@@ -27,7 +27,7 @@ from disque_trio.client import (
     commands,
     parse_nodes,
 )
-from disque_trio.client.cluster import Backoff
+from disque_trio.client.cluster import LEAVING_GOSSIP_S, Backoff
 from disque_trio.client.held import MAX_ROUNDS, HeldJobs
 from disque_trio.client.types import HelloInfo, Job, NodeInfo, ScanPage
 from disque_trio.protocol.replies import NULL_ARRAY, ReplyError, Status
@@ -294,7 +294,7 @@ def hello_from(me: str, *nodes: tuple[str, int, int]) -> HelloInfo:
 
 def three_nodes(rng: random.Random | None = None, **kw: object) -> Router:
     router = Router([("127.0.0.1", 1)], rng=rng or random.Random(1), **kw)  # type: ignore[arg-type]
-    router.connected(("127.0.0.1", 1), hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 100)))
+    router.connected(("127.0.0.1", 1), hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 100)), 0.0)
     return router
 
 
@@ -326,7 +326,9 @@ def test_backoff_is_capped_and_jittered() -> None:
 def test_empty_host_in_hello_means_the_address_dialed() -> None:
     router = Router([("10.1.1.1", 7711)])
     router.connected(
-        ("10.1.1.1", 7711), HelloInfo(1, A, [NodeInfo(A, "", 7711, 1), NodeInfo(B, "", 7712, 1)])
+        ("10.1.1.1", 7711),
+        HelloInfo(1, A, [NodeInfo(A, "", 7711, 1), NodeInfo(B, "", 7712, 1)]),
+        0.0,
     )
     assert {n.address for n in router.nodes.values()} == {("10.1.1.1", 7711), ("10.1.1.1", 7712)}
 
@@ -346,7 +348,7 @@ def test_route_by_job_id_groups_and_falls_back_to_current() -> None:
     assert router.route(commands.show(job_id(B)))[0][0] == ("127.0.0.1", 2)
     assert [addr for addr, _ in router.route(commands.qlen("q"))] == [None]
     assert Router([("h", 1)], route_by_job_id=False).route(commands.nack(job_id(B)))[0][0] is None
-    router.leaving(("127.0.0.1", 2))
+    router.leaving(("127.0.0.1", 2), 0.0)
     assert router.route(commands.working(job_id(B)))[0][0] is None
 
 
@@ -367,6 +369,13 @@ def test_retry_and_fallback_rules() -> None:
     assert not Router.fall_back(commands.working("D-x"), TooLateError("TOOLATE", ""))
     assert not Router.fall_back(commands.nack("D-x"), lost)
     assert Router.fall_back(commands.nack("D-x"), refused)
+    # An ack that counted fewer jobs than it named goes again, whole; a
+    # NACK that queued some does not.
+    assert Router.fall_back(commands.ackjob("D-x", "D-y", "D-z"), 1)
+    assert Router.fall_back(commands.fastack("D-x", "D-y"), 0)
+    assert not Router.fall_back(commands.ackjob("D-x", "D-y"), 2)
+    assert not Router.fall_back(commands.nack("D-x", "D-y"), 1)
+    assert not Router.fall_back(commands.working("D-x"), 300)
 
 
 def test_follow_producers_moves_with_hysteresis() -> None:
@@ -396,14 +405,24 @@ def test_follow_producers_never_moves_to_an_unusable_node_or_when_off() -> None:
 
 def test_leaving_node_goes_last_until_hello_says_otherwise() -> None:
     router = three_nodes()
-    router.leaving(("127.0.0.1", 1))
+    router.leaving(("127.0.0.1", 1), 0.0)
     assert router.current is None
     assert router.connect_order(0.0)[0] == ("127.0.0.1", 2)
     assert router.connect_order(0.0)[-2:] in (
         [("127.0.0.1", 1), ("127.0.0.1", 3)],
         [("127.0.0.1", 3), ("127.0.0.1", 1)],
     )
-    router.learn(("127.0.0.1", 2), hello_from(B, (A, 1, 1), (B, 2, 1)))
+    # Another node's HELLO right after the -LEAVING may not have heard of
+    # it yet: believed only LEAVING_GOSSIP_S later.
+    router.learn(("127.0.0.1", 2), hello_from(B, (A, 1, 1), (B, 2, 1)), 0.5)
+    assert router.node_for_job(job_id(A)) is None
+    assert ("127.0.0.1", 1) in router.connect_order(0.5)[-2:]
+    router.learn(("127.0.0.1", 2), hello_from(B, (A, 1, 1), (B, 2, 1)), LEAVING_GOSSIP_S)
+    assert router.node_for_job(job_id(A)) is not None
+    # Its own HELLO is believed at once.
+    router.leaving(("127.0.0.1", 1), 10.0)
+    assert router.node_for_job(job_id(A)) is None
+    router.learn(("127.0.0.1", 1), hello_from(A, (A, 1, 1), (B, 2, 1)), 10.1)
     assert router.node_for_job(job_id(A)) is not None
 
 
@@ -439,7 +458,7 @@ def test_jobs_from_a_node_whose_creator_is_unusable_go_back_where_they_came_from
 def test_sweep_targets_are_leaving_or_failing_nodes_not_resting() -> None:
     router = three_nodes()
     assert router.sweep_targets(0.0) == [("127.0.0.1", 3)]  # priority 100
-    router.leaving(("127.0.0.1", 2))
+    router.leaving(("127.0.0.1", 2), 0.0)
     assert router.sweep_targets(0.0) == [("127.0.0.1", 2), ("127.0.0.1", 3)]
     router.sweep_failed(("127.0.0.1", 3), now=1.0, rest=30.0)
     assert router.sweep_targets(10.0) == [("127.0.0.1", 2)]
@@ -498,20 +517,20 @@ def test_a_failed_or_failing_node_orphans_its_held_jobs() -> None:
     assert router.held.due and router.held.orphans() == [job_id(A, 1)]
     assert router.held.nodes() == [NODE_B]  # A is no longer watched
     # A connection to A answering HELLO again: back.
-    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)), 0.0)
     assert not router.held.due
     # HELLO calling B failing (or leaving): its jobs are orphans too.
-    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 100), (C, 3, 1)))
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 100), (C, 3, 1)), 0.0)
     assert router.held.orphans() == [job_id(B, 2)]
-    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    router.learn(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)), 0.0)
     assert router.held.due  # only a connection to B itself brings it back
-    router.leaving(NODE_A)
+    router.leaving(NODE_A, 0.0)
     assert set(router.held.orphans()) == {job_id(A, 1), job_id(B, 2)}
 
 
 def test_reassert_asks_the_creators_first_then_the_next_nodes_on_nojob() -> None:
     router = Router([NODE_A], rng=random.Random(1))
-    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)), 0.0)
     ids = [job_id(B, 1), job_id(C, 2), job_id(C, 3), job_id(A, 4)]
     router.delivered(NODE_A, ids)
     router.failed(NODE_A, now=1.0)
@@ -559,7 +578,7 @@ def test_reassert_tries_again_when_no_node_could_be_reached_then_gives_up() -> N
 
 def test_a_job_kept_alive_at_a_node_that_dies_in_turn_is_reasserted_again() -> None:
     router = Router([NODE_A], rng=random.Random(1))
-    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)))
+    router.connected(NODE_A, hello_from(A, (A, 1, 1), (B, 2, 1), (C, 3, 1)), 0.0)
     router.delivered(NODE_A, [job_id(A, 1)])
     router.failed(NODE_A, now=1.0)
     plan = router.reassert(now=1.0)
