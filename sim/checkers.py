@@ -314,7 +314,9 @@ def _consumers_off(history: list[Event]) -> list[tuple[float, float]]:
 
 def _acked(e: Event) -> bool:
     """An ack the node answered (not a connection lost meanwhile)."""
-    return e.op == "ack" and not str(e.data.get("reply", "")).startswith(("ERR", "conn"))
+    return e.op == "ack" and not str(e.data.get("reply", "")).startswith(
+        ("ERR", "conn", "MISCONF")
+    )
 
 
 def _acked_nothing_leaving(e: Event) -> bool:

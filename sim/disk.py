@@ -1,48 +1,121 @@
 """An in-memory disk implementing the Env disk seam.
 
-Each file has a durable part (survives a crash) and a pending part (written
-but not fsynced). ``crash()`` drops every pending part, like a power loss.
+A file is a list of segments, each ``durable`` (survives a crash),
+``pending`` (written, not fsynced) or ``limbo``. Reads see them all, in
+order, as a process reads its page cache. ``crash()`` drops every segment
+not durable, like a power loss (a torn crash keeps a prefix of the pending
+bytes).
+
+A disk can fail (``failing``, an errno): a full one (ENOSPC) refuses
+appends, which write nothing (the node's FileDisk cuts a partial write
+off), and replaces; a failing one (EIO) takes appends into the page cache
+but cannot write them back. Either way ``fsync`` raises, and its pending
+bytes go to limbo: still read back, never made durable by a later fsync,
+lost at a crash. That is Linux's behaviour after a failed
+fsync (the dirty pages are marked clean, the error reported once: the
+"fsyncgate" that made PostgreSQL panic on fsync errors), so a node that
+retries the fsync and takes its success for the bytes' durability is
+caught out.
 """
 
 from __future__ import annotations
 
+import errno as errno_codes
+import os
+
+DURABLE, PENDING, LIMBO = 0, 1, 2
+
 
 class SimDisk:
     def __init__(self) -> None:
-        self.durable: dict[str, bytes] = {}
-        self.pending: dict[str, bytearray] = {}
+        self.files: dict[str, list[tuple[int, bytes]]] = {}
         self.fsyncs = 0
+        self.failing = 0  # an errno while writes fail; 0 when they work
+        self.refuse_writes = False  # appends and replaces fail too (a full disk)
+        self.failed_writes = 0  # appends, replaces and fsyncs refused
+        self.limbo_bytes = 0  # bytes an fsync failure left never durable
+
+    # ------------------------------------------------------------ faults
+
+    def fail(self, code: int, writes: bool) -> None:
+        """Fsyncs fail with ``code`` (errno) until ``heal``; appends and
+        replaces too with ``writes``."""
+        self.failing = code
+        self.refuse_writes = writes
+
+    def heal(self) -> None:
+        self.failing = 0
+        self.refuse_writes = False
+
+    def _refuse(self) -> None:
+        self.failed_writes += 1
+        raise OSError(self.failing, os.strerror(self.failing))
+
+    # -------------------------------------------------------------- seam
 
     def read(self, path: str) -> bytes | None:
-        if path not in self.durable and path not in self.pending:
+        segments = self.files.get(path)
+        if segments is None:
             return None
-        return self.durable.get(path, b"") + bytes(self.pending.get(path, b""))
+        return b"".join(data for _, data in segments)
+
+    def written(self, path: str) -> bytes:
+        """What a later fsync can still make durable, or already did: the
+        file without its limbo segments."""
+        return b"".join(data for state, data in self.files.get(path, ()) if state != LIMBO)
+
+    def durable_of(self, path: str) -> bytes:
+        """What a crash would keep of the file."""
+        return b"".join(data for state, data in self.files.get(path, ()) if state == DURABLE)
+
+    @property
+    def durable(self) -> dict[str, bytes]:
+        """Each file's durable bytes (what a crash keeps)."""
+        return {
+            path: b"".join(data for state, data in segments if state == DURABLE)
+            for path, segments in self.files.items()
+        }
 
     def replace(self, path: str, data: bytes) -> None:
-        """Atomic and durable (temp file, fsync, rename)."""
-        self.pending.pop(path, None)
-        self.durable[path] = bytes(data)
+        """Atomic and durable (temp file, fsync, rename): fails whenever
+        fsyncs do."""
+        if self.failing:
+            self._refuse()
+        self.files[path] = [(DURABLE, bytes(data))]
 
     def append(self, path: str, data: bytes) -> None:
-        self.durable.setdefault(path, b"")
-        self.pending.setdefault(path, bytearray()).extend(data)
+        if self.failing and self.refuse_writes:
+            self._refuse()
+        segments = self.files.setdefault(path, [])
+        if segments and segments[-1][0] == PENDING:
+            segments[-1] = (PENDING, segments[-1][1] + bytes(data))
+        elif data:
+            segments.append((PENDING, bytes(data)))
 
     def fsync(self, path: str) -> None:
         self.fsyncs += 1
-        pending = self.pending.pop(path, None)
-        if pending:
-            self.durable[path] = self.durable.get(path, b"") + bytes(pending)
+        segments = self.files.get(path)
+        if self.failing:
+            if segments:
+                for k, (state, data) in enumerate(segments):
+                    if state == PENDING:
+                        segments[k] = (LIMBO, data)
+                        self.limbo_bytes += len(data)
+            self._refuse()
+        if segments:
+            self.files[path] = [
+                (DURABLE, data) if state == PENDING else (state, data) for state, data in segments
+            ]
 
     def close(self, path: str) -> None:
         """Closing does not make data durable."""
 
     def size(self, path: str) -> int:
-        return len(self.durable.get(path, b"")) + len(self.pending.get(path, b""))
+        return sum(len(data) for _, data in self.files.get(path, ()))
 
     def remove(self, path: str) -> None:
         """Durable at once, like replace (a rename-like metadata change)."""
-        self.durable.pop(path, None)
-        self.pending.pop(path, None)
+        self.files.pop(path, None)
 
     def lock(self, path: str) -> None:
         """Nothing to do: a SimDisk is one node's, and the simulator starts
@@ -50,22 +123,32 @@ class SimDisk:
 
     def crash(self, torn: float = 0.0) -> int:
         """Lose what was not fsynced. With ``torn`` in (0, 1] that fraction
-        of each file's unsynced bytes reached the platter anyway (a prefix,
-        possibly ending mid-record). Returns the bytes kept that way."""
+        of each file's pending bytes reached the platter anyway (a prefix,
+        possibly ending mid-record). Limbo bytes are lost whatever ``torn``
+        says. Returns the bytes kept that way."""
         kept = 0
-        if torn > 0:
-            for path, pending in self.pending.items():
+        for path, segments in list(self.files.items()):
+            out = [(DURABLE, data) for state, data in segments if state == DURABLE]
+            if torn > 0:
+                pending = b"".join(data for state, data in segments if state == PENDING)
                 n = int(len(pending) * torn)
                 if n:
-                    self.durable[path] = self.durable.get(path, b"") + bytes(pending[:n])
+                    out.append((DURABLE, pending[:n]))
                     kept += n
-        self.pending.clear()
+            self.files[path] = out
+        self.heal()  # the machine restarts with its disk working
         return kept
 
     def wipe(self) -> None:
         """The disk is replaced by an empty one (amnesia)."""
-        self.durable.clear()
-        self.pending.clear()
+        self.files.clear()
+        self.heal()
+
+
+# The errno a disk fault fails writes with (FAULT_KINDS' "disk-full" and
+# "disk-error").
+ENOSPC = errno_codes.ENOSPC
+EIO = errno_codes.EIO
 
 
 class DiskHandle:

@@ -214,9 +214,16 @@ class Explorer:
             try:
                 client = await self.world.client(index)
                 try:
-                    return await client.call(*args)
+                    reply = await client.call(*args)
                 finally:
                     await client.aclose()
+                if isinstance(reply, ReplyError) and reply.code == "MISCONF":
+                    # Its disk fails: the command changed nothing, or (held
+                    # before the refusals began) its model is not to be
+                    # trusted. The World judges the refusal itself.
+                    self.world.check_disk_answer(index, None, text(reply))
+                    self.disturbed[index] += 1
+                return reply
             except CONN_ERRORS as e:
                 raise Unknown(type(e).__name__) from e
         raise Unknown("timeout")
@@ -630,7 +637,7 @@ class Explorer:
         self.probe("cmd-getjob-withcounters")
         reply = await self.call(i, *args)
         if isinstance(reply, ReplyError):
-            if i not in self.leaving and not text(reply).startswith("LEAVING"):
+            if i not in self.leaving and not text(reply).startswith(("LEAVING", "MISCONF")):
                 self.violate(f"absurd: n{i} GETJOB answered {text(reply)!r}")
             return
         for r in rows(reply):
@@ -1137,6 +1144,8 @@ class Explorer:
                 continue
             if node.incarnation != incarnation or not node.server.node.leaving:
                 continue
+            if isinstance(got, ReplyError) and got.code == "MISCONF":
+                continue  # its disk fails: judged by disk-answered (call)
             self.probe("leaving-refused-getjob")
             if not (isinstance(got, ReplyError) and text(got).startswith("LEAVING")):
                 self.violate(f"leaving: n{i} (leaving) answered a blocking GETJOB with {got!r}")
@@ -1409,6 +1418,11 @@ class Explorer:
         self.resetting[i] = (old, node.incarnation)
         split = world.split_begin(i)
         reply = await self.call(i, "CLUSTER", "RESET", "HARD")
+        if text(reply).startswith(("MISCONF", "ERR could not write")) and (world.disk_failures[i]):
+            # Its disk fails: nothing was reset (MISCONF judged by call).
+            self.resetting.pop(i, None)
+            world.split_watch(split)
+            return
         if text(reply) != "OK":
             self.violate(f"absurd: n{i} CLUSTER RESET HARD answered {text(reply)!r}")
             return

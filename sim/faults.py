@@ -8,6 +8,7 @@ import random
 
 import trio
 
+from .disk import EIO, ENOSPC
 from .plan import Fault
 from .world import World
 
@@ -87,6 +88,20 @@ async def _run_fault(
         world.last_jump_at = trio.current_time()
         world.probes["clock-jump"] += 1
         world.trace.record(node.name, "fault", {"ev": "clock-jump", "ms": ms})
+        return
+    if name in ("disk-full", "disk-error"):
+        full = name == "disk-full"
+        node.disk.fail(ENOSPC if full else EIO, writes=full)
+        failure = [trio.current_time(), float("inf")]
+        world.disk_failures[i].append(failure)
+        world.probes[name] += 1
+        world.trace.record(node.name, "fault", {"ev": name})
+        try:
+            await trio.sleep(length)
+        finally:
+            node.disk.heal()
+            failure[1] = trio.current_time()
+            world.trace.record(node.name, "fault", {"ev": "disk-healed"})
         return
     if name == "bus-chaos":
         world.chaos[i] = CHAOS_LEVELS[fault.arg % len(CHAOS_LEVELS)]

@@ -1001,6 +1001,58 @@ FAILOVER_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]
 }
 
 
+def fsync_retry_trusted() -> contextlib.AbstractContextManager[None]:
+    """After a failed fsync the writer fsyncs again and takes its success
+    for the durability of what it wrote before (the fix of issue 58
+    reverted: no rewrite from memory). On Linux, and in sim/disk.py, those
+    bytes stay in the page cache only: answered, then lost at a crash
+    (always-no-amnesia, disk-answered)."""
+    original = AppendOnlyFile._fsync
+
+    def fsync(self: AppendOnlyFile) -> bool:
+        ok = original(self)
+        self._fsync_lost = False
+        return ok
+
+    return patched(AppendOnlyFile, "_fsync", fsync)
+
+
+def disk_failure_answered() -> contextlib.AbstractContextManager[None]:
+    """A write that fails is taken as done: the replies waiting for it go
+    out, as if the disk had taken it (disk-answered)."""
+    original = AppendOnlyFile._write_failed
+
+    def write_failed(self: AppendOnlyFile, e: OSError) -> None:
+        original(self, e)
+        self._unwritten.clear()
+        self._done_upto(self._appended)
+
+    return patched(AppendOnlyFile, "_write_failed", write_failed)
+
+
+def misconf_never_cleared() -> contextlib.AbstractContextManager[None]:
+    """The retry that works writes what waited but leaves the error set:
+    write commands are refused with -MISCONF for ever after the disk works
+    again (disk-answered: a refusal only from a node whose disk failed
+    lately)."""
+    original = AppendOnlyFile.write_now
+
+    def write_now(self: AppendOnlyFile, force: bool = False) -> None:
+        error = self.last_write_error
+        original(self, force)
+        if error is not None and self.last_write_error is None:
+            self.last_write_error = error
+
+    return patched(AppendOnlyFile, "write_now", write_now)
+
+
+DISK_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "fsync-retry-trusted": fsync_retry_trusted,
+    "disk-failure-answered": disk_failure_answered,
+    "misconf-never-cleared": misconf_never_cleared,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -1031,6 +1083,7 @@ MUTANTS.update(EXPLORER_MUTANTS)
 MUTANTS.update(DELAY_WAIT_MUTANTS)
 MUTANTS.update(OBSERVE_MUTANTS)
 MUTANTS.update(FAILOVER_MUTANTS)
+MUTANTS.update(DISK_MUTANTS)
 
 
 @contextlib.contextmanager

@@ -39,7 +39,13 @@ FAULT_KINDS = (
     "wipe",  # crash, restart with an empty disk (amnesia), rejoin by MEET
     "bus-chaos",  # bus frames to the victim dropped / duplicated / delayed
     "torn-crash",  # crash keeping a random prefix of the unsynced bytes
+    # Issue 58, not drawn among the faults above (their draws stay what they
+    # were): the plan's disk_fault fields make one (active_faults).
+    "disk-full",  # the victim's disk refuses appends and fsyncs (ENOSPC)
+    "disk-error",  # the victim's fsyncs fail (EIO); appends reach its page cache
 )
+# The kinds a seed draws among (FAULT_KINDS[1:DRAWN_KINDS]).
+DRAWN_KINDS = 13
 MAX_FAULTS = 8
 FSYNC = ("always", "everysec", "no")
 
@@ -97,6 +103,14 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     # crashes, its queue of long RETRY jobs full; 1: restarted after 1 s
     # (before FAIL: its new incarnation is the loss), 2: once FAIL.
     ("failover_crash", 2),
+    # The disk's faults (issue 58; 0 in plans saved before): 1 full, 2
+    # failing fsyncs, on one node for a while; disk_crash 1 crashes it
+    # while the disk still fails, 2 a second after it works again.
+    ("disk_fault", 2),
+    ("disk_victim", 6),  # modulo the node count
+    ("disk_start", 200),  # tenths of a second into the safety phase
+    ("disk_length", 80),  # tenths of a second
+    ("disk_crash", 2),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -171,6 +185,11 @@ class Plan:
     rewrite_often: int = 0
     long_retry_pct: int = 0
     failover_crash: int = 0
+    disk_fault: int = 0
+    disk_victim: int = 0
+    disk_start: int = 0
+    disk_length: int = 0
+    disk_crash: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -209,7 +228,7 @@ class Plan:
         if self.nodes < 2:
             # One node: only what needs no peer.
             keep = {"crash", "clock-jump", "wipe", "torn-crash"}
-            return [f for f in self.faults if f.name in keep]
+            return [f for f in self.faults if f.name in keep] + self.disk_faults()
         out = [f for f in self.faults if f.kind]
         if self.long_cut:
             # Longer than the node timeout (when drawn short): FAIL is
@@ -217,6 +236,23 @@ class Plan:
             kind = FAULT_KINDS.index(("isolate", "pause")[self.long_cut - 1])
             length = max(1, int(self.duration * 10) - 5)
             out.append(Fault(kind=kind, victim=self.nodes - 1, start=5, length=length))
+        return out + self.disk_faults()
+
+    def disk_faults(self) -> list[Fault]:
+        """The disk fault the plan's disk_* fields describe, and the crash
+        that goes with it (one node's too)."""
+        if not self.disk_fault:
+            return []
+        kind = FAULT_KINDS.index(("disk-full", "disk-error")[self.disk_fault - 1])
+        victim = self.disk_victim % self.nodes
+        length = max(5, self.disk_length)
+        out = [Fault(kind=kind, victim=victim, start=self.disk_start, length=length)]
+        if self.disk_crash:
+            # While it fails (half a second before it works again), or a
+            # second after: down for a second.
+            at = self.disk_start + length + (-5 if self.disk_crash == 1 else 10)
+            crash = FAULT_KINDS.index("crash")
+            out.append(Fault(kind=crash, victim=victim, start=max(0, at), length=10))
         return out
 
     def swarm(self) -> dict[str, Any]:
@@ -283,7 +319,7 @@ class Plan:
         window = max(1, (secs - 1) * 10)
         for _ in range(rng.choice((1, 2, 2, 3, 3, 4, 5))):
             kind = rng.choices(
-                range(1, len(FAULT_KINDS)),
+                range(1, DRAWN_KINDS),
                 weights=(5, 4, 3, 2, 2, 2, 2, 2, 2, 1, 2, 2),
             )[0]
             faults.append(
@@ -370,8 +406,20 @@ class Plan:
             # Down until the others flag it FAIL: a node timeout of 0.5 to
             # 1.5 s, so that it does not take long.
             timeout = failover.randint(1, 3)
-        return attrs.evolve(
+        plan = attrs.evolve(
             plan, long_retry_pct=long_retry_pct, failover_crash=crash, node_timeout=timeout
+        )
+        # The disk's faults, from a generator of their own too.
+        disk = random.Random(f"disk-{seed}")
+        if disk.random() >= 0.3:
+            return plan
+        return attrs.evolve(
+            plan,
+            disk_fault=disk.choice((1, 2)),
+            disk_victim=disk.randrange(7),
+            disk_start=disk.randrange(5, max(6, window - 10)),
+            disk_length=disk.randint(10, 40),
+            disk_crash=disk.choice((0, 1, 2)),
         )
 
 

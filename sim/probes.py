@@ -86,3 +86,11 @@ FAILOVER_PROBES = (
     "federation-prompt-checked",  # a job queued away from a waiting consumer judged
     "leaving-added-checked",  # a job added on a leaving node itself judged (delivered in time)
 )
+
+# The disk's faults (issue 58), counted by the fault runner and the World.
+DISK_PROBES = (
+    "disk-full",  # a node's disk refused writes for a while (ENOSPC)
+    "disk-error",  # a node's fsyncs failed for a while (EIO; its writes in limbo)
+    "disk-answer-checked",  # a write command's answer from a node whose disk failed, judged
+    "disk-misconf",  # a node refused a write command with -MISCONF
+)

@@ -91,7 +91,7 @@ def end_checks(world: World, workload: Workload) -> list[str]:
         e.data["id"]
         for e in workload.history
         if e.op == "ack"
-        and not e.data["reply"].startswith(("ERR", "conn", "NOJOB"))
+        and not e.data["reply"].startswith(("ERR", "conn", "NOJOB", "MISCONF"))
         and not e.data.get("noop")
     }
     for n in world.nodes:

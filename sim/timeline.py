@@ -274,7 +274,7 @@ def _result(op: str, data: dict[str, Any]) -> str:
     if op in ("pause", "resume"):
         return "admin"
     reply = str(data.get("reply", ""))
-    return "fail" if reply.startswith(("ERR", "NOJOB", "conn")) else "ok"
+    return "fail" if reply.startswith(("ERR", "NOJOB", "conn", "MISCONF")) else "ok"
 
 
 def bus_arrows(events: list[Event], jobs: set[str]) -> list[Arrow]:

@@ -446,6 +446,7 @@ class Workload:
                         "GETJOB", "TIMEOUT", PATIENT_TIMEOUT_MS, "COUNT", 1, "FROM", QUEUE
                     )
                     if not isinstance(reply, list):
+                        world.check_disk_answer(index, None, _text(reply))
                         await trio.sleep(0.2)  # -LEAVING, or an error
                         continue
                     for _queue, job_id, body in reply:
@@ -621,6 +622,7 @@ class Workload:
                 reply = f"connection error: {type(e).__name__}"
             ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
             self.record(name, "add", {**invoke, "ok": ok, "reply": _text(reply)})
+            world.check_disk_answer(index, _text(reply) if ok else None, _text(reply))
             await trio.sleep(rng.uniform(0.05, 0.2) * (1 if pinned is None else 3))
 
     async def _pipeliner(self, world: World, name: str, rng: random.Random) -> None:
@@ -654,7 +656,7 @@ class Workload:
                             "ADDJOB", QUEUE, invoke["body"], ADD_TIMEOUT_MS,
                             "REPLICATE", copies, "RETRY", retry,
                         )  # fmt: skip
-                answered = await self._replies(client, name, index, sent)
+                answered = await self._replies(world, client, name, index, sent)
             except CONN_ERRORS as e:
                 # Node down or refusing: try another one after the pause
                 # (never straight away: a refused connect takes no time).
@@ -673,7 +675,12 @@ class Workload:
             await client.aclose()
 
     async def _replies(
-        self, client: RespClient, name: str, index: int, sent: list[dict[str, Any]]
+        self,
+        world: World,
+        client: RespClient,
+        name: str,
+        index: int,
+        sent: list[dict[str, Any]],
     ) -> bool:
         """Read the reply of each pipelined ADDJOB of ``sent``, in order;
         False (and an ``unanswered`` record) if some never came."""
@@ -684,6 +691,7 @@ class Workload:
             if not scope.cancelled_caught:
                 ok = isinstance(reply, Status | bytes) and _text(reply).startswith("D-")
                 self.record(name, "add", {**sent.pop(0), "ok": ok, "reply": _text(reply)})
+                world.check_disk_answer(index, _text(reply) if ok else None, _text(reply))
                 continue
             if self._healed.is_set():
                 waited += 0.5
@@ -710,6 +718,7 @@ class Workload:
                 called = trio.current_time()
                 reply = await client.call("GETJOB", "TIMEOUT", 200, "COUNT", 1, "FROM", QUEUE)
                 if isinstance(reply, ReplyError):
+                    world.check_disk_answer(index, None, _text(reply))
                     await trio.sleep(0.2)  # -LEAVING: this node is leaving the cluster
                 if not isinstance(reply, list) or not reply:
                     continue
@@ -1029,6 +1038,8 @@ class Workload:
         except CONN_ERRORS as e:
             self.record(name, "ack", {**data, "reply": f"connection error: {type(e).__name__}"})
             raise
+        if isinstance(acked, ReplyError):
+            world.check_disk_answer(index, None, _text(acked))
         if leaving or _leaving(world, index):
             # CLUSTER LEAVING yes when sent or answered: the node makes no
             # dummy ack for an ID it does not hold (ack-final's business).

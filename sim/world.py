@@ -63,7 +63,7 @@ import logging
 import math
 import random
 import sys
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, MutableSequence
 from typing import Any
 
@@ -91,6 +91,7 @@ from .probes import (
     BUGGIFY_PROBES,
     COMMAND_PROBES,
     DELAY_WAIT_PROBES,
+    DISK_PROBES,
     FAILOVER_PROBES,
     OBSERVE_PROBES,
 )
@@ -144,8 +145,10 @@ PROBES = (
     *OBSERVE_PROBES,
     *BUGGIFY_PROBES,
     *FAILOVER_PROBES,
+    *DISK_PROBES,
 )
 MESH_TIMEOUT_S = 30.0
+DISK_RETRY_GRACE_S = 2.0  # disk-answered: -MISCONF this long after a disk works again
 # Faults that take a node down and restart it (World.calm_but_crash).
 CRASH_KINDS = ("crash", "wipe", "torn-crash", "shutdown")
 # failover-timely (issue 57): a job queued on a node cut off this long
@@ -404,6 +407,8 @@ class World:
         self.flush_observers: list[Callable[[SimNode], None]] = []
         # Fault windows [start, end] (end inf while in force), for calm().
         self.fault_windows: list[list[float]] = []
+        # Per node, when its disk failed: [start, end] (end inf while it does).
+        self.disk_failures: dict[int, list[list[float]]] = defaultdict(list)
         self._splits: list[list[float]] = []  # open split_begin windows
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
         # (job, node) -> the first restart without it
@@ -626,15 +631,19 @@ class World:
         # the file already names must come back (seed 323102082: the
         # crash-after-ack knob crashed a node right after a REPLJOB's
         # commit).
+        # A job whose records are in limbo only (written before an fsync
+        # that failed, sim/disk.py) was promised to nobody either: its reply
+        # waits for the rewrite that makes it durable.
         aof = node.server.aof
         unwritten = b"".join(aof._buffer) + bytes(aof._unwritten)
-        on_disk = (node.disk.read(aof.path) or b"") if unwritten else b""
+        limbo = node.disk.limbo_bytes > 0 and self.appendfsync == "always"
+        on_disk = node.disk.written(aof.path) if unwritten or limbo else b""
         node.held_at_crash = {
             job.id: job.etime
             for job in node.server.node.jobs.values()
             if job.body is not None
             and job.state in (JobState.ACTIVE, JobState.QUEUED)
-            and not (job.id.encode() in unwritten and job.id.encode() not in on_disk)
+            and not ((job.id.encode() in unwritten or limbo) and job.id.encode() not in on_disk)
         }
         node.delayed_at_crash = {}
         for job in node.server.node.jobs.values():
@@ -746,6 +755,10 @@ class World:
         core = node.server.node
         now = core.now_ms()
         synced = math.inf if self.appendfsync == "always" else node.crashed_at - EVERYSEC_WINDOW_S
+        if self.appendfsync != "always" and any(
+            s <= node.crashed_at for s, _ in self.disk_failures[node.index]
+        ):
+            synced = -math.inf  # failed fsyncs: nothing is known to be on the disk
         for job_id in sorted(node.loaded & node.delayed_at_crash.keys()):
             qtime, etime, asked = node.delayed_at_crash[job_id]
             job = core.jobs.get(job_id)
@@ -769,6 +782,11 @@ class World:
         most the writes of the last ``EVERYSEC_WINDOW_S`` (the jobs a node
         held at the crash and registered before that are loaded back)."""
         old = node.crashed_at - EVERYSEC_WINDOW_S
+        if any(s <= node.crashed_at for s, _ in self.disk_failures[node.index]):
+            # Its fsyncs failed (sim/disk.py's limbo): what it wrote since
+            # the last good one was never durable, however old. The
+            # window's promise holds for a disk that works.
+            return
         # Held at the crash, registered by that incarnation before the
         # window (its seen_at dict is gone with it: rebuilt here).
         seen = self._seen_before_crash.pop(node.name, {})
@@ -1075,6 +1093,50 @@ class World:
         )
         self.virtual_seconds = trio.current_time()
         self._nursery.cancel_scope.cancel()
+
+    def check_disk_answer(self, index: int, job_id: str | None, reply: str) -> None:
+        """disk-answered (issue 58, docs/operations.md "A full disk"): a node
+        whose disk refuses writes (full), or fails its fsyncs under
+        ``appendfsync always``, answers no ADDJOB of a job it keeps a copy
+        of until that job's record is written (and fsynced); and -MISCONF
+        comes only from a node whose disk failed lately."""
+        node = self.nodes[index]
+        disk = node.disk
+        if reply.startswith("MISCONF"):
+            self.probes["disk-misconf"] += 1
+            now = trio.current_time()
+            # The writer retries once a second: a refusal may follow the
+            # disk's recovery by that much (and a reply's way back).
+            if not any(s <= now <= e + DISK_RETRY_GRACE_S for s, e in self.disk_failures[index]):
+                self._violate(
+                    f"disk-answered: {node.name} answered {reply[:40]!r} with its disk working"
+                )
+            return
+        failures = self.disk_failures[index]
+        if job_id is None or not failures or not node.up:
+            return
+        now = trio.current_time()
+        if not any(s <= now <= e + DISK_RETRY_GRACE_S for s, e in failures):
+            return
+        if node.crashed_at and now - node.crashed_at < 1.0:
+            return  # answered by the incarnation before, maybe
+        core = node.server.node
+        if job_id not in core.jobs:
+            return  # no copy here (replicated externally): nothing to write
+        # The reply waited for the job's record: written (under always,
+        # fsynced too), in the file now, whatever the disk did meanwhile
+        # (a write the page cache took and a failed fsync left in limbo was
+        # written, for everysec and no: they promise no more).
+        path = node.server.aof.path
+        always = self.appendfsync == "always"
+        on_file = disk.durable_of(path) if always else (disk.read(path) or b"")
+        self.probes["disk-answer-checked"] += 1
+        if job_id.encode() not in on_file:
+            self._violate(
+                f"disk-answered: {node.name} answered ADDJOB {job_id}, its record not "
+                f"{'fsynced' if always else 'written'} (its disk "
+                f"{'full' if disk.refuse_writes else 'failing'} since t={failures[-1][0]:.2f})"
+            )
 
     def _violate(self, text: str) -> None:
         if text not in self.violations:

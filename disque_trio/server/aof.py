@@ -88,6 +88,11 @@ class AppendOnlyFile:
         self._written = 0
         self._retry_due = False
         self._fsync_wanted = False  # the cron (everysec) or a write (always) asked
+        # An fsync failed: what the file took since the last good one may
+        # never reach the disk, whatever a later fsync answers (Linux marks
+        # the pages clean and reports the error once). Only a rewrite from
+        # memory (a new file, fsynced, renamed over) ends the failure then.
+        self._fsync_lost = False
         self._wakeup = trio.Event()
         self._progress = trio.Event()
         # Bus messages held until their records are written: (seq, send).
@@ -137,6 +142,11 @@ class AppendOnlyFile:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
+            if self._fsync_lost and self._retry_due and self.state == "on":
+                self._retry_due = False
+                self._take()
+                await self.rewrite()
+                continue
             self.write_now()
 
     def write_now(self, force: bool = False) -> None:
@@ -147,6 +157,13 @@ class AppendOnlyFile:
         upto = self._appended
         self._take()
         if self.last_write_error is not None and not (self._retry_due or force):
+            return
+        if self._fsync_lost:
+            # A plain retry would trust an fsync that cannot vouch for the
+            # bytes before it: the writer task rewrites the file instead,
+            # and a shutdown writes it whole, now.
+            if force and self.state == "on":
+                self._rewrite_now(upto)
             return
         self._retry_due = False
         if not self._write_unwritten():
@@ -212,10 +229,32 @@ class AppendOnlyFile:
         try:
             self.disk.fsync(self.path)
         except OSError as e:
+            if not self._fsync_lost:
+                log.warning(
+                    "fsync of the AOF file %s failed: what was written since the last "
+                    "fsync may be lost; the file will be rewritten from memory",
+                    self.path,
+                )
+            self._fsync_lost = True
             self._write_failed(e)
             return False
         self._since_fsync = 0
         return True
+
+    def _rewrite_now(self, upto: int) -> None:
+        """At shutdown, after a failed fsync: the whole file from memory,
+        written and fsynced as a new file renamed over the old one."""
+        node = self.server.node
+        pending = pending_by_job(node)
+        data = b"".join(
+            record for j in node.jobs.values() if (record := aof_record(j, pending.get(j.id, ())))
+        )
+        try:
+            self.disk.replace(self.path, data)
+        except OSError as e:
+            self._write_failed(e)
+            return
+        self._rewritten(upto, len(data))
 
     def _write_failed(self, e: OSError) -> None:
         self.write_failures += 1
@@ -281,7 +320,20 @@ class AppendOnlyFile:
                 good,
             )
             data = data[:good]
-            self.disk.replace(self.path, data)
+            try:
+                self.disk.replace(self.path, data)
+            except OSError as e:
+                # Appends after the torn record would be lost behind it: the
+                # file is rewritten whole from memory once the disk works,
+                # and write commands wait (MISCONF) until then.
+                log.warning(
+                    "Could not cut the torn record off the AOF file %s (%s): it will be "
+                    "rewritten from memory once the disk works",
+                    self.path,
+                    e.strerror or e,
+                )
+                self._fsync_lost = True
+                self._write_failed(e)
         count = self._replay(data, enqueue_once)
         self.current_size = self.base_size = len(data)
         self.state = "on"
@@ -374,21 +426,26 @@ class AppendOnlyFile:
         finally:
             self.rewrite_buffer = None
             self.rewriting = False
-        self.current_size = self.base_size = len(data)
         self.last_rewrite_ok = True
         self.last_rewrite_seconds = int(trio.current_time() - started)
+        self._rewritten(upto, len(data))
+        log.info("Background AOF rewrite finished successfully (%d bytes)", len(data))
+        return True
+
+    def _rewritten(self, upto: int, size: int) -> None:
+        """A new file holds every job as memory has it, and every record
+        appended up to ``upto``: what a failed write kept back is in it too,
+        and an fsync that failed before no longer matters."""
+        self.current_size = self.base_size = size
+        self._fsync_lost = False
         if self.state == "on" and (self._unwritten or self.last_write_error is not None):
-            # The new file holds every job as memory has it, and every
-            # record appended since the snapshot began: what a failed write
-            # kept back is in it too.
             self._unwritten.clear()
             self._fsync_wanted = False
+            self._since_fsync = 0
             if self.last_write_error is not None:
                 log.warning("AOF write error solved by the rewrite of %s", self.path)
                 self.last_write_error = None
             self._done_upto(upto)
-        log.info("Background AOF rewrite finished successfully (%d bytes)", len(data))
-        return True
 
     def rewrite_due(self) -> bool:
         config = self.server.config
@@ -453,6 +510,7 @@ class AppendOnlyFile:
         self._unwritten.clear()
         self._buffer.clear()
         self._fsync_wanted = False
+        self._fsync_lost = False
         if self.last_write_error is not None:
             log.warning("AOF turned off while its writes failed: what was not written is dropped")
             self.last_write_error = None

@@ -100,6 +100,18 @@ def _reset(ctx: Context, argv: list[bytes]) -> Reply:
     if mode not in (b"hard", b"soft"):
         return SYNTAX_ERROR
     server = ctx.server
+    # A reset must reach nodes.conf (a new ID above all): one kept in memory
+    # only is undone by a crash, and the node comes back under the identity
+    # the cluster was told to forget (simulator seed 201, a full disk). So
+    # not while the disk refuses writes, and only once nodes.conf as it is
+    # could be written again (the disk takes it).
+    misconf = server.aof.misconf()
+    if misconf is not None:
+        return misconf
+    if not server.save_cluster_config(force=True):
+        return err(
+            f"could not write {server.config.cluster_config_file}: nothing was reset (see the log)"
+        )
     new_id = new_node_id(server.env.rng) if mode == b"hard" else None
     server.node.cluster.reset(new_id, server.env.clock.wall_ms())
     if new_id is not None:

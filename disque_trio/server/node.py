@@ -800,20 +800,23 @@ class NodeServer:
         peers = [(r[0], r[1], r[2], r[3], r[5]) for r in rows if not r[4]]
         return mine[0][0], peers
 
-    def save_cluster_config(self, force: bool = False) -> None:
-        """Write nodes.conf (atomically) when membership changed."""
+    def save_cluster_config(self, force: bool = False) -> bool:
+        """Write nodes.conf (atomically) when membership changed. False
+        when the disk refused it (the next cron tick tries again)."""
         if not self.persist_cluster:
-            return
+            return True
         self._saved_cluster_version = self.node.cluster.version
         text = self.node.cluster.to_config()
         if text == self._saved_cluster_config and not force:
-            return
+            return True
         try:
             self.env.disk.replace(self.config.cluster_config_file, text.encode())
             self._saved_cluster_config = text
         except OSError as e:
             self._saved_cluster_version = -1  # the next cron tick tries again
             log.warning("could not save %s: %s", self.config.cluster_config_file, e)
+            return False
+        return True
 
     # ----------------------------------------------------------------- info
 

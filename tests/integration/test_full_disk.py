@@ -139,7 +139,18 @@ def test_a_full_disk_refuses_writes_and_heals_once_space_is_back(
     node: NodeProcess = node_factory(
         "--appendonly", "yes", "--appendfsync", "always", "--dir", str(small_disk)
     )
-    producer, recovered = _fill_then_grow(node, small_disk, replicate=1)
+    before = _connect(node).execute_command("CLUSTER", "MYID")
+
+    def no_reset(answered: int) -> None:
+        # A reset kept in memory only would be undone by a crash: refused,
+        # nothing changed.
+        r = _connect(node)
+        with pytest.raises(redis.ResponseError, match="MISCONF"):
+            r.execute_command("CLUSTER", "RESET", "HARD")
+        assert r.execute_command("CLUSTER", "MYID") == before
+        assert r.execute_command("QLEN", "q") == answered + 1
+
+    producer, recovered = _fill_then_grow(node, small_disk, replicate=1, while_full=no_reset)
     print(f"writes accepted again {recovered:.3f} s after the disk grew")
     assert recovered < 2.0
     assert _log_lines(node) == (1, 1)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -22,7 +23,7 @@ from sim.clock import Timers
 from sim.disk import DiskHandle, SimDisk
 from sim.explore import ADMIN_ACTIONS, MJob, Model
 from sim.net import SimNet
-from sim.plan import FAULT_KINDS, Fault, Plan
+from sim.plan import DRAWN_KINDS, FAULT_KINDS, Fault, Plan
 from sim.probes import COMMAND_PROBES
 from sim.runner import Outcome, execute
 from sim.runs import load_plan, replay_verdict
@@ -87,7 +88,10 @@ def test_swarm_varies_cluster_size_faults_and_job_options() -> None:
     plans = [Plan.from_seed(seed) for seed in range(1, 61)]
     assert {p.nodes for p in plans} >= {1, 3, 5, 7}
     kinds = {f.name for p in plans for f in p.faults}
-    assert kinds == set(FAULT_KINDS) - {"none"}
+    assert kinds == set(FAULT_KINDS[1:DRAWN_KINDS])
+    # The disk's faults come from fields of their own (issue 58).
+    active = {f.name for p in plans for f in p.active_faults()}
+    assert active == set(FAULT_KINDS) - {"none"}
     assert {p.appendfsync for p in plans} == {"always", "everysec", "no"}
     assert any(p.retry0_pct for p in plans) and any(p.async_pct for p in plans)
     assert any(p.nack_pct for p in plans) and any(p.ttl_pct for p in plans)
@@ -110,6 +114,24 @@ def test_plans_saved_before_long_retry_jobs_load_without_them() -> None:
     assert plan.long_retry_pct == 0
     plans = [Plan.from_seed(seed) for seed in range(40)]
     assert any(p.long_retry_pct for p in plans) and not all(p.long_retry_pct for p in plans)
+
+
+def test_plans_saved_before_disk_faults_load_without_them() -> None:
+    """The disk's faults (issue 58) are plan fields drawn from a generator
+    of their own: plans saved before load with them 0, every other field of
+    a seed stays what it was, and some seeds draw them, a crash with some."""
+    plan, _ = load_plan(str(REGRESSIONS / "seed-180270.json"))
+    assert plan.disk_fault == 0 and not plan.disk_faults()
+    plans = [Plan.from_seed(seed) for seed in range(1, 61)]
+    with_disk = [p for p in plans if p.disk_fault]
+    assert 5 < len(with_disk) < 40
+    assert {p.disk_fault for p in with_disk} == {1, 2}
+    assert {p.disk_crash for p in with_disk} == {0, 1, 2}
+    without = [attrs.evolve(p, disk_fault=0) for p in with_disk]
+    assert all(
+        len(p.active_faults()) < len(q.active_faults())
+        for p, q in zip(without, with_disk, strict=True)
+    )
 
 
 def test_restarted_node_keeps_its_id_and_fsynced_jobs() -> None:

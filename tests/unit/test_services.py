@@ -4,6 +4,7 @@ other). The whole node is tested elsewhere; here each piece alone."""
 
 from __future__ import annotations
 
+import errno
 import random
 from typing import Any
 
@@ -13,6 +14,7 @@ import trio
 import trio.testing
 
 from disque_trio.config import Config
+from disque_trio.core.effects import Persist
 from disque_trio.core.node import Node
 from disque_trio.core.waiters import Waiter
 from disque_trio.env import Alarm, Env, ScopeAlarm, TrioClock
@@ -373,6 +375,75 @@ async def test_a_rewrite_that_works_ends_a_write_failure() -> None:
         assert await aof.written(seq) and not aof.failing
         assert dict(aof.info())["aof_buffer_length"] == 0
         assert aof.path in sim_disk.durable
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("end", ["cron", "shutdown"])
+async def test_a_failed_fsync_is_not_retried_but_the_file_rewritten(
+    end: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An fsync that fails (EIO) may have dropped what was written since
+    the last good one, and a later fsync answers success all the same
+    (SimDisk keeps those bytes in limbo, as Linux does). The reply waits;
+    once the disk works, the file is rewritten from memory, not fsynced
+    again, so the job is durable before anyone hears of it."""
+    aof, _, sim_disk = aof_for("always")
+    node = aof.server.node
+    node.persisting = True
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        job_id = add(node, "q", "kept")
+        records = [e.record for e in node.effects if isinstance(e, Persist)]
+        node.effects.clear()
+        assert records
+        sim_disk.fail(errno.EIO, writes=False)  # appends reach the cache only
+        seq = aof.append(records)
+        await trio.testing.wait_all_tasks_blocked()
+        assert aof.failing and aof.pending == seq and sim_disk.limbo_bytes > 0
+        assert job_id.encode() not in sim_disk.durable.get(aof.path, b"")
+        sim_disk.heal()
+        if end == "cron":
+            aof.every_second()
+            assert await aof.written(seq) and not aof.failing
+        else:
+            aof.write_now(force=True)  # NodeServer.shutdown
+            assert aof.pending == 0 and not aof.failing
+        assert job_id.encode() in sim_disk.durable[aof.path]
+        sim_disk.crash()
+        assert job_id.encode() in (sim_disk.read(aof.path) or b"")
+        nursery.cancel_scope.cancel()
+    lines = [r.getMessage() for r in caplog.records if r.name == "disque_trio.aof"]
+    assert any("fsync of the AOF file" in line for line in lines), lines
+
+
+async def test_a_torn_aof_that_cannot_be_cut_on_a_full_disk_loads_and_is_rewritten() -> None:
+    """At start-up the AOF ends in a torn record and the disk is full, so
+    the cut cannot be written (simulator seed 42: the node's start ended in
+    the exception). The node loads what is whole, refuses writes, and once
+    the disk works rewrites the file from memory: appends never land after
+    the torn bytes."""
+    aof, _, sim_disk = aof_for("always")
+    node = aof.server.node
+    node.persisting = True
+    job_id = add(node, "q", "kept")
+    records = b"".join(e.record for e in node.effects if isinstance(e, Persist))
+    node.effects.clear()
+    aof.state = "off"
+    node.jobs.clear()
+    node.queues.clear()
+    sim_disk.replace(aof.path, records + records[:7])  # a torn record after a whole one
+    sim_disk.fail(errno.ENOSPC, writes=True)
+    assert aof.load() == 1 and job_id in node.jobs
+    assert aof.failing and aof.misconf() is not None
+    sim_disk.heal()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(aof.run)
+        aof.every_second()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not aof.failing
+        data = sim_disk.durable[aof.path]
+        whole = list(aof_records.records(data))
+        assert whole and whole[-1][1] == len(data) and job_id.encode() in data
         nursery.cancel_scope.cancel()
 
 
