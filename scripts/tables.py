@@ -1,6 +1,7 @@
 """The docs' tables, made from the run logs kept as data.
 
-Sweeps are lines of ``sim/sweeps.jsonl``; benchmark runs are files in
+Sweeps are lines of ``sim/sweeps.jsonl``, the simulator's branch coverage
+lines of ``sim/coverage.jsonl``; benchmark runs are files in
 ``bench/results/`` (``NAME-YYYY-MM-DD.json``, one run each, or
 ``NAME-YYYY-MM-DDTHHMM.json`` for a later run of the same day; the newest of
 a name is the current one) and, for figures taken over time, JSON lines
@@ -35,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SWEEPS = ROOT / "sim" / "sweeps.jsonl"
+COVERAGE = ROOT / "sim" / "coverage.jsonl"
 DOCS = ROOT / "docs"
 
 BLOCK = re.compile(
@@ -347,6 +349,49 @@ def _sweep_log() -> str:
     )
 
 
+# The reasons of sim/coverage_reasons.json, in the order of the columns.
+COVERAGE_REASONS = (
+    ("unreachable", "not reachable"),
+    ("fault", "fault lacking"),
+    ("workload", "never sent"),
+    ("unknown", "unknown"),
+)
+
+
+def _sim_coverage() -> str:
+    """Branch coverage of the node code from the largest sweep recorded in
+    sim/coverage.jsonl (the newest of equals): per module, then the core's
+    and the server group's totals."""
+
+    def size(e: dict[str, Any]) -> int:
+        first, _, last = str(e["seeds"]).partition("..")
+        return int(last) - int(first) + 1
+
+    entries = _jsonl(COVERAGE)
+    e = max(reversed(entries), key=size)  # the first of equals: the newest
+
+    def row(label: str, m: dict[str, Any]) -> list[Any]:
+        return [
+            label,
+            m["reached"],
+            m["branches"],
+            f"{m['percent']:.1f}",
+            *(m["unreached_by_reason"].get(key, 0) or "" for key, _ in COVERAGE_REASONS),
+        ]
+
+    rows = [row(f"`{name}`", m) for name, m in e["modules"].items() if m["branches"]]
+    rows.append(row("**`disque_trio/core`**", e["core"]))
+    rows.append(row("**server group**", e["server_group"]))
+    rows.append(row("**all**", e["all"]))
+    columns = ["module", "reached", "branches", "%", *(label for _, label in COVERAGE_REASONS)]
+    return (
+        f"*{e['date']}, at {e['commit']}: `python -m sim coverage --seeds {e['seeds']} "
+        f"--jobs {e['jobs']}`, {e['wall_s']} s wall, coverage.py {e['coverage_py']}. "
+        f"Data: `sim/coverage.jsonl`; every unreached branch: `{e['report']}`.*\n\n"
+        + _table(columns, rows)
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "vs-c": lambda: _result("vs-c"),
     "single": lambda: _result("single"),
@@ -368,6 +413,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sim-speed": _sim_speed,
     "sweep-summary": _sweep_summary,
     "sweep-log": _sweep_log,
+    "sim-coverage": _sim_coverage,
 }
 
 

@@ -3,6 +3,7 @@
 python -m sim run --seed N [--nodes K] [--duration S]   one run; last line `digest <hex>`
 python -m sim run --seeds A..B [--jobs J]                a sweep (and its summary page); last line `seeds: N passed, N failed`
 python -m sim ci [--count N] [--jobs J]                  a sweep of N seeds picked by the commit
+python -m sim coverage --seeds A..B [--jobs J] [--check] branch coverage of the node code over a sweep
 python -m sim mutants [NAME...] [--seeds A..B]           last line `mutants: caught C/M`
 python -m sim shrink --seed N [--mutant M]               minimise a failing plan to JSON
 python -m sim replay PLAN.json [--html OUT.html]        run a saved plan (and draw its timeline)
@@ -46,6 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     ci.add_argument("--count", type=int, default=200)
     ci.add_argument("--jobs", type=int, default=2)
     ci.add_argument("--summary", help="sweep summary page (default sim/traces/sweep-A-B.html)")
+    cover = sub.add_parser("coverage", help="branch coverage of the node code over a sweep")
+    cover.add_argument("--seeds", required=True, help="A..B: the seeds swept")
+    cover.add_argument("--jobs", type=int, default=2)
+    cover.add_argument(
+        "--check",
+        action="store_true",
+        help="record nothing; exit 1 if the core's coverage fell below the recorded entry",
+    )
+    cover.add_argument("--html", action="store_true", help="coverage.py's pages too")
+    cover.add_argument("--data", help="keep the seeds' coverage data in this directory")
+    cover.add_argument(
+        "--no-run", action="store_true", help="report on the data of --data, no sweep"
+    )
     mut = sub.add_parser("mutants", help="run the planted bugs (sim/mutants.py) until caught")
     mut.add_argument("names", nargs="*", help="only these mutants")
     mut.add_argument("--seeds", default="1..60", help="A..B: seeds tried per mutant")
@@ -72,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "mutants":
         return mutants.main(args.names or None, tuple(parse_range(args.seeds)), args.jobs)
+    if args.cmd == "coverage":
+        if args.no_run and not args.data:
+            parser.error("--no-run needs --data")
+        # Imported here: coverage.py is a test dependency, not the simulator's.
+        from .branchcov import run_coverage
+
+        return run_coverage(
+            parse_range(args.seeds), args.jobs, args.check, args.html, args.data, args.no_run
+        )
     if args.cmd == "ci":
         seeds = ci_seeds(args.count)
         print(f"ci: commit {commit()[:12]}, seeds {seeds.start}..{seeds.stop - 1}", flush=True)

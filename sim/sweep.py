@@ -88,11 +88,14 @@ def run_seed_process(cmd: list[str], limit: float = SEED_WALL_LIMIT_S) -> tuple[
 
 class SeedWorker:
     """One ``python -m sim.worker`` process (sim/worker.py), in a process
-    group of its own so that the guard kills its forked child with it."""
+    group of its own so that the guard kills its forked child with it.
+    With ``coverage_dir``, its seeds measure branch coverage into that
+    directory (sim/branchcov.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, coverage_dir: str | None = None) -> None:
+        extra = ["--coverage", coverage_dir] if coverage_dir is not None else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sim.worker"],
+            [sys.executable, "-m", "sim.worker", *extra],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -159,11 +162,14 @@ def sweep(
     save: bool = True,
     limit: float = SEED_WALL_LIMIT_S,
     summary: str | None = None,
+    coverage_dir: str | None = None,
 ) -> int:
     """Run ``seeds`` in ``jobs`` worker processes; one line per seed, then
     each probe with the share of seeds that hit it, the probes never hit,
     the summary's path and ``seeds: N passed, N failed``. Failing seeds
-    are saved in REGRESSIONS unless a mutant is planted."""
+    are saved in REGRESSIONS unless a mutant is planted. With
+    ``coverage_dir``, every seed saves its branch coverage there
+    (``python -m sim coverage``)."""
     started = time.perf_counter()
     local = threading.local()
     workers: list[SeedWorker] = []
@@ -171,7 +177,7 @@ def sweep(
     def one(seed: int) -> SeedResult:
         worker: SeedWorker | None = getattr(local, "worker", None)
         if worker is None or not worker.alive:
-            worker = local.worker = SeedWorker()
+            worker = local.worker = SeedWorker(coverage_dir)
             workers.append(worker)
         request = {"seed": seed, "nodes": nodes, "duration": duration, "mutant": mutant}
         t0 = time.perf_counter()

@@ -20,6 +20,13 @@ of an idle interpreter costs a few milliseconds.
 The wall-clock guard stays with the sweep (sim/sweep.py): a seed that does
 not answer in time has its worker's whole process group killed, the child
 included, and the worker replaced.
+
+``python -m sim.worker --coverage DIR`` measures the node code's branch
+coverage (sim/branchcov.py): the worker records its own imports (the module
+bodies: definitions, module-level branches) into ``DIR``, and each forked
+child starts coverage before its run and saves it, under a data suffix of
+its own, before it exits. Coverage only watches the run: the digest is the
+one a run without it gives.
 """
 
 from __future__ import annotations
@@ -41,8 +48,10 @@ def run_request(request: dict[str, Any]) -> int:
     return report_run(outcome, request.get("mutant"))
 
 
-def run_forked(request: dict[str, Any]) -> tuple[int, list[str]]:
-    """One seed in a forked child; its exit status and output lines."""
+def run_forked(request: dict[str, Any], coverage_dir: str | None = None) -> tuple[int, list[str]]:
+    """One seed in a forked child; its exit status and output lines. With
+    ``coverage_dir``, the child measures the node code's branch coverage
+    and saves it there."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -53,11 +62,20 @@ def run_forked(request: dict[str, Any]) -> tuple[int, list[str]]:
         os.dup2(write_fd, 2)
         os.close(write_fd)
         rc = 2
+        measure = None
         try:
+            if coverage_dir is not None:
+                from .branchcov import start_measuring
+
+                measure = start_measuring(coverage_dir, f"seed-{request['seed']}")
             rc = run_request(request)
         except BaseException:  # the run broke: its traceback is the output
             traceback.print_exc()
         finally:
+            if measure is not None:
+                # os._exit runs no atexit hook: the data is saved here.
+                measure.stop()
+                measure.save()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(rc)
@@ -70,14 +88,24 @@ def run_forked(request: dict[str, Any]) -> tuple[int, list[str]]:
     return rc, lines if rc in (0, 1) else lines[-20:]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    coverage_dir = args[1] if args[:1] == ["--coverage"] else None
+    imports = None
+    if coverage_dir is not None:
+        from .branchcov import start_measuring
+
+        imports = start_measuring(coverage_dir, f"imports-{os.getpid()}")
     # Modules imported here, once, before any fork.
     from . import mutants, runs, world  # noqa: F401
 
+    if imports is not None:
+        imports.stop()
+        imports.save()
     for line in sys.stdin:
         if not line.strip():
             continue
-        rc, lines = run_forked(json.loads(line))
+        rc, lines = run_forked(json.loads(line), coverage_dir)
         sys.stdout.write(json.dumps({"rc": rc, "lines": lines}) + "\n")
         sys.stdout.flush()
     return 0
