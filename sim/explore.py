@@ -1072,6 +1072,7 @@ class Explorer:
         old ID is forgotten everywhere and the node met again, by the
         explorer or, if it gave up on the reply, by its liveness phase)."""
         world = self.world
+        world.flushes += 1
         self.world.lose_acks_only_on(node)
         gone = sorted(
             job.id

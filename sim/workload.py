@@ -792,7 +792,14 @@ class Workload:
             for _queue, job_id, body in reply if isinstance(reply, list) else ():
                 jid, text = _text(job_id), _text(body)
                 self.record(name, "get", {"node": index, "id": jid, "body": text, "t0": called})
-                await self._handle(world, client, name, index, jid, rng)
+                try:
+                    await self._handle(world, client, name, index, jid, rng)
+                except CONN_ERRORS as e:
+                    # Its ack met a reset (recorded by _ack): the job comes
+                    # back at its RETRY (seed 729 ended the run here).
+                    self.record(name, "error", {"node": index, "error": type(e).__name__})
+                    clients.pop(index, None)
+                    break
 
     async def _ack_shared(self, world: World, client: RespClient, name: str, index: int) -> None:
         """Ack a job another consumer handed over (it knows only the ID),

@@ -375,6 +375,7 @@ class World:
         self.wall_seconds = 0.0
         self.virtual_seconds = 0.0
         self.jumps_ms = 0  # sum of |clock jumps|, for the checkers' allowance
+        self.flushes = 0  # nodes that forgot their jobs (sim/explore.py, flushed)
         self._nursery: trio.Nursery | None = None
         # Crash bookkeeping for the checkers: job id -> node names.
         self.holders: dict[str, set[str]] = {}
@@ -1216,10 +1217,13 @@ class World:
                         f"n{index} (RETRY {job.retry})"
                     )
 
-    def _disturbances(self) -> tuple[int, int]:
-        """Connection resets and crashes so far: a check over messages in
-        flight stands aside if either moved while it waited."""
-        return self.net.resets, self.probes["crash"]
+    def _disturbances(self) -> tuple[int, int, int]:
+        """Connection resets, crashes and flushes (DEBUG FLUSHALL, CLUSTER
+        RESET: the explorer's) so far: a check over messages in flight
+        stands aside if one moved while it waited. A node replaced while it
+        held a client's DELAY lost it, and the job was taken over at the
+        delay's end (seed 529)."""
+        return self.net.resets, self.probes["crash"], self.flushes
 
     async def _check_holders(self, job_id: str, ok_at: float) -> None:
         disturbed = self._disturbances()
