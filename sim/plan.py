@@ -249,10 +249,19 @@ class Plan:
         out = [Fault(kind=kind, victim=victim, start=self.disk_start, length=length)]
         if self.disk_crash:
             # While it fails (half a second before it works again), or a
-            # second after: down for a second.
-            at = self.disk_start + length + (-5 if self.disk_crash == 1 else 10)
+            # second after: down for a second. Fault lengths are stretched
+            # at run time (fault_stretch), start times are not.
+            end = self.disk_start + length * (1 + self.fault_stretch)
+            at = end + (-5 if self.disk_crash == 1 else 10)
             crash = FAULT_KINDS.index("crash")
-            out.append(Fault(kind=crash, victim=victim, start=max(0, at), length=10))
+            out.append(
+                Fault(
+                    kind=crash,
+                    victim=victim,
+                    start=max(0, at),
+                    length=10 // (1 + self.fault_stretch),
+                )
+            )
         return out
 
     def swarm(self) -> dict[str, Any]:

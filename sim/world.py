@@ -637,8 +637,13 @@ class World:
         # waits for the rewrite that makes it durable.
         aof = node.server.aof
         unwritten = b"".join(aof._buffer) + bytes(aof._unwritten)
-        limbo = node.disk.limbo_bytes > 0 and self.appendfsync == "always"
-        on_disk = node.disk.written(aof.path) if unwritten or limbo else b""
+        always = self.appendfsync == "always"
+        limbo = node.disk.limbo_bytes > 0 and always
+        on_disk = b""
+        if unwritten or limbo:
+            # Under everysec and no, a record the page cache took was
+            # written: its reply went, limbo or not.
+            on_disk = node.disk.written(aof.path) if always else (node.disk.read(aof.path) or b"")
         node.held_at_crash = {
             job.id: job.etime
             for job in node.server.node.jobs.values()
@@ -1291,6 +1296,12 @@ class World:
         if self.net.faulty or self.chaos or not all(n.up for n in self.nodes):
             return False
         if any(w[1] == float("inf") for w in self._splits):
+            return False
+        # A node whose disk fails holds back what its writes must precede
+        # (replies, GOTJOB, DELJOB...) until a retry works: once a second
+        # after the disk does (seed 232603059: a DELJOB held 4 s).
+        now = trio.current_time()
+        if any(e + DISK_RETRY_GRACE_S > now for f in self.disk_failures.values() for _, e in f):
             return False
         return not settled or trio.current_time() - self.net.changed_at >= LINK_SETTLE_S
 

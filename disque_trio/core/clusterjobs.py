@@ -119,9 +119,12 @@ INTEREST_MS = NEEDJOBS_BCAST_MAX_MS + 10_000
 # must not send it a message per job.
 HAVEJOBS_MIN_INTERVAL_MS = 250
 # A holder that does not take over a lost node's job itself (another one is
-# chosen) queues it this long after the loss unless the chosen one's QUEUED
-# came meanwhile (it may be lost too, or not know of the loss yet).
+# chosen) queues it this long after the loss unless a QUEUED came meanwhile
+# (the one chosen may be lost too, or not know of the loss yet), and
+# FAILOVER_STAGGER_MS more per rank after the first among the holders left
+# (time for the QUEUED of the one before to arrive; at most 5 ranks: 1.8 s).
 FAILOVER_STANDBY_MS = 1000
+FAILOVER_STAGGER_MS = 200
 POSTPONES_HEARD_MAX = 10_000  # POSTPONEs remembered until their delay ends
 # The epoch of an acked tombstone that a later ACKJOB must not trust
 # (Node.acked_epoch never gives it): a dummy ack every node answered.
@@ -371,12 +374,17 @@ def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
     job owes nobody its RETRY. One surviving holder queues it now (at the
     end of a DELAY or a client's delay still running there), announcing it
     to the others (QUEUED, counting nothing); the others stand by for
-    FAILOVER_STANDBY_MS more, in case the one chosen cannot (it is lost too,
-    or has not seen the loss yet). The one chosen wins the per-job
+    FAILOVER_STANDBY_MS more (and FAILOVER_STAGGER_MS per rank after the
+    first), in case the one chosen cannot (it is lost too, or has not seen
+    the loss yet). The one chosen wins the per-job
     comparison of node IDs among the holders this node sees reachable (and
     itself, unless leaving), so that the holders of the cluster's jobs
-    share the work; each holder decides alone, and two that see the
-    cluster differently both queue it: the QUEUED rule then keeps one."""
+    share the work; the others rank by the same comparison, so that when
+    the one chosen cannot, one of them queues it a second later and the
+    next ones hear its QUEUED before their turn, not all at once (simulator
+    seed 232603168: two stood by for a holder that had not flagged the
+    loss, and both queued the job when their stand-by ended). Each holder decides alone, and two that see the cluster
+    differently both queue it: the QUEUED rule then keeps one."""
     at = now
     delay_end = job.ctime // 1_000_000 + job.delay * 1000
     if job.delay and delay_end > now:
@@ -395,7 +403,9 @@ def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
             or (holder in nodes and holder != me and not nodes[holder].flags & NOT_REACHABLE)
         )
     ]
-    chosen = max(candidates, key=lambda h: _id_mix(h, job.id)) if candidates else me
+    ranked = sorted(candidates, key=lambda h: _id_mix(h, job.id), reverse=True)
+    chosen = ranked[0] if ranked else me
+    rank = ranked.index(me) if me in ranked else max(1, len(ranked))
     job.flags |= FLAG_ANNOUNCE
     if chosen == me:
         node.probe("failover-taken", job)
@@ -407,7 +417,7 @@ def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
     else:
         node.probe("failover-standby", job)
         job.flags |= FLAG_BCAST_WILLQUEUE
-        job.qtime = at + FAILOVER_STANDBY_MS
+        job.qtime = at + FAILOVER_STANDBY_MS + FAILOVER_STAGGER_MS * min(rank - 1, 4)
     node.update_awake(job, now=now)
 
 

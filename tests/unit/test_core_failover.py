@@ -291,6 +291,52 @@ def test_a_survivor_standing_by_queues_the_job_when_the_chosen_one_cannot() -> N
     assert all(c.jobs[job_id].state == JobState.ACTIVE for job_id in ids)
 
 
+def test_survivors_standing_by_for_one_that_cannot_queue_the_job_one_at_a_time() -> None:
+    """Four holders; the one chosen for a job has not flagged the loss. The
+    two others stand by a second, the second a stagger more, so one of them
+    queues it and the other hears its QUEUED first: never both at once (simulator seed
+    232603168: both stood by a second and queued it together)."""
+    d_id = "d4" * 20
+    w = Wired(A_ID, B_ID, C_ID, d_id)
+    a = w.nodes[A_ID]
+    ids = []
+    for i in range(30):
+        waiter = run(a, "ADDJOB", "q", f"job {i}", 0, "REPLICATE", 4, "RETRY", 3600)
+        assert isinstance(waiter, Waiter)
+        w.pump()
+        ids.append(waiter.reply)
+    w.down.add(A_ID)
+    for node_id in (C_ID, d_id):  # B, frozen, never hears of the loss
+        node = w.nodes[node_id]
+        node.cluster.nodes[A_ID].flags |= FAIL
+        node.cluster.lost[A_ID] = None
+        node.refresh_cluster_view()
+    w.down.add(B_ID)
+    w.pump()
+    b = w.nodes[B_ID]
+    chosen_b = [
+        job_id
+        for job_id in ids
+        if max((B_ID, C_ID, d_id), key=lambda h: cj._id_mix(h, job_id)) == B_ID
+    ]
+    assert chosen_b  # some jobs wait for B
+    c, d = w.nodes[C_ID], w.nodes[d_id]
+    for job_id in chosen_b:
+        # One stands by a second, the other a stagger more: never due
+        # together, and both within 2 s of the loss.
+        c_at, d_at = c.jobs[job_id].qtime, d.jobs[job_id].qtime
+        assert abs(c_at - d_at) >= cj.FAILOVER_STAGGER_MS, (job_id, c_at, d_at)
+        assert max(c_at, d_at) - w.clock.ms <= 2000
+    for _ in range(40):
+        w.elapse(100)
+        queued = w.queued_on()
+        for job_id in ids:
+            assert not (job_id in queued[C_ID] and job_id in queued[d_id]), job_id
+    queued = w.queued_on()
+    assert sorted(queued[C_ID] + queued[d_id]) == sorted(ids)
+    assert all(b.jobs[job_id].state == JobState.ACTIVE for job_id in ids)
+
+
 def test_a_delayed_job_of_a_lost_node_is_queued_at_the_end_of_its_delay() -> None:
     w, ids = _three_with_jobs(4, "DELAY", 5)
     w.elapse(1000)
