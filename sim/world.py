@@ -287,6 +287,9 @@ class SimNode:
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
         self.held_at_crash: dict[str, int] = {}  # job id -> etime (s)
+        # Copies whose records were not on the disk at the crash (replies
+        # waiting for them): no promise of this node's, lost all the same.
+        self.unwritten_at_crash: set[str] = set()
         # job id -> (queue time ms, etime s, when its client asked) of the
         # jobs within a client's NACK or ENQUEUE DELAY asked of this node at
         # the crash (aof-keeps-delay)
@@ -644,13 +647,18 @@ class World:
             # Under everysec and no, a record the page cache took was
             # written: its reply went, limbo or not.
             on_disk = node.disk.written(aof.path) if always else (node.disk.read(aof.path) or b"")
-        node.held_at_crash = {
-            job.id: job.etime
-            for job in node.server.node.jobs.values()
-            if job.body is not None
-            and job.state in (JobState.ACTIVE, JobState.QUEUED)
-            and not ((job.id.encode() in unwritten or limbo) and job.id.encode() not in on_disk)
-        }
+        node.held_at_crash = {}
+        node.unwritten_at_crash = set()
+        for job in node.server.node.jobs.values():
+            if job.body is None or job.state not in (JobState.ACTIVE, JobState.QUEUED):
+                continue
+            if (job.id.encode() in unwritten or limbo) and job.id.encode() not in on_disk:
+                # Not this node's promise, but its copy is gone all the same
+                # (seed 780: a YOURJOBS move onto a node whose disk was full,
+                # the other copy flushed by the operator).
+                node.unwritten_at_crash.add(job.id)
+            else:
+                node.held_at_crash[job.id] = job.etime
         node.delayed_at_crash = {}
         for job in node.server.node.jobs.values():
             asked = self.delays_at.get(job.id)
@@ -713,7 +721,7 @@ class World:
             for job_id, etime in node.held_at_crash.items()
             if job_id not in node.loaded and etime * 1000 > now
         )
-        for job_id in forgot:
+        for job_id in forgot + sorted(node.unwritten_at_crash - node.loaded):
             self.amnesia.setdefault(job_id, set()).add(node.name)
             self.amnesia_at.setdefault((job_id, node.name), trio.current_time())
         if forgot:
