@@ -1108,6 +1108,14 @@ class World:
         self.virtual_seconds = trio.current_time()
         self._nursery.cancel_scope.cancel()
 
+    def disk_failed_lately(self, index: int) -> bool:
+        """Node ``index``'s disk fails now, or worked again less than
+        DISK_RETRY_GRACE_S ago: the writer retries once a second, so what
+        waited for a write (replies, GOTJOB, DELJOB, -MISCONF) may follow
+        the recovery by that much, and a reply's way back."""
+        now = trio.current_time()
+        return any(s <= now <= e + DISK_RETRY_GRACE_S for s, e in self.disk_failures[index])
+
     def check_disk_answer(self, index: int, job_id: str | None, reply: str) -> None:
         """disk-answered (issue 58, docs/operations.md "A full disk"): a node
         whose disk refuses writes (full), or fails its fsyncs under
@@ -1118,20 +1126,14 @@ class World:
         disk = node.disk
         if reply.startswith("MISCONF"):
             self.probes["disk-misconf"] += 1
-            now = trio.current_time()
-            # The writer retries once a second: a refusal may follow the
-            # disk's recovery by that much (and a reply's way back).
-            if not any(s <= now <= e + DISK_RETRY_GRACE_S for s, e in self.disk_failures[index]):
+            if not self.disk_failed_lately(index):
                 self._violate(
                     f"disk-answered: {node.name} answered {reply[:40]!r} with its disk working"
                 )
             return
-        failures = self.disk_failures[index]
-        if job_id is None or not failures or not node.up:
+        if job_id is None or not node.up or not self.disk_failed_lately(index):
             return
         now = trio.current_time()
-        if not any(s <= now <= e + DISK_RETRY_GRACE_S for s, e in failures):
-            return
         if node.crashed_at and now - node.crashed_at < 1.0:
             return  # answered by the incarnation before, maybe
         core = node.server.node
@@ -1149,7 +1151,8 @@ class World:
             self._violate(
                 f"disk-answered: {node.name} answered ADDJOB {job_id}, its record not "
                 f"{'fsynced' if always else 'written'} (its disk "
-                f"{'full' if disk.refuse_writes else 'failing'} since t={failures[-1][0]:.2f})"
+                f"{'full' if disk.refuse_writes else 'failing'} since "
+                f"t={self.disk_failures[index][-1][0]:.2f})"
             )
 
     def _violate(self, text: str) -> None:
@@ -1308,8 +1311,7 @@ class World:
         # A node whose disk fails holds back what its writes must precede
         # (replies, GOTJOB, DELJOB...) until a retry works: once a second
         # after the disk does (seed 232603059: a DELJOB held 4 s).
-        now = trio.current_time()
-        if any(e + DISK_RETRY_GRACE_S > now for f in self.disk_failures.values() for _, e in f):
+        if any(self.disk_failed_lately(i) for i in self.disk_failures):
             return False
         return not settled or trio.current_time() - self.net.changed_at >= LINK_SETTLE_S
 

@@ -244,17 +244,22 @@ class AppendOnlyFile:
     def _rewrite_now(self, upto: int) -> None:
         """At shutdown, after a failed fsync: the whole file from memory,
         written and fsynced as a new file renamed over the old one."""
-        node = self.server.node
-        pending = pending_by_job(node)
-        data = b"".join(
-            record for j in node.jobs.values() if (record := aof_record(j, pending.get(j.id, ())))
-        )
+        data = self._snapshot()
         try:
             self.disk.replace(self.path, data)
         except OSError as e:
             self._write_failed(e)
             return
         self._rewritten(upto, len(data))
+
+    def _snapshot(self) -> bytes:
+        """Every job's record as memory has it, in one go (the shutdown
+        paths; a background rewrite yields between chunks)."""
+        node = self.server.node
+        pending = pending_by_job(node)
+        return b"".join(
+            record for j in node.jobs.values() if (record := aof_record(j, pending.get(j.id, ())))
+        )
 
     def _write_failed(self, e: OSError) -> None:
         self.write_failures += 1
@@ -522,12 +527,7 @@ class AppendOnlyFile:
         the next start puts the queues back as they are now, whatever that
         start's own settings (a node started with flags only has no config
         file to keep the option in)."""
-        node = self.server.node
-        pending = pending_by_job(node)
-        data = b"".join(
-            record for j in node.jobs.values() if (record := aof_record(j, pending.get(j.id, ())))
-        )
-        self.disk.replace(self.path, data)
+        self.disk.replace(self.path, self._snapshot())
         if self.server.config.aof_enqueue_jobs_once:
             self.disk.replace(self.restart_marker, _RESTART_MARKER_TEXT)
 
