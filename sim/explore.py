@@ -1303,7 +1303,9 @@ class Explorer:
         if now + length >= self.plan.duration:
             return False  # the liveness phase restarts every node down
         for f in self.plan.active_faults():
-            if f.name not in ("crash", "wipe", "torn-crash") or f.victim % self.world.count != i:
+            if f.name not in ("crash", "wipe", "torn-crash", "upgrade"):
+                continue
+            if f.victim % self.world.count != i:
                 continue
             lo, hi = f.start / 10 - 1, f.start / 10 + max(0.1, f.length / 10) + 1
             if lo < now + length and now < hi:

@@ -15,7 +15,7 @@ from .world import World
 # Bus chaos probabilities by the fault's arg (drop, duplicate, delay).
 CHAOS_LEVELS = ((0.05, 0.05, 0.05), (0.15, 0.1, 0.1), (0.3, 0.1, 0.2), (0.0, 0.3, 0.0))
 # Faults that cut the victim from every other node (for fail-detected).
-CUT_OFF = ("crash", "wipe", "torn-crash", "isolate", "pause")
+CUT_OFF = ("crash", "wipe", "torn-crash", "isolate", "pause", "upgrade")
 # An instantaneous fault disturbs the run this long (links re-made, timers
 # following a jumped clock).
 AFTERMATH_S = {"reset": 2.0, "clock-jump": 5.0}
@@ -64,7 +64,11 @@ async def _run_fault(
 ) -> None:
     node = world.nodes[i]
     name = fault.name
-    if name in ("crash", "wipe", "torn-crash"):
+    if name in ("crash", "wipe", "torn-crash", "upgrade"):
+        if name == "upgrade":
+            # Restarted as this release (from the next start on).
+            world.bus_versions.pop(i, None)
+            world.probes["upgrade"] += 1
         if not node.up:
             return
         torn = (1 + fault.arg) / 256 if name == "torn-crash" else 0.0

@@ -24,7 +24,7 @@ from disque_trio.core import clusterjobs as cj
 from disque_trio.core import jobcmds, jobwaits, queuecmds
 from disque_trio.core import node as core_node
 from disque_trio.core import records as core_records
-from disque_trio.core.cluster import FAIL, PFAIL, ClusterTable, PeerNode
+from disque_trio.core.cluster import FAIL, LEAVING, PFAIL, ClusterTable, PeerNode
 from disque_trio.core.commands import CORE_COMMANDS, Command
 from disque_trio.core.effects import Persist
 from disque_trio.core.job import (
@@ -1053,6 +1053,43 @@ DISK_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] =
 }
 
 
+def negotiated_version_ignored() -> contextlib.AbstractContextManager[None]:
+    """A link that comes up takes the peer to speak this node's highest
+    version, whatever the handshake settled: a node of an older release
+    gets messages it has no decoder for (version-gated)."""
+    from disque_trio.server.peers import Bus
+
+    original = Bus._speaks
+
+    def speaks(self: Bus, link: Any, version: int) -> None:
+        original(self, link, self.table.protocol)
+
+    return patched(Bus, "_speaks", speaks)
+
+
+def old_heartbeat_says_new() -> contextlib.AbstractContextManager[None]:
+    """A heartbeat tells this release's version and an incarnation whatever
+    the version the node plays: an older release says what it cannot
+    (version-gated)."""
+
+    def heartbeat(self: ClusterTable, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
+        myself = self.myself
+        flags = (
+            myself.flags & LEAVING
+            | bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
+            | myself.incarnation << bus.INCARNATION_SHIFT
+        )
+        return kind(self.node_id, flags, self.gossip())
+
+    return patched(ClusterTable, "heartbeat", heartbeat)
+
+
+MIXED_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "negotiated-version-ignored": negotiated_version_ignored,
+    "old-heartbeat-says-new": old_heartbeat_says_new,
+}
+
+
 MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "pause-in-ignored": pause_in_ignored,
     "gotjob-duplicate-counted": gotjob_duplicate_counted,
@@ -1084,6 +1121,7 @@ MUTANTS.update(DELAY_WAIT_MUTANTS)
 MUTANTS.update(OBSERVE_MUTANTS)
 MUTANTS.update(FAILOVER_MUTANTS)
 MUTANTS.update(DISK_MUTANTS)
+MUTANTS.update(MIXED_MUTANTS)
 
 
 @contextlib.contextmanager

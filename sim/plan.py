@@ -43,6 +43,8 @@ FAULT_KINDS = (
     # were): the plan's disk_fault fields make one (active_faults).
     "disk-full",  # the victim's disk refuses appends and fsyncs (ENOSPC)
     "disk-error",  # the victim's fsyncs fail (EIO); appends reach its page cache
+    # Mixed releases (issue 58): the plan's old_* fields make one.
+    "upgrade",  # the node playing an older release restarts as this one
 )
 # The kinds a seed draws among (FAULT_KINDS[1:DRAWN_KINDS]).
 DRAWN_KINDS = 13
@@ -111,6 +113,13 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("disk_start", 200),  # tenths of a second into the safety phase
     ("disk_length", 80),  # tenths of a second
     ("disk_crash", 2),
+    # Mixed releases (issue 58; 0 in plans saved before): one node speaks
+    # an older bus protocol, 2 + old_bus (3 to 7), as in a rolling upgrade;
+    # upgrade_at, if not 0, restarts it as this release then (tenths of a
+    # second into the safety phase).
+    ("old_bus", 5),
+    ("old_node", 6),  # modulo the node count
+    ("upgrade_at", 200),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -190,6 +199,9 @@ class Plan:
     disk_start: int = 0
     disk_length: int = 0
     disk_crash: int = 0
+    old_bus: int = 0
+    old_node: int = 0
+    upgrade_at: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -220,6 +232,14 @@ class Plan:
         return FSYNC[self.fsync]
 
     @property
+    def old_version(self) -> tuple[int, int] | None:
+        """(node index, bus protocol version) of the node playing an older
+        release, or None."""
+        if not self.old_bus or self.nodes < 2:
+            return None
+        return self.old_node % self.nodes, 2 + self.old_bus
+
+    @property
     def max_replicate(self) -> int:
         return min(self.nodes, 1 + self.replicate_cap)
 
@@ -236,7 +256,12 @@ class Plan:
             kind = FAULT_KINDS.index(("isolate", "pause")[self.long_cut - 1])
             length = max(1, int(self.duration * 10) - 5)
             out.append(Fault(kind=kind, victim=self.nodes - 1, start=5, length=length))
-        return out + self.disk_faults()
+        out += self.disk_faults()
+        old = self.old_version
+        if old is not None and self.upgrade_at:
+            kind = FAULT_KINDS.index("upgrade")
+            out.append(Fault(kind=kind, victim=old[0], start=self.upgrade_at, length=5))
+        return out
 
     def disk_faults(self) -> list[Fault]:
         """The disk fault the plan's disk_* fields describe, and the crash
@@ -418,6 +443,15 @@ class Plan:
         plan = attrs.evolve(
             plan, long_retry_pct=long_retry_pct, failover_crash=crash, node_timeout=timeout
         )
+        # Mixed releases, from a generator of their own too.
+        mixed = random.Random(f"mixed-{seed}")
+        if mixed.random() < 0.25:
+            plan = attrs.evolve(
+                plan,
+                old_bus=mixed.randint(1, 5),
+                old_node=mixed.randrange(7),
+                upgrade_at=mixed.randrange(5, max(6, window - 10)) if mixed.random() < 0.5 else 0,
+            )
         # The disk's faults, from a generator of their own too.
         disk = random.Random(f"disk-{seed}")
         if disk.random() >= 0.3:

@@ -94,3 +94,10 @@ DISK_PROBES = (
     "disk-answer-checked",  # a write command's answer from a node whose disk failed, judged
     "disk-misconf",  # a node refused a write command with -MISCONF
 )
+
+# Mixed releases (issue 58): a node playing an older bus protocol.
+MIXED_PROBES = (
+    "old-release",  # a run with a node speaking protocol 3 to 7
+    "upgrade",  # that node restarted as this release mid-run
+    "version-gated-checked",  # a heartbeat in a mixed cluster judged (version-gated)
+)

@@ -93,6 +93,7 @@ from .probes import (
     DELAY_WAIT_PROBES,
     DISK_PROBES,
     FAILOVER_PROBES,
+    MIXED_PROBES,
     OBSERVE_PROBES,
 )
 from .trace import Trace
@@ -146,11 +147,15 @@ PROBES = (
     *BUGGIFY_PROBES,
     *FAILOVER_PROBES,
     *DISK_PROBES,
+    *MIXED_PROBES,
 )
 MESH_TIMEOUT_S = 30.0
+# version-gated: each message's first protocol version, taken at import
+# (a mutant may patch the bus module's).
+SINCE_VERSION: dict[type, int] = dict(bus.SINCE_VERSION)
 DISK_RETRY_GRACE_S = 2.0  # disk-answered: -MISCONF this long after a disk works again
 # Faults that take a node down and restart it (World.calm_but_crash).
-CRASH_KINDS = ("crash", "wipe", "torn-crash", "shutdown")
+CRASH_KINDS = ("crash", "wipe", "torn-crash", "shutdown", "upgrade")
 # failover-timely (issue 57): a job queued on a node cut off this long
 # before the cut was heard of by its other holders (REPLJOB, QUEUED: a
 # network delay; checkers.RACE_S).
@@ -324,6 +329,7 @@ class FailoverWatch:
     jobs: dict[str, list[int]]  # job id -> the surviving holders (node indexes)
     give_up: float  # no FAIL by then: not judged
     incarnation: int  # the victim's at the cut
+    told_incarnation: bool  # ... and it told it (protocol 8 and later)
     taken: dict[str, float] = attrs.field(factory=dict)  # job -> first queued elsewhere
     by_victim: set[str] = attrs.field(factory=set)  # jobs the victim delivered since
     fail_at: dict[int, float] = attrs.field(factory=dict)  # holder -> when it flagged FAIL
@@ -413,6 +419,12 @@ class World:
         self.fault_windows: list[list[float]] = []
         # Per node, when its disk failed: [start, end] (end inf while it does).
         self.disk_failures: dict[int, list[list[float]]] = defaultdict(list)
+        # Node index -> the bus protocol version it plays (an older release),
+        # until its upgrade (sim/faults.py).
+        old = plan.old_version
+        self.bus_versions: dict[int, int] = dict([old]) if old is not None else {}
+        if old is not None:
+            self.probes["old-release"] += 1
         self._splits: list[list[float]] = []  # open split_begin windows
         self.held_back: dict[str, float] = {}  # job id -> longest hold of a copy in flight
         # (job, node) -> the first restart without it
@@ -556,7 +568,9 @@ class World:
             secure_bytes=random.Random(seed ^ 0x6E6F6E6365).randbytes,
             alarm=lambda: TimerAlarm(self.timers),
         )
-        server = NodeServer(config, env, persist_cluster=True)
+        server = NodeServer(
+            config, env, persist_cluster=True, bus_version=self.bus_versions.get(i)
+        )
         if node is None:
             node = SimNode(i, server, disk)
             self.nodes.append(node)
@@ -868,6 +882,7 @@ class World:
             self._window_messages += 1
             if self._window_messages > STORM_MESSAGES_PER_S * self.count * SAMPLE_S:
                 self._storm_now()
+            self._check_versions(node, sender, msg)
             node.handling = type(msg)
             node.handling_msg = msg
             waiting = None
@@ -1449,6 +1464,39 @@ class World:
         self._fed_last.clear()
         self._fed_pending.clear()
 
+    def _check_versions(self, node: SimNode, sender_id: str, msg: object) -> None:
+        """version-gated: a message crosses a link only if both its ends
+        speak the version that brought it (an older release would drop the
+        link on a message it cannot decode), and a heartbeat tells the
+        sender's version and incarnation only from the versions that carry
+        them (4 and 8)."""
+        sender = next((n for n in self.nodes if n.up and n.server.node.node_id == sender_id), None)
+        if sender is None:
+            return
+        mine, theirs = self.protocol_of(node), self.protocol_of(sender)
+        since = SINCE_VERSION.get(type(msg), 0)
+        if since > min(mine, theirs):
+            self._violate(
+                f"version-gated: {node.name} (protocol {mine}) got {type(msg).__name__} "
+                f"(protocol {since} on) from {sender.name} (protocol {theirs})"
+            )
+        if isinstance(msg, bus.Heartbeat):
+            told = msg.flags >> bus.VERSION_SHIFT & 0xFF
+            incarnation = msg.flags >> bus.INCARNATION_SHIFT
+            want = theirs if theirs >= bus.VERSION_FLAGS_VERSION else 0
+            if told != want or bool(incarnation) != (theirs >= bus.HAVEJOBS_VERSION):
+                self._violate(
+                    f"version-gated: {sender.name} (protocol {theirs}) sent a "
+                    f"{type(msg).__name__} telling version {told}, incarnation {incarnation}"
+                )
+            if self.bus_versions:
+                self.probes["version-gated-checked"] += 1
+
+    def protocol_of(self, n: SimNode) -> int:
+        """The highest bus protocol version node ``n`` speaks now (lower
+        while it plays an older release)."""
+        return int(n.server.node.cluster.protocol)
+
     def federation_bound(self) -> float:
         """federation-prompt's bound: three one-way network delays (the
         plan's latency at most, 40 ms, and 0.5 ms) for HAVEJOBS, NEEDJOBS
@@ -1488,10 +1536,15 @@ class World:
         q = node.server.node.queues.get(queue)
         if q is None or len(q.jobs) > 1 or not self._fed_giver(node, queue):
             return
+        # HAVEJOBS is protocol 8: a node playing an older release neither
+        # sends nor hears it (it waits for its next NEEDJOBS).
         waiting = [
             i
             for i, since in self._fed_waiting.items()
-            if i != node.index and since <= now - FEDERATION_WAITING_S
+            if i != node.index
+            and since <= now - FEDERATION_WAITING_S
+            and min(self.protocol_of(node), self.protocol_of(self.nodes[i]))
+            >= bus.HAVEJOBS_VERSION
         ]
         if waiting:
             self._fed_pending.append((now, node.index, node.incarnation, job.id, waiting))
@@ -1778,7 +1831,14 @@ class World:
                 retries[job.id] = retry_at
         if jobs:
             watch = FailoverWatch(
-                victim, victim_id, window, kind, jobs, now + give_up, node.incarnation
+                victim,
+                victim_id,
+                window,
+                kind,
+                jobs,
+                now + give_up,
+                node.incarnation,
+                self.protocol_of(node) >= bus.HAVEJOBS_VERSION,
             )
             watch.retry_at = retries
             watch.copies = copies
@@ -1831,7 +1891,14 @@ class World:
                 # Back before any holder flagged it FAIL: a restart is a loss
                 # too (a new incarnation), a cut that healed is not; a wiped
                 # node's old identity goes on until it is flagged FAIL.
-                if watch.kind in ("crash", "torn-crash") and node.incarnation > watch.incarnation:
+                # A node of a release before protocol 8 tells no incarnation,
+                # before or after its restart: a restart is not seen.
+                if (
+                    watch.kind in ("crash", "torn-crash")
+                    and node.incarnation > watch.incarnation
+                    and watch.told_incarnation
+                    and self.protocol_of(node) >= bus.HAVEJOBS_VERSION
+                ):
                     watch.restarted = window[1]
                     self.probes["failover-restart-checked"] += 1
                 elif watch.kind != "wipe" or now > watch.give_up:

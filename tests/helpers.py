@@ -137,9 +137,10 @@ class MemoryNet:
 
 @asynccontextmanager
 async def memory_cluster(
-    count: int, seed: int = 1, **config: Any
+    count: int, seed: int = 1, bus_versions: dict[int, int] | None = None, **config: Any
 ) -> AsyncIterator[list[MemoryNode]]:
-    """``count`` nodes in this trio.run, meshed by CLUSTER MEET over MemoryNet."""
+    """``count`` nodes in this trio.run, meshed by CLUSTER MEET over MemoryNet;
+    ``bus_versions``: node index -> the older bus protocol it plays."""
     net = MemoryNet()
     nodes: list[MemoryNode] = []
     async with trio.open_nursery() as nursery:
@@ -147,7 +148,12 @@ async def memory_cluster(
             port = 7711 + i
             env = virtual_env(seed * 100 + i)
             env.net = net
-            server = NodeServer(make_config(port=port, **config), env, persist_cluster=False)
+            server = NodeServer(
+                make_config(port=port, **config),
+                env,
+                persist_cluster=False,
+                bus_version=(bus_versions or {}).get(i),
+            )
             bus_listeners = await net.open_listeners("127.0.0.1", port + 10000)
             await nursery.start(server.run, [], bus_listeners)
             nodes.append(MemoryNode(server, nursery))

@@ -137,6 +137,10 @@ class ClusterTable:
         # that hears another one from us knows we restarted (never 0).
         self.myself.incarnation = rng.getrandbits(bus.INCARNATION_BITS) | 1
         self.nodes: dict[str, PeerNode] = {node_id: self.myself}
+        # The highest bus protocol version this node speaks: the release's
+        # own, lower only to play an older release (NodeServer's bus_version,
+        # the simulator's mixed clusters).
+        self.protocol: int = bus.PROTOCOL_VERSION
         self.blacklist: dict[str, int] = {}  # forgotten node id -> until ms
         # Messages for the shell to send (Send effects). A Node replaces it
         # with its own sink, so the shell drains one list in order.
@@ -331,7 +335,7 @@ class ClusterTable:
         if (sender.flags ^ msg.flags) & LEAVING:
             sender.flags ^= LEAVING
             self.version += 1  # nodes.conf records it
-        speaks = min(msg.flags >> bus.VERSION_SHIFT & 0xFF, bus.PROTOCOL_VERSION)
+        speaks = min(msg.flags >> bus.VERSION_SHIFT & 0xFF, self.protocol)
         if 0 < sender.bus_version < speaks and sender.link_up:
             # Our link to it came up at a lower version (it was an older
             # release, or closed on our offer once): a new link speaks more.
@@ -508,11 +512,11 @@ class ClusterTable:
 
     def heartbeat(self, kind: type[bus.Heartbeat]) -> bus.Heartbeat:
         myself = self.myself
-        flags = (
-            myself.flags & LEAVING
-            | bus.PROTOCOL_VERSION << bus.VERSION_SHIFT
-            | myself.incarnation << bus.INCARNATION_SHIFT
-        )
+        flags = myself.flags & LEAVING
+        if self.protocol >= bus.VERSION_FLAGS_VERSION:
+            flags |= self.protocol << bus.VERSION_SHIFT
+        if self.protocol >= bus.HAVEJOBS_VERSION:  # incarnations came with protocol 8
+            flags |= myself.incarnation << bus.INCARNATION_SHIFT
         return kind(self.node_id, flags, self.gossip())
 
     def gossip(self) -> tuple[bus.GossipEntry, ...]:

@@ -122,6 +122,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "RELAY_VERSION",
     "SINCE_VERSION",
+    "VERSION_FLAGS_VERSION",
     "VERSION_SHIFT",
     "Auth",
     "BusError",
@@ -214,6 +215,7 @@ NODE_FLAG_LEAVING: Final = 1 << 7  # CLUSTER LEAVING yes: replicate nothing to i
 # version the sender speaks (0 from releases before version 4, which
 # ignore these bits): a link that speaks less is re-opened to speak more.
 VERSION_SHIFT: Final = 16
+VERSION_FLAGS_VERSION: Final = 4
 # And from bit 24, INCARNATION_BITS of a random number the sender drew when
 # it started (0 from releases before version 8, which ignore these bits too):
 # another number from the same node ID means its process restarted.

@@ -143,6 +143,7 @@ class NodeServer:
         *,
         persist_cluster: bool = True,
         tls_contexts: TlsContexts | None = None,
+        bus_version: int | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -165,6 +166,12 @@ class NodeServer:
             env.rng,
             config.cluster_node_timeout,
         )
+        if bus_version is not None:
+            # Play a node of an older release on the bus (the simulator's
+            # mixed clusters): it offers, gossips and negotiates no more.
+            if not bus.MIN_PROTOCOL_VERSION <= bus_version <= bus.PROTOCOL_VERSION:
+                raise ValueError(f"bus_version {bus_version} not spoken by this release")
+            table.protocol = bus_version
         for peer_id, ip, port, cport, leaving in peers:
             peer = table.add(peer_id, ip, port, cport)
             if peer is not None and leaving:

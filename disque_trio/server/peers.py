@@ -121,7 +121,7 @@ _WAKE: Final = (None, b"", math.inf)
 class PeerLink:
     """Our outbound connection to one node, and the messages waiting for it."""
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, offer: int = bus.PROTOCOL_VERSION) -> None:
         self.node_id = node_id
         # (the REPLJOB of a job held here or None, frame, send-by time):
         # see Bus._outgoing.
@@ -147,7 +147,7 @@ class PeerLink:
         # after a node closed on our offer: an older release), and the one
         # the last connection spoke (the lowest we speak until one did):
         # messages newer than it are not sent (bus.SINCE_VERSION).
-        self.offer = bus.PROTOCOL_VERSION
+        self.offer = offer
         self.version = bus.MIN_PROTOCOL_VERSION
         # The last connection attempt failed (refused: the node is down or
         # not listening yet). A starting node does not wait to hear it.
@@ -322,7 +322,7 @@ class Bus:
             # again). Kept, it would leave that node without a link for
             # ever (simulator seed 645595158, a 1 s node timeout).
             if old is None or old.ended:
-                link = self.links[node_id] = PeerLink(node_id)
+                link = self.links[node_id] = PeerLink(node_id, self.table.protocol)
                 self._nursery.start_soon(self._link_task, link)
             elif old.up and not self.table.nodes[node_id].link_up:
                 # The node left the table (a handshake timeout) and came back
@@ -658,15 +658,15 @@ class Bus:
         """The link is up at ``version``: what we send it follows that, and
         the next connection offers our highest again (the node may have
         been upgraded meanwhile)."""
-        if version < bus.PROTOCOL_VERSION:
+        if version < self.table.protocol:
             log.info(
                 "link to %s speaks bus protocol %d (this node up to %d) until it is upgraded",
                 link.node_id[:8],
                 version,
-                bus.PROTOCOL_VERSION,
+                self.table.protocol,
             )
         link.version = version
-        link.offer = bus.PROTOCOL_VERSION
+        link.offer = self.table.protocol
         node = self.table.nodes.get(link.node_id)
         if node is not None:
             node.bus_version = version
@@ -748,7 +748,7 @@ class Bus:
         return sum(link.dropped_messages for link in self.links.values())
 
     async def _handshake(
-        self, stream: trio.abc.Stream, initiator: bool, offer: int = bus.PROTOCOL_VERSION
+        self, stream: trio.abc.Stream, initiator: bool, offer: int | None = None
     ) -> tuple[bus.Handshake | None, bus.FrameDecoder]:
         """Exchange handshakes and proofs (see the module's picture): the
         peer's handshake, or None if it closed the connection first, and
@@ -757,6 +757,8 @@ class Bus:
         the version the link then speaks (``bus.negotiate``), which is what
         the returned handshake of the peer says, whichever side we are.
         Raises HandshakeRefused, BusError, OSError or TooSlowError."""
+        if offer is None:
+            offer = self.table.protocol
         me = self.table.myself
         config = self.server.config
         secret = config.cluster_secret.encode("utf-8", "surrogateescape")
@@ -777,11 +779,15 @@ class Bus:
             peer = await _receive(stream, decoder, bus.Handshake)
             if peer is None:
                 return None, decoder
+            if not initiator and peer.version > offer == bus.MIN_PROTOCOL_VERSION:
+                # Playing the release of protocol 3, which negotiated
+                # nothing: it closed on an offer it did not know.
+                return None, decoder
             version = bus.negotiate(peer.version, offer)
             if version is None:
                 raise HandshakeRefused(
                     f"it speaks bus protocol {peer.version}, this node "
-                    f"{bus.MIN_PROTOCOL_VERSION} to {bus.PROTOCOL_VERSION}"
+                    f"{bus.MIN_PROTOCOL_VERSION} to {self.table.protocol}"
                 )
             if initiator:
                 peer = attrs.evolve(peer, version=version)
@@ -960,7 +966,7 @@ class Bus:
         A node of an older release closes the connection on an offer it
         does not know: the MEET is tried again offering one version less,
         as a link is."""
-        offer = bus.PROTOCOL_VERSION
+        offer = self.table.protocol
         while (peer := await self._meet_once(ip, cport, offer)) is None:
             if offer == bus.MIN_PROTOCOL_VERSION:
                 raise OSError("the node closed the connection during the handshake")
