@@ -76,6 +76,7 @@ from .world import LINK_SETTLE_S, SimNode, World
 # Admin actions, by bit of Plan.admin_mask.
 ADMIN_ACTIONS = ("config", "bgrewriteaof", "flushall", "shutdown", "leaving", "replace")
 MODEL_RETRY = 900  # longer than any run: a model job is never queued again by its node
+DEFAULT_TTL_S = 24 * 3600  # ADDJOB's TTL when not given (SPEC: one day)
 WILD = "xw"
 ASYNC_Q = "xa"
 LEAVING_Q = "xl"  # a job for every node, added as one of them starts leaving
@@ -136,6 +137,11 @@ class MJob:
     state: str = "queued"  # "queued" | "active"
     nacks: int = 0
     adds: int = 0  # additional deliveries
+    # What ADDJOB was told, for SHOW (None for a job read back: unknown):
+    # its body, and its expire time (unix seconds on node i's clock: the
+    # ctime's second plus the TTL given, or the default day).
+    body: str | None = None
+    etime: int | None = None
 
 
 @attrs.define
@@ -171,6 +177,9 @@ class Explorer:
         self.stop = stop
         self.rng = world.child_rng()
         self.admin_rng = world.child_rng()
+        # The options added for issue 58 (TTL, several IDs or queues, JSCAN
+        # STATE, QSCAN MINLEN/MAXLEN) from a generator of their own.
+        self.opt_rng = random.Random(f"explore-options-{plan.seed}")
         self.models = [Model() for _ in range(world.count)]
         self.disturbed = Counter[int]()  # node index -> flushes, resets, leaving toggles
         self.leaving: set[int] = set()  # nodes told LEAVING yes (and not yet no)
@@ -430,6 +439,9 @@ class Explorer:
             args += ["MAXLEN", queued]
         elif self.rng.random() < 0.3:
             args += ["MAXLEN", queued + self.rng.randint(1, 5)]
+        ttl = self.opt_rng.choice((0, 0, 1000, 5000, 100_000))
+        if ttl:
+            args += ["TTL", ttl]
         reply = await self.call(i, *args)
         self.record("add", {"node": i, "body": body, "reply": text(reply)})
         if m.epoch != self.epoch(i):
@@ -452,7 +464,11 @@ class Explorer:
                 self.violate(f"model-read: n{i} ADDJOB answered {text(reply)!r}, not held")
                 return
             m.seq += 1
-            m.jobs[text(reply)] = MJob(m.seq, job.ctime)
+            # Node i's clock at the answer (not the ctime's: a ctime never
+            # goes back, it may be ahead of the clock after a jump back).
+            now_s = self.world.nodes[i].server.node.now_ms() // 1000
+            etime = now_s + (ttl or DEFAULT_TTL_S)
+            m.jobs[text(reply)] = MJob(m.seq, job.ctime, body=body, etime=etime)
         else:
             self.violate(f"model-read: n{i} ADDJOB REPLICATE 1 answered {text(reply)!r}")
 
@@ -465,7 +481,12 @@ class Explorer:
         args: list[Any] = ["GETJOB", "NOHANG", "COUNT", count]
         if counters:
             args.append("WITHCOUNTERS")
-        reply = await self.call(i, *args, "FROM", f"xm{i}")
+        # Sometimes with the queue that never has a job before or after it.
+        queues = [f"xm{i}"]
+        if self.opt_rng.random() < 0.3:
+            queues.insert(self.opt_rng.randrange(2), EMPTY_Q)
+            self.probe("cmd-getjob-queues")
+        reply = await self.call(i, *args, "FROM", *queues)
         self.probe("cmd-getjob-nohang")
         if count > 1:
             self.probe("cmd-getjob-count")
@@ -497,42 +518,53 @@ class Explorer:
         if m is None or not m.jobs:
             return
         jid = self.rng.choice(sorted(m.jobs))
-        mj = m.jobs[jid]
         cmd = self.rng.choice(
             ("ACKJOB", "FASTACK", "NACK", "ENQUEUE", "DEQUEUE", "DELJOB", "WORKING")
         )
-        reply = await self.call(i, cmd, jid)
-        self.record(cmd.lower(), {"node": i, "id": jid, "reply": text(reply)})
+        ids = [jid]
+        if cmd != "WORKING" and len(m.jobs) > 1 and self.opt_rng.random() < 0.3:
+            # Several IDs: the reply counts those the command applied to.
+            ids.append(self.opt_rng.choice(sorted(set(m.jobs) - {jid})))
+            self.probe("cmd-several-ids")
+        reply = await self.call(i, cmd, *ids)
+        self.record(cmd.lower(), {"node": i, "id": jid, "ids": ids, "reply": text(reply)})
         self.probe(
             {
                 "ACKJOB": "cmd-ackjob-delivering-node",
                 "FASTACK": "cmd-fastack-delivering-node",
             }.get(cmd, f"cmd-{cmd.lower()}")
         )
-        if cmd in ("ACKJOB", "FASTACK") and reply == 1:
-            self.answered_ack(i, jid)
+        if cmd in ("ACKJOB", "FASTACK") and reply == len(ids):
+            for one in ids:
+                self.answered_ack(i, one)
         if m.epoch != self.epoch(i):
             m.known = False
             return
-        active = mj.state == "active"
+        mjs = [m.jobs[one] for one in ids]
+        states = " ".join(mj.state for mj in mjs)
+        what = f"{cmd} {' '.join(ids)} ({states})"
+        active = [mj.state == "active" for mj in mjs]
         if cmd in ("ACKJOB", "FASTACK", "DELJOB"):
-            self._expect(i, m, f"{cmd} {jid}", reply, 1)
-            del m.jobs[jid]
+            self._expect(i, m, what, reply, len(ids))
+            for one in ids:
+                del m.jobs[one]
         elif cmd in ("NACK", "ENQUEUE"):
-            self._expect(i, m, f"{cmd} {jid} ({mj.state})", reply, int(active))
-            if active:
-                mj.state = "queued"
-                if cmd == "NACK":
-                    mj.nacks += 1
-                else:
-                    mj.adds += 1
+            self._expect(i, m, what, reply, sum(active))
+            for mj, was_active in zip(mjs, active, strict=True):
+                if was_active:
+                    mj.state = "queued"
+                    if cmd == "NACK":
+                        mj.nacks += 1
+                    else:
+                        mj.adds += 1
         elif cmd == "DEQUEUE":
-            self._expect(i, m, f"DEQUEUE {jid} ({mj.state})", reply, int(not active))
-            mj.state = "active"
+            self._expect(i, m, what, reply, len(ids) - sum(active))
+            for mj in mjs:
+                mj.state = "active"
         else:
             # WORKING takes a queued job out of its queue, as in Disque.
-            self._expect(i, m, f"WORKING {jid}", reply, MODEL_RETRY)
-            mj.state = "active"
+            self._expect(i, m, what, reply, MODEL_RETRY)
+            mjs[0].state = "active"
 
     async def _m_reads(self, i: int, what: int | None = None) -> None:
         m = await self._sync(i)
@@ -559,6 +591,8 @@ class Explorer:
             if f:  # nil: the queue does not exist here (now empty and idle)
                 self._expect(i, m, f"QSTAT {q} len", f.get("len"), len(queued))
                 self._expect(i, m, f"QSTAT {q} pause", text(f.get("pause")), m.pause)
+            if self.opt_rng.random() < 0.5:
+                await self._m_qscan_len(i, m, len(queued))
         elif what == 3 and m.jobs:
             jid = self.rng.choice(sorted(m.jobs))
             mj = m.jobs[jid]
@@ -572,17 +606,66 @@ class Explorer:
                 f.get("ctime"),
             ]
             self._expect(i, m, f"SHOW {jid}", got, [mj.state, mj.nacks, mj.adds, mj.ctime])
+            self._m_show_added(i, m, jid, mj, f)
         else:
             seen: set[str] = set()
             cursor: Any = 0
+            filters: list[Any] = []
+            want = sorted(m.jobs)
+            if self.opt_rng.random() < 0.4:
+                state = self.opt_rng.choice(("queued", "active"))
+                filters = ["STATE", state, "REPLY", "id"]
+                want = sorted(j for j, mj in m.jobs.items() if mj.state == state)
+                self.probe("cmd-jscan-state")
             for _ in range(1000):
-                reply = await self.call(i, "JSCAN", cursor, "COUNT", 2, "QUEUE", q)
+                reply = await self.call(i, "JSCAN", cursor, "COUNT", 2, "QUEUE", q, *filters)
                 cursor = text(reply[0])
                 seen.update(text(x) for x in reply[1])
                 if cursor == "0":
                     break
             self.probe("cmd-jscan")
-            self._expect(i, m, f"JSCAN QUEUE {q}", sorted(seen), sorted(m.jobs))
+            self._expect(i, m, f"JSCAN QUEUE {q} {' '.join(filters)}", sorted(seen), want)
+
+    def _m_show_added(self, i: int, m: Model, jid: str, mj: MJob, f: dict[str, Any]) -> None:
+        """SHOW of a model job: what ADDJOB was told, and the TTL left (to
+        two seconds: the node's clock may tick between its answers and our
+        looks at it, at the ADDJOB and at the SHOW)."""
+        node_id = self.world.nodes[i].server.node.node_id
+        got = [text(f.get("queue")), f.get("repl"), f.get("retry"), f.get("delay")]
+        got.append([text(x) for x in rows(f.get("nodes-delivered"))])
+        want: list[Any] = [f"xm{i}", 1, MODEL_RETRY, 0, [node_id]]
+        if mj.body is not None:
+            got.append(text(f.get("body")))
+            want.append(mj.body)
+        self._expect(i, m, f"SHOW {jid} (as added)", got, want)
+        if mj.etime is not None and m.epoch == self.epoch(i):
+            now_s = self.world.nodes[i].server.node.now_ms() // 1000
+            left = max(0, mj.etime - now_s)
+            ttl = f.get("ttl")
+            self.probe("cmd-show-ttl-checked")
+            if not isinstance(ttl, int) or abs(ttl - left) > 2:
+                self.violate(
+                    f"model-read: n{i} SHOW {jid} ttl answered {ttl!r}, the model says {left}"
+                )
+
+    async def _m_qscan_len(self, i: int, m: Model, queued: int) -> None:
+        """QSCAN MINLEN/MAXLEN lists xm<i> exactly when its length is within
+        (an empty queue may be gone: judged only when it would be left out)."""
+        lo = max(0, queued + self.opt_rng.choice((-1, 0, 1)))
+        hi = max(0, queued + self.opt_rng.choice((-1, 0, 1)))
+        within = lo <= queued <= hi
+        if within and queued == 0:
+            return
+        seen: set[str] = set()
+        cursor = "0"
+        for _ in range(1000):
+            reply = await self.call(i, "QSCAN", cursor, "COUNT", 5, "MINLEN", lo, "MAXLEN", hi)
+            cursor = text(reply[0])
+            seen.update(text(x) for x in reply[1])
+            if cursor == "0":
+                break
+        self.probe("cmd-qscan-len")
+        self._expect(i, m, f"QSCAN MINLEN {lo} MAXLEN {hi} lists xm{i}", f"xm{i}" in seen, within)
 
     async def _m_pause(self, i: int) -> None:
         m = await self._sync(i)

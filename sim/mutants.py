@@ -1084,6 +1084,71 @@ def old_heartbeat_says_new() -> contextlib.AbstractContextManager[None]:
     return patched(ClusterTable, "heartbeat", heartbeat)
 
 
+# ------------------------------- issue 58: options the explorer now judges
+
+
+def show_ttl_as_given() -> contextlib.AbstractContextManager[None]:
+    """SHOW's ttl is the TTL the job was given, not what is left of it
+    (model-read: SHOW's TTL)."""
+    original = jobcmds.job_info
+
+    def job_info(node: Node, job: Job) -> list[Any]:
+        reply = original(node, job)
+        at = reply.index("ttl") + 1
+        reply[at] = job.etime - job.ctime // 1_000_000_000
+        return reply
+
+    return patched(jobcmds, "job_info", job_info)
+
+
+def _without(argv: list[bytes], name: bytes) -> list[bytes]:
+    """argv less every ``name value`` option pair."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i].lower() == name and i + 1 < len(argv):
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def jscan_state_ignored() -> contextlib.AbstractContextManager[None]:
+    """JSCAN ignores its STATE filters (model-read: JSCAN STATE)."""
+    return command("jscan", lambda node, argv: jobcmds.jscan(node, _without(argv, b"state")))
+
+
+def qscan_maxlen_ignored() -> contextlib.AbstractContextManager[None]:
+    """QSCAN ignores MAXLEN (model-read: QSCAN MINLEN/MAXLEN)."""
+    return command("qscan", lambda node, argv: queuecmds.qscan(node, _without(argv, b"maxlen")))
+
+
+def getjob_first_queue_only() -> contextlib.AbstractContextManager[None]:
+    """GETJOB looks at the first queue it is given only (model-read:
+    GETJOB's count, FROM an empty queue and a model queue)."""
+
+    def getjob(node: Node, argv: list[bytes]) -> Any:
+        at = [a.lower() for a in argv].index(b"from")
+        return queuecmds.getjob(node, argv[: at + 2])
+
+    return command("getjob", getjob)
+
+
+def dequeue_first_id_only() -> contextlib.AbstractContextManager[None]:
+    """DEQUEUE acts on its first ID only (model-read: the count a job
+    command given several IDs answers)."""
+    return command("dequeue", lambda node, argv: jobcmds.dequeue(node, argv[:2]))
+
+
+OPTION_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "show-ttl-as-given": show_ttl_as_given,
+    "jscan-state-ignored": jscan_state_ignored,
+    "qscan-maxlen-ignored": qscan_maxlen_ignored,
+    "getjob-first-queue-only": getjob_first_queue_only,
+    "dequeue-first-id-only": dequeue_first_id_only,
+}
+
+
 MIXED_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "negotiated-version-ignored": negotiated_version_ignored,
     "old-heartbeat-says-new": old_heartbeat_says_new,
@@ -1122,6 +1187,7 @@ MUTANTS.update(OBSERVE_MUTANTS)
 MUTANTS.update(FAILOVER_MUTANTS)
 MUTANTS.update(DISK_MUTANTS)
 MUTANTS.update(MIXED_MUTANTS)
+MUTANTS.update(OPTION_MUTANTS)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,11 @@ COMMAND_PROBES = (
     "cmd-getjob-timeout",
     "cmd-getjob-count",
     "cmd-getjob-withcounters",
+    "cmd-getjob-queues",  # GETJOB FROM a model queue and an empty one
+    "cmd-several-ids",  # a job command given two IDs of a model queue
+    "cmd-show-ttl-checked",  # SHOW's TTL left judged against the model
+    "cmd-jscan-state",  # JSCAN STATE ... REPLY id on a model queue
+    "cmd-qscan-len",  # QSCAN MINLEN/MAXLEN judged for a model queue
     "cmd-ackjob-delivering-node",
     "cmd-ackjob-other-node",
     "cmd-ackjob-stranger-node",
