@@ -100,6 +100,43 @@ LEAVING_WAIT_S = 12.0  # how much longer a node stays leaving for the check to c
 CALL_TIMEOUT_S = 5.0
 SHUTDOWN_WAIT_S = 5.0  # a SHUTDOWN without reply: how long to wait for the stop in line
 STATES = {"wait-repl", "active", "queued", "acked"}
+FSYNC_VALUES = ("always", "everysec", "no")
+# odd-answered: commands a careless client sends, each answered with an
+# error (the connection kept).
+MALFORMED: tuple[tuple[Any, ...], ...] = (
+    ("ADDJOB", "xo", "b", 0, "FOO", 1),
+    ("ADDJOB", "xo", "b", 0, "RETRY"),
+    ("ADDJOB", "xo", "b", 0, "TTL", -5),
+    ("ADDJOB", "xo", "b", 0, "REPLICATE", 2, "RETRY", 0),
+    ("ADDJOB", "xo", "b", 0, "DELAY", 100, "TTL", 50),
+    ("ADDJOB", "xo", "b", "abc"),
+    ("ADDJOB", "xo", "b", 0, "DELAY", -1),
+    ("GETJOB", "NOHANG"),
+    ("GETJOB", "NOHANG", "FROM"),
+    ("GETJOB", "NOHANG", "COUNT", 0, "FROM", "xo"),
+    ("GETJOB", "NOHANG", "BOGUS", "FROM", "xo"),
+    ("GETJOB", "NOHANG", "TIMEOUT", -1, "FROM", "xo"),
+    ("ACKJOB", "notanid"),
+    ("SHOW", "badid"),
+    ("JSCAN", 0, "REPLY", "bogus"),
+    ("JSCAN", 0, "STATE", "bogus"),
+    ("JSCAN", 0, "COUNT", 0),
+    ("QSCAN", 0, "COUNT", 0),
+    ("QSCAN", "notanumber"),
+    ("PAUSE", "xo", "bogus"),
+    ("WAITJOB",),
+    ("CLUSTER", "BOGUS"),
+    ("CLUSTER", "MEET", "127.0.0.1", "notaport"),
+    ("CLUSTER", "RESET", "BOGUS"),
+    ("CLUSTER", "LEAVING", "maybe"),
+    ("NOSUCHCOMMAND",),
+    ("CONFIG", "SET", "maxmemory", "notanumber"),
+    ("CONFIG", "SET", "nosuchparam", 1),
+    ("CONFIG", "GET"),
+    ("QLEN",),
+    ("NACK", "D-1234", "DELAY", -1),
+    ("WORKING",),
+)
 CONN_ERRORS = (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
@@ -190,6 +227,10 @@ class Explorer:
         # explorer gave up on it (seed 84), even in the liveness phase.
         self.resetting: dict[int, tuple[str, int]] = {}
         self.controlled: set[tuple[str, int]] = set()  # (node, incarnation) of controlled restarts
+        # (node, incarnation) -> aof-enqueue-jobs-once was set before its SHUTDOWN
+        self.enqueue_once: dict[tuple[str, int], bool] = {}
+        # (node, incarnation) -> the jobs its AOF's load queued
+        self.queued_at_load: dict[tuple[str, int], set[str]] = {}
         # node name -> job id -> incarnation that answered its ACKJOB/FASTACK.
         self.answered: dict[str, dict[str, int]] = {}
         self.bg_pending: set[int] = set()
@@ -255,6 +296,8 @@ class Explorer:
         """acked-survives-restart (see the module docstring); and a node
         that replicated a job externally (leaving, short of memory) is no
         holder of it: it kept its copy only until the others had theirs."""
+        if event == "queued" and loading:
+            self.queued_at_load.setdefault((node.name, node.incarnation), set()).add(job.id)
         if event == "deleted" and node.server.node.node_id not in job.nodes_delivered:
             self.world.holders.get(job.id, set()).discard(node.name)
         answered = self.answered.get(node.name)
@@ -299,6 +342,7 @@ class Explorer:
                     work.start_soon(self._pause_fresh)
                 if self.plan.explore:
                     work.start_soon(self._commands)
+                    work.start_soon(self._odd_commands)
             nursery.cancel_scope.cancel()
 
     async def liveness(self) -> None:
@@ -1089,6 +1133,156 @@ class Explorer:
             if m is not None and m.queued() and f"xm{i}" not in seen:
                 self.violate(f"model-read: n{i} QSCAN missed xm{i} ({len(m.queued())} queued)")
 
+    # ------------------------------------------------ odd commands (58)
+
+    async def _session(self, i: int, *commands: tuple[Any, ...]) -> list[Any]:
+        """Several commands on one fresh connection, in turn; Unknown when a
+        fault got in the way."""
+        if not self.world.nodes[i].up:
+            raise Unknown("down")
+        with trio.move_on_after(CALL_TIMEOUT_S):
+            try:
+                client = await self.world.client(i)
+                try:
+                    return [await client.call(*args) for args in commands]
+                finally:
+                    await client.aclose()
+            except CONN_ERRORS as e:
+                raise Unknown(type(e).__name__) from e
+        raise Unknown("timeout")
+
+    async def _odd_commands(self) -> None:
+        """The careless client and the curious operator, from a generator of
+        their own: malformed commands (odd-answered), the reads an operator
+        makes (odd-read), an inline command, RESP3, MONITOR, and a client
+        that goes while blocked in GETJOB."""
+        rng = random.Random(f"explore-odd-{self.plan.seed}")
+        actions = (
+            self._odd_malformed,
+            self._odd_reads,
+            self._odd_protocols,
+            self._odd_blocked_cut,
+        )
+        while not self.stop.is_set():
+            await trio.sleep(rng.uniform(0.2, 1.5))
+            up = self.world.up_indexes()
+            if not up:
+                continue
+            i = rng.choice(up)
+            try:
+                await rng.choice(actions)(i, rng)
+            except Unknown as e:
+                self.record("error", {"error": str(e)})
+
+    async def _odd_malformed(self, i: int, rng: random.Random) -> None:
+        """odd-answered: a malformed command gets an error reply, and the
+        connection it came on still serves (a PING after it)."""
+        sent = rng.sample(MALFORMED, 4)
+        replies = await self._session(i, *(step for args in sent for step in (args, ("PING",))))
+        for n, args in enumerate(sent):
+            reply, pong = replies[2 * n : 2 * n + 2]
+            self.probe("odd-malformed")
+            if not isinstance(reply, ReplyError) or text(pong) != "PONG":
+                self.violate(
+                    f"odd-answered: n{i} {' '.join(map(str, args))} answered {text(reply)!r}, "
+                    f"then PING {text(pong)!r}"
+                )
+
+    async def _odd_reads(self, i: int, rng: random.Random) -> None:
+        """odd-read: what an operator reads, against the node's own state."""
+        core = self.world.nodes[i].server.node
+        me = core.node_id
+        what = rng.randrange(5)
+        if what == 0:
+            (hello,) = await self._session(i, ("HELLO",))
+            ids = [text(entry[0]) for entry in rows(hello)[2:] if isinstance(entry, list)]
+            ok = rows(hello)[:2] == [1, me.encode()] and me in ids
+            self._odd_judge(i, "HELLO", hello, ok)
+        elif what == 1:
+            (nodes,) = await self._session(i, ("CLUSTER", "NODES"))
+            mine = [ln.split()[0] for ln in text(nodes).splitlines() if " myself" in ln]
+            self._odd_judge(i, "CLUSTER NODES", nodes, mine == [me])
+        elif what == 2:
+            (got,) = await self._session(i, ("CONFIG", "GET", "*fsync*"))
+            f = {text(k): text(v) for k, v in fields(got).items()}
+            self._odd_judge(i, "CONFIG GET *fsync*", got, f.get("appendfsync") in FSYNC_VALUES)
+        elif what == 3:
+            m = self.model(i)
+            epoch = self.epoch(i)
+            (state,) = await self._session(i, ("PAUSE", f"xm{i}", "STATE"))
+            if m is not None and m.known and self.epoch(i) == epoch:
+                self._odd_judge(i, f"PAUSE xm{i} STATE", state, text(state) == m.pause)
+        else:
+            replies = await self._session(
+                i,
+                ("INFO",),
+                ("INFO", "persistence"),
+                ("CLUSTER", "LEAVING"),
+                ("QSCAN", 0, "BUSYLOOP", "IMPORTRATE", 0),
+                ("CLIENT", "LIST"),
+                ("SLOWLOG", "GET"),
+                ("LATENCY", "LATEST"),
+                ("COMMAND", "COUNT"),
+                ("CONFIG", "GET", "cluster-node-*"),
+            )
+            info = text(replies[0])
+            ok = (
+                "registered_jobs:" in info
+                and "aof_enabled:1" in text(replies[1])
+                and text(replies[2]) in ("yes", "no")
+                and not any(isinstance(r, ReplyError) for r in replies)
+            )
+            self._odd_judge(
+                i, "INFO, CLUSTER LEAVING, QSCAN IMPORTRATE, CLIENT LIST...", replies, ok
+            )
+
+    def _odd_judge(self, i: int, what: str, reply: Any, ok: bool) -> None:
+        self.probe("odd-read-checked")
+        if not ok:
+            self.violate(f"odd-read: n{i} {what} answered {text(reply)[:300]!r}")
+
+    async def _odd_protocols(self, i: int, rng: random.Random) -> None:
+        """An inline PING, a RESP3 connection (HELLO 3) reading a queue's
+        stats and a job, and a MONITOR that goes after a moment."""
+        node = self.world.nodes[i]
+        if not node.up:
+            raise Unknown("down")
+        with trio.move_on_after(CALL_TIMEOUT_S):
+            try:
+                client = await self.world.client(i)
+                try:
+                    await client.send_raw(b"PING\r\n")
+                    pong = await client.read()
+                    self._odd_judge(i, "inline PING", pong, text(pong) == "PONG")
+                    hello = await client.call("HELLO", 3)
+                    stat = await client.call("QSTAT", WILD)
+                    ok = not isinstance(hello, ReplyError) and not isinstance(stat, ReplyError)
+                    self._odd_judge(i, "HELLO 3 then QSTAT", [hello, stat], ok)
+                    self.probe("odd-resp3")
+                    monitor = await client.call("MONITOR")
+                    self._odd_judge(i, "MONITOR", monitor, text(monitor) == "OK")
+                    await trio.sleep(rng.uniform(0.01, 0.3))
+                finally:
+                    await client.aclose()
+            except CONN_ERRORS as e:
+                raise Unknown(type(e).__name__) from e
+
+    async def _odd_blocked_cut(self, i: int, rng: random.Random) -> None:
+        """A client blocked in GETJOB on the empty queue goes away."""
+        if not self.world.nodes[i].up:
+            raise Unknown("down")
+        with trio.move_on_after(CALL_TIMEOUT_S):
+            try:
+                client = await self.world.client(i)
+                try:
+                    await client.send("GETJOB", "TIMEOUT", 3000, "FROM", EMPTY_Q, f"xm{i}x")
+                    await trio.sleep(rng.uniform(0.01, 0.3))
+                    self.probe("odd-blocked-cut")
+                finally:
+                    await client.aclose()
+            except CONN_ERRORS as e:
+                raise Unknown(type(e).__name__) from e
+
     # ------------------------------------------------------------- admin
 
     async def _admin(self, start: float) -> None:
@@ -1411,7 +1605,14 @@ class Explorer:
         # checks that want a calm cluster (fail-detected: a restarted node
         # learns a peer's FAIL afresh, seed 4097) leave it out.
         window = world.fault_begin(i, "shutdown")
+        # Half the time the documented controlled restart that puts the
+        # queues back as they were (enqueue-once).
+        once = self.opt_rng.random() < 0.5
         try:
+            if once:
+                set_once = await self.call(i, "CONFIG", "SET", "aof-enqueue-jobs-once", "yes")
+                once = text(set_once) == "OK"
+            self.enqueue_once[node.name, incarnation] = once
             reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
         except Unknown:
             # The connection closed: no reply, as in Redis, when the node
@@ -1467,6 +1668,12 @@ class Explorer:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state in (JobState.ACTIVE, JobState.QUEUED)
         }
+        queued = {
+            job.id
+            for job in node.server.node.jobs.values()
+            if job.body is not None and job.state == JobState.QUEUED
+        }
+        once = self.enqueue_once.pop((node.name, node.incarnation), False)
         # Checked below (a clean stop excuses no amnesia, whatever the
         # fsync policy), not by the crash bookkeeping of World.restart.
         node.held_at_crash = {}
@@ -1489,6 +1696,19 @@ class Explorer:
                 f"shutdown-no-amnesia: {node.name} restarted after SHUTDOWN REWRITE-AOF "
                 f"without {forgot[:3]} ({len(forgot)} jobs)"
             )
+        if once:
+            # enqueue-once: what was queued is queued again at the load (and
+            # only that: the jobs active stay active until their RETRY).
+            self.probe("admin-enqueue-once")
+            # (The load registers each job as its records say, then queues
+            # those the file says were queued: watched by observe.)
+            back = self.queued_at_load.get((node.name, node.incarnation), set())
+            unqueued = sorted(j for j in queued if j in node.loaded and j not in back)
+            if unqueued:
+                self.violate(
+                    f"enqueue-once: {node.name} restarted after aof-enqueue-jobs-once yes and "
+                    f"SHUTDOWN REWRITE-AOF with {unqueued[:3]} not queued ({len(unqueued)} jobs)"
+                )
 
     async def _admin_replace(self, i: int, start: float) -> None:
         """The operator replaces node i: CLUSTER RESET HARD (every job and

@@ -38,7 +38,7 @@ from disque_trio.core.node import Node
 from disque_trio.core.queue import Pause, Queue
 from disque_trio.protocol import aof as aof_records
 from disque_trio.protocol import bus
-from disque_trio.protocol.replies import NULL_ARRAY
+from disque_trio.protocol.replies import NULL_ARRAY, ReplyError
 from disque_trio.server import aof as server_aof
 from disque_trio.server.aof import AppendOnlyFile
 from disque_trio.server.connections import _Connection
@@ -1140,12 +1140,43 @@ def dequeue_first_id_only() -> contextlib.AbstractContextManager[None]:
     return command("dequeue", lambda node, argv: jobcmds.dequeue(node, argv[:2]))
 
 
+def getjob_count_zero_accepted() -> contextlib.AbstractContextManager[None]:
+    """GETJOB COUNT 0 is taken for "as many as there are": the bound is off
+    by one (odd-answered: a malformed command gets an error)."""
+    from disque_trio.core import args as core_args
+
+    def positive_count(arg: bytes) -> int:
+        value = core_args.parse_int(arg, core_args.COUNT_ERROR)
+        if value < 0:
+            raise ReplyError("ERR", core_args.COUNT_ERROR)
+        return value or 1_000_000
+
+    return patched(core_args, "_positive_count", positive_count)
+
+
+def cluster_nodes_myself_unflagged() -> contextlib.AbstractContextManager[None]:
+    """CLUSTER NODES forgets the myself flag (odd-read); nodes.conf, written
+    from the same table, keeps it."""
+    from disque_trio.server import clustercmds
+
+    def nodes(ctx: Any, argv: list[bytes]) -> Any:
+        return (
+            ctx.server.node.cluster.nodes_description()
+            .replace(" myself,", " ")
+            .replace(" myself ", " ")
+        )
+
+    return patched_item(clustercmds._SUBCOMMANDS, (b"nodes", 2), nodes)  # type: ignore[arg-type]
+
+
 OPTION_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "show-ttl-as-given": show_ttl_as_given,
     "jscan-state-ignored": jscan_state_ignored,
     "qscan-maxlen-ignored": qscan_maxlen_ignored,
     "getjob-first-queue-only": getjob_first_queue_only,
     "dequeue-first-id-only": dequeue_first_id_only,
+    "getjob-count-zero-accepted": getjob_count_zero_accepted,
+    "cluster-nodes-myself-unflagged": cluster_nodes_myself_unflagged,
 }
 
 

@@ -15,6 +15,11 @@ COMMAND_PROBES = (
     "cmd-show-ttl-checked",  # SHOW's TTL left judged against the model
     "cmd-jscan-state",  # JSCAN STATE ... REPLY id on a model queue
     "cmd-qscan-len",  # QSCAN MINLEN/MAXLEN judged for a model queue
+    "odd-malformed",  # a malformed command judged (odd-answered)
+    "odd-read-checked",  # an operator's read judged (odd-read)
+    "odd-resp3",  # a RESP3 connection read a queue's stats
+    "odd-blocked-cut",  # a client went while blocked in GETJOB
+    "admin-enqueue-once",  # a controlled restart with aof-enqueue-jobs-once yes judged
     "cmd-ackjob-delivering-node",
     "cmd-ackjob-other-node",
     "cmd-ackjob-stranger-node",

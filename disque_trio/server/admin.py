@@ -394,7 +394,7 @@ def shutdown(ctx: Context, argv: list[bytes]) -> Reply:
         return err(f"Errors trying to SHUTDOWN. Check logs. ({e.strerror or e})")
     # Fsynced above (or NOSAVE); and once more at the exit, for what ran
     # while the connections finished (NodeServer._end_after_drain).
-    ctx.server.shutdown(fsync_aof=mode != b"nosave")
+    ctx.server.shutdown(fsync_aof=mode != b"nosave", rewrite_aof=mode == b"rewrite-aof")
     # Like Redis, whose process exits: the connection ends with no reply.
     if ctx.client.cancel_scope is not None:
         ctx.client.cancel_scope.cancel()
