@@ -392,6 +392,56 @@ def _sim_coverage() -> str:
     )
 
 
+def _sim_coverage_change() -> str:
+    """The first and the newest of the largest sweeps in sim/coverage.jsonl,
+    side by side: per module whose figures moved, then the core's and the
+    server group's totals with their unreached branches by reason."""
+
+    def size(e: dict[str, Any]) -> int:
+        first, _, last = str(e["seeds"]).partition("..")
+        return int(last) - int(first) + 1
+
+    entries = _jsonl(COVERAGE)
+    largest = max(size(e) for e in entries)
+    runs = [e for e in entries if size(e) == largest]
+    before, after = runs[0], runs[-1]
+    if before is after:
+        return "*One sweep of this size recorded: nothing to compare yet.*\n"
+
+    def cell(m: dict[str, Any] | None) -> str:
+        if not m or not m["branches"]:
+            return ""
+        return f"{m['reached']} / {m['branches']} ({m['percent']:.1f} %)"
+
+    def reasons(m: dict[str, Any]) -> str:
+        by = m["unreached_by_reason"]
+        return ", ".join(f"{label} {by.get(key, 0)}" for key, label in COVERAGE_REASONS)
+
+    rows: list[list[Any]] = []
+    for name in sorted(set(before["modules"]) | set(after["modules"])):
+        b, a = before["modules"].get(name), after["modules"].get(name)
+        if (b or {}).get("reached") != (a or {}).get("reached") or (b or {}).get("branches") != (
+            a or {}
+        ).get("branches"):
+            rows.append([f"`{name}`", cell(b), cell(a), ""])
+    for label, key in (("**`disque_trio/core`**", "core"), ("**server group**", "server_group")):
+        rows.append([label, cell(before[key]), cell(after[key]), ""])
+        rows.append(
+            [f"{label}: unreached by reason", reasons(before[key]), reasons(after[key]), ""]
+        )
+    columns = [
+        "module",
+        f"{before['commit']} ({before['date']})",
+        f"{after['commit']} ({after['date']})",
+        "",
+    ]
+    return (
+        f"*`python -m sim coverage --seeds {after['seeds']}` at {before['commit']} "
+        f"and at {after['commit']}; modules whose figures moved. Data: `sim/coverage.jsonl`.*\n\n"
+        + _table(columns[:3], [r[:3] for r in rows])
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "vs-c": lambda: _result("vs-c"),
     "single": lambda: _result("single"),
@@ -414,6 +464,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sweep-summary": _sweep_summary,
     "sweep-log": _sweep_log,
     "sim-coverage": _sim_coverage,
+    "sim-coverage-change": _sim_coverage_change,
 }
 
 

@@ -1178,6 +1178,12 @@ class Explorer:
         """odd-answered: a malformed command gets an error reply, and the
         connection it came on still serves (a PING after it)."""
         sent = rng.sample(MALFORMED, 4)
+        if rng.random() < 0.2:
+            # Two that depend on the node or a limit.
+            me = self.world.nodes[i].server.node.node_id
+            sent[0] = rng.choice(
+                (("CLUSTER", "FORGET", me), ("GETJOB", "NOHANG", "FROM", *["xo"] * 10_001))
+            )
         replies = await self._session(i, *(step for args in sent for step in (args, ("PING",))))
         for n, args in enumerate(sent):
             reply, pong = replies[2 * n : 2 * n + 2]

@@ -120,6 +120,8 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("old_bus", 5),
     ("old_node", 6),  # modulo the node count
     ("upgrade_at", 200),
+    # 1: every node shares a cluster-secret (bus links authenticated).
+    ("secret", 1),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -202,6 +204,7 @@ class Plan:
     old_bus: int = 0
     old_node: int = 0
     upgrade_at: int = 0
+    secret: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -452,6 +455,8 @@ class Plan:
                 old_node=mixed.randrange(7),
                 upgrade_at=mixed.randrange(5, max(6, window - 10)) if mixed.random() < 0.5 else 0,
             )
+        # The bus secret, from a generator of its own too.
+        plan = attrs.evolve(plan, secret=int(random.Random(f"secret-{seed}").random() < 0.3))
         # The disk's faults, from a generator of their own too.
         disk = random.Random(f"disk-{seed}")
         if disk.random() >= 0.3:

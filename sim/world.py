@@ -544,6 +544,8 @@ class World:
             pairs.append(("auto-aof-rewrite-min-size", [f"{self.plan.aof_rewrite_kb}kb"]))
         if self.plan.node_timeout:
             pairs.append(("cluster-node-timeout", [str(self.plan.node_timeout_ms)]))
+        if self.plan.secret:
+            pairs.append(("cluster-secret", [f"sim-secret-{self.plan.seed}"]))
         pairs += [(k.replace("_", "-"), [str(v)]) for k, v in sorted(self.config.items())]
         config = Config.load(None, pairs)
         if i < len(self.nodes):
