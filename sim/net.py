@@ -27,7 +27,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -47,13 +47,15 @@ class _Inbox:
     yields were about a third of a simulated run's scheduler passes.)
     """
 
-    __slots__ = ("closed", "data", "eof", "waiter")
+    __slots__ = ("closed", "data", "eof", "on_read", "waiter")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.eof = False
         self.closed = False  # the reading side closed: deliveries fail
         self.waiter: trio.lowlevel.Task | None = None
+        # Called once bytes were read or dropped (room in a bounded pipe).
+        self.on_read: Callable[[], None] | None = None
 
     def put_data(self, data: bytes) -> None:
         if self.closed:
@@ -69,6 +71,8 @@ class _Inbox:
         self.closed = True
         self.data.clear()
         self._wake()
+        if self.on_read is not None:
+            self.on_read()
 
     def _wake(self) -> None:
         if self.waiter is not None:
@@ -101,6 +105,8 @@ class _Inbox:
         else:
             chunk = bytes(data[:max_bytes])
             del data[:max_bytes]
+        if chunk and self.on_read is not None:
+            self.on_read()
         return chunk
 
 
@@ -123,6 +129,36 @@ class _Pipe:
         self._last_due = 0.0
         self.broken = False
         self.done = False  # FIN delivered or the receiver closed: nothing more arrives
+        # A bounded pipe (net.buffer > 0), like a TCP connection's two socket
+        # buffers: the bytes on the wire and those delivered but not read
+        # count against it, and a sender waits for room (``room_event``).
+        self.limit = net.buffer
+        self.on_wire = 0
+        self.room_event: trio.Event | None = None
+        if self.limit:
+            self.receiver.on_read = self._room_made
+
+    def room(self) -> int:
+        """Bytes a write may add now (any number when unbounded)."""
+        if not self.limit:
+            return 1 << 62
+        return max(0, self.limit - self.on_wire - len(self.receiver.data))
+
+    def _room_made(self) -> None:
+        event = self.room_event
+        if event is not None and (self.room() > 0 or self.broken or self.done):
+            self.room_event = None
+            event.set()
+
+    async def wait_room(self) -> None:
+        """Until a write may add a byte, or the pipe broke or ended."""
+        if self.room() > 0 or self.broken or self.done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self.room_event is None:
+            self.room_event = trio.Event()
+            self.net.full_waits += 1
+        await self.room_event.wait()
 
     def push(self, data: bytes | None) -> None:
         delay = self.net.rng.uniform(self.net.min_delay, self.net.max_delay)
@@ -131,6 +167,8 @@ class _Pipe:
         if self.broken or self.done:
             return
         self.wire.append((due, data))
+        if data:
+            self.on_wire += len(data)
         if len(self.wire) == 1:
             self.net.schedule(due, self)
 
@@ -139,11 +177,15 @@ class _Pipe:
         stalled (then the net holds it until the rules change)."""
         if self.broken or self.done:
             self.wire.clear()
+            self.on_wire = 0
+            self._room_made()
             return
         if self.net.stalled(*self.owners):
             self.net.held.append(self)
             return
         due, data = self.wire.popleft()
+        if data:
+            self.on_wire -= len(data)
         late = trio.current_time() - due
         if late > 0 and self.owners[1] is not None:
             # Held back by a fault: when, and how long (sim/world.py counts
@@ -152,7 +194,9 @@ class _Pipe:
         if data is None:
             self.done = True
             self.wire.clear()
+            self.on_wire = 0
             self.receiver.put_eof()
+            self._room_made()
             return
         self.net.trace.record_delivery_between(self.traced_as, len(data))
         try:
@@ -160,6 +204,8 @@ class _Pipe:
         except trio.ClosedResourceError:
             self.done = True  # the receiving side closed its end
             self.wire.clear()
+            self.on_wire = 0
+            self._room_made()
             return
         if self.wire:
             self.net.schedule(self.wire[0][0], self)
@@ -167,10 +213,12 @@ class _Pipe:
     def break_(self) -> None:
         self.broken = True
         self.wire.clear()
+        self.on_wire = 0
         try:
             self.receiver.put_eof()
         except trio.ClosedResourceError:
             pass
+        self._room_made()
 
 
 class SimStream(trio.abc.Stream):
@@ -183,23 +231,36 @@ class SimStream(trio.abc.Stream):
         if self.closed:
             raise trio.ClosedResourceError("stream closed")
         # As the node's real sockets (sockio.send_all): no yield when the
-        # kernel takes every byte, which the unbounded wire always does.
+        # kernel takes every byte, which an unbounded wire always does; a
+        # bounded one (net.buffer) takes what it has room for, and the rest
+        # waits for the receiver to read.
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self.outgoing.broken:
-            raise trio.BrokenResourceError("connection reset (partition)")
-        self.write_nowait(data)
+        view = memoryview(bytes(data))
+        while True:
+            if self.outgoing.broken:
+                raise trio.BrokenResourceError("connection reset (partition)")
+            view = view[self.write_nowait(view) :]
+            if not view:
+                return
+            await self.outgoing.wait_room()
+            if self.closed:
+                raise trio.ClosedResourceError("stream closed")
+            if self.outgoing.done:
+                return  # the receiver is gone: the rest vanishes, as before
 
     def write_nowait(self, data: bytes | bytearray | memoryview) -> int:
-        """What ``sockio.write_nowait`` calls: the wire takes every byte
-        (0 on a closed or reset connection: ``send_all`` then raises)."""
+        """What ``sockio.write_nowait`` calls: the bytes the wire takes now,
+        all of them unless it is bounded and full (0 on a closed or reset
+        connection: ``send_all`` then raises)."""
         if self.closed or self.outgoing.broken:
             return 0
-        if data:
-            self.outgoing.push(bytes(data))
-        return len(data)
+        take = min(len(data), self.outgoing.room())
+        if take:
+            self.outgoing.push(bytes(data[:take]))
+        return take
 
     async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await self.outgoing.wait_room()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self.closed:
@@ -289,6 +350,10 @@ class SimNet:
         self._conn_ids = 0
         self._rule_ids = 0
         self.resets = 0  # connection resets so far (frames in flight lost)
+        # Each pipe's bound in bytes (socket buffers; 0: unbounded), for the
+        # connections made from now on (the World sets it from the plan).
+        self.buffer = 0
+        self.full_waits = 0  # writes that waited for room in a bounded pipe
         self.changed_at = 0.0  # virtual time of the last fault change
         self.held_back: dict[int, tuple[float, float]] = {}  # receiver -> (at, seconds)
 

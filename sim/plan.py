@@ -122,6 +122,10 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     ("upgrade_at", 200),
     # 1: every node shares a cluster-secret (bus links authenticated).
     ("secret", 1),
+    # Socket buffers: 0 unbounded (a sender never waits), else each
+    # direction of a connection holds this many KB (4 << (sock_buffer - 1)):
+    # a sender waits while the wire and the receiver's unread bytes fill it.
+    ("sock_buffer", 4),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -205,6 +209,7 @@ class Plan:
     old_node: int = 0
     upgrade_at: int = 0
     secret: int = 0
+    sock_buffer: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -241,6 +246,11 @@ class Plan:
         if not self.old_bus or self.nodes < 2:
             return None
         return self.old_node % self.nodes, 2 + self.old_bus
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Each connection direction's bound in bytes (0: unbounded)."""
+        return (4 << (self.sock_buffer - 1)) * 1024 if self.sock_buffer else 0
 
     @property
     def max_replicate(self) -> int:
@@ -457,6 +467,10 @@ class Plan:
             )
         # The bus secret, from a generator of its own too.
         plan = attrs.evolve(plan, secret=int(random.Random(f"secret-{seed}").random() < 0.3))
+        # Bounded socket buffers, from a generator of their own too.
+        buffers = random.Random(f"sockbuf-{seed}")
+        if buffers.random() < 0.3:
+            plan = attrs.evolve(plan, sock_buffer=buffers.randint(1, 4))
         # The disk's faults, from a generator of their own too.
         disk = random.Random(f"disk-{seed}")
         if disk.random() >= 0.3:

@@ -119,6 +119,7 @@ PROBES: tuple[str, ...] = (
     "ack-crossed-healed-partition",
     "clock-jump",
     "bus-frame-dropped",
+    "socket-full",  # a write waited for room in a bounded socket buffer
     "wipe",
     *COMMAND_PROBES,
 )
@@ -372,6 +373,7 @@ class World:
             max_delay,
             self.timers,
         )
+        self.net.buffer = plan.buffer_bytes
         self.node_seeds = [self.root.getrandbits(64) for _ in range(self.count)]
         self.skews_ms = [self.root.randint(-plan.skew_ms, plan.skew_ms) for _ in range(self.count)]
         self.drifts_ppm = [
@@ -521,6 +523,7 @@ class World:
                         f"virtual seconds ({self.stuck_report()})"
                     )
                 self.virtual_seconds = trio.current_time()
+                self.probes["socket-full"] += self.net.full_waits
                 for node in self.nodes:
                     if node.up:
                         node.server.shutdown()

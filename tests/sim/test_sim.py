@@ -807,3 +807,54 @@ def test_replay_of_a_bad_plan_file_is_one_line_and_nonzero(
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert lines[0].startswith("python -m sim replay: ") and expected in lines[0]
     assert str(path) in lines[0]
+
+
+def test_sim_net_bounded_buffers_make_a_sender_wait_for_the_reader() -> None:
+    """With net.buffer set, a connection direction holds that many bytes
+    (on the wire and delivered but not read): write_nowait takes what fits,
+    send_all waits until the receiver reads, and a reset wakes it."""
+
+    async def main() -> None:
+        net = SimNet(random.Random(1), Trace())
+        net.buffer = 10
+        async with trio.open_nursery() as nursery:
+            net.nursery = nursery
+            [listener] = await net.view(1).open_listeners("127.0.0.1", 10001)
+            client = await net.view(2).connect("127.0.0.1", 10001)
+            server = await listener.accept()
+            assert client.write_nowait(b"0123456789abc") == 10  # type: ignore[attr-defined]
+            assert client.write_nowait(b"x") == 0  # type: ignore[attr-defined]
+            sent = trio.Event()
+
+            async def send() -> None:
+                await client.send_all(b"ABCDEFGHIJKLMNO")
+                sent.set()
+
+            nursery.start_soon(send)
+            await trio.sleep(1)
+            assert not sent.is_set() and net.full_waits == 1
+            got = b""
+            while len(got) < 25:
+                got += await server.receive_some(4)
+            assert got == b"0123456789ABCDEFGHIJKLMNO"
+            await trio.sleep(0)
+            assert sent.is_set()
+            # A sender waiting on a full pipe is woken by a reset, and raises.
+            assert client.write_nowait(b"0123456789") == 10  # type: ignore[attr-defined]
+            waits = net.full_waits
+            broken = trio.Event()
+
+            async def send_more() -> None:
+                with pytest.raises(trio.BrokenResourceError):
+                    await client.send_all(b"more")
+                broken.set()
+
+            nursery.start_soon(send_more)
+            await trio.sleep(0.5)
+            assert not broken.is_set() and net.full_waits == waits + 1
+            net.reset(1)
+            with trio.fail_after(1):
+                await broken.wait()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
