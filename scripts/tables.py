@@ -393,8 +393,8 @@ def _sim_coverage() -> str:
 
 
 def _sim_coverage_change() -> str:
-    """The first and the newest of the largest sweeps in sim/coverage.jsonl,
-    side by side: per module whose figures moved, then the core's and the
+    """The first (its newest entry) and the newest of the largest sweeps in
+    sim/coverage.jsonl, side by side: per module whose figures moved, then the core's and the
     server group's totals with their unreached branches by reason."""
 
     def size(e: dict[str, Any]) -> int:
@@ -404,7 +404,9 @@ def _sim_coverage_change() -> str:
     entries = _jsonl(COVERAGE)
     largest = max(size(e) for e in entries)
     runs = [e for e in entries if size(e) == largest]
-    before, after = runs[0], runs[-1]
+    # The first commit's newest entry (its reasons as last classified).
+    before = [e for e in runs if e["commit"] == runs[0]["commit"]][-1]
+    after = runs[-1]
     if before is after:
         return "*One sweep of this size recorded: nothing to compare yet.*\n"
 
