@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno as errno_codes
 import os
+from collections.abc import Callable
 
 DURABLE, PENDING, LIMBO = 0, 1, 2
 
@@ -34,6 +35,10 @@ class SimDisk:
         self.refuse_writes = False  # appends and replaces fail too (a full disk)
         self.failed_writes = 0  # appends, replaces and fsyncs refused
         self.limbo_bytes = 0  # bytes an fsync failure left never durable
+        # A slow disk: each fsync stalls the calling process this long
+        # (on_slow_fsync, set by the World: the node's tasks wait).
+        self.slow_s = 0.0
+        self.on_slow_fsync: Callable[[float], None] | None = None
 
     # ------------------------------------------------------------ faults
 
@@ -94,6 +99,8 @@ class SimDisk:
 
     def fsync(self, path: str) -> None:
         self.fsyncs += 1
+        if self.slow_s and self.on_slow_fsync is not None:
+            self.on_slow_fsync(self.slow_s)
         segments = self.files.get(path)
         if self.failing:
             if segments:

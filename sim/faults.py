@@ -18,7 +18,7 @@ CHAOS_LEVELS = ((0.05, 0.05, 0.05), (0.15, 0.1, 0.1), (0.3, 0.1, 0.2), (0.0, 0.3
 CUT_OFF = ("crash", "wipe", "torn-crash", "isolate", "pause", "upgrade")
 # An instantaneous fault disturbs the run this long (links re-made, timers
 # following a jumped clock).
-AFTERMATH_S = {"reset": 2.0, "clock-jump": 5.0}
+AFTERMATH_S = {"reset": 2.0, "clock-jump": 5.0, "slow-fsync": 4.5}
 
 
 # failover-timely waits this much longer than the detection bound for a
@@ -106,6 +106,15 @@ async def _run_fault(
             node.disk.heal()
             failure[1] = trio.current_time()
             world.trace.record(node.name, "fault", {"ev": "disk-healed"})
+        return
+    if name == "slow-fsync":
+        # From the fault's start, each fsync of the node stalls its process
+        # (World.slow_fsync): 0.5 to 4 s.
+        node.disk.slow_s = 0.25 * (1 << max(1, min(4, fault.arg)))
+        try:
+            await trio.sleep(length)
+        finally:
+            node.disk.slow_s = 0.0
         return
     if name == "bus-chaos":
         world.chaos[i] = CHAOS_LEVELS[fault.arg % len(CHAOS_LEVELS)]

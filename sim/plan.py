@@ -45,6 +45,8 @@ FAULT_KINDS = (
     "disk-error",  # the victim's fsyncs fail (EIO); appends reach its page cache
     # Mixed releases (issue 58): the plan's old_* fields make one.
     "upgrade",  # the node playing an older release restarts as this one
+    # Issue 58 too: the plan's slow_* fields make one.
+    "slow-fsync",  # each fsync of the victim stalls its process (arg: how long)
 )
 # The kinds a seed draws among (FAULT_KINDS[1:DRAWN_KINDS]).
 DRAWN_KINDS = 13
@@ -126,6 +128,13 @@ SWARM_FIELDS: tuple[tuple[str, int], ...] = (
     # direction of a connection holds this many KB (4 << (sock_buffer - 1)):
     # a sender waits while the wire and the receiver's unread bytes fill it.
     ("sock_buffer", 4),
+    # A slow disk: for slow_length tenths of a second from slow_start, each
+    # fsync of node slow_node stalls its process 0.25 << slow_fsync seconds
+    # (0.5 to 4 s; 0: none).
+    ("slow_fsync", 4),
+    ("slow_node", 6),
+    ("slow_start", 200),
+    ("slow_length", 80),
 )
 FAULT_FIELDS: tuple[tuple[str, int], ...] = (
     ("kind", len(FAULT_KINDS) - 1),
@@ -210,6 +219,10 @@ class Plan:
     upgrade_at: int = 0
     secret: int = 0
     sock_buffer: int = 0
+    slow_fsync: int = 0
+    slow_node: int = 0
+    slow_start: int = 0
+    slow_length: int = 0
     faults: tuple[Fault, ...] = ()
 
     # ------------------------------------------------------------ derived
@@ -270,6 +283,16 @@ class Plan:
             length = max(1, int(self.duration * 10) - 5)
             out.append(Fault(kind=kind, victim=self.nodes - 1, start=5, length=length))
         out += self.disk_faults()
+        if self.slow_fsync:
+            out.append(
+                Fault(
+                    kind=FAULT_KINDS.index("slow-fsync"),
+                    victim=self.slow_node % self.nodes,
+                    start=self.slow_start,
+                    length=max(5, self.slow_length),
+                    arg=self.slow_fsync,
+                )
+            )
         old = self.old_version
         if old is not None and self.upgrade_at:
             kind = FAULT_KINDS.index("upgrade")
@@ -471,6 +494,16 @@ class Plan:
         buffers = random.Random(f"sockbuf-{seed}")
         if buffers.random() < 0.3:
             plan = attrs.evolve(plan, sock_buffer=buffers.randint(1, 4))
+        # A slow disk, from a generator of its own too.
+        slow = random.Random(f"slowfsync-{seed}")
+        if slow.random() < 0.2:
+            plan = attrs.evolve(
+                plan,
+                slow_fsync=slow.randint(1, 4),
+                slow_node=slow.randrange(7),
+                slow_start=slow.randrange(5, max(6, window - 10)),
+                slow_length=slow.randint(10, 60),
+            )
         # The disk's faults, from a generator of their own too.
         disk = random.Random(f"disk-{seed}")
         if disk.random() >= 0.3:

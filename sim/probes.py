@@ -103,6 +103,7 @@ DISK_PROBES = (
     "disk-error",  # a node's fsyncs failed for a while (EIO; its writes in limbo)
     "disk-answer-checked",  # a write command's answer from a node whose disk failed, judged
     "disk-misconf",  # a node refused a write command with -MISCONF
+    "slow-fsync",  # a node's process stalled in a slow fsync
 )
 
 # Mixed releases (issue 58): a node playing an older bus protocol.

@@ -350,9 +350,13 @@ class _SchedulerRandom(random.Random):
     shuffle of a batch of one task, most of a run's batches, skipped
     (``Random.shuffle`` draws nothing for it either)."""
 
+    world: World | None = None
+
     def shuffle(self, x: MutableSequence[Any]) -> None:
         if len(x) > 1:
             super().shuffle(x)
+        if self.world is not None and self.world.stalls:
+            self.world.hold_stalled(x)
 
 
 class World:
@@ -421,6 +425,14 @@ class World:
         self.fault_windows: list[list[float]] = []
         # Per node, when its disk failed: [start, end] (end inf while it does).
         self.disk_failures: dict[int, list[list[float]]] = defaultdict(list)
+        # Slow fsyncs (slow_fsync): each node incarnation's root task, the
+        # stalled ones [until, net rule, node index], the tasks held back,
+        # and a cache of task -> root.
+        self._roots: dict[trio.lowlevel.Task, int] = {}
+        self.stalls: dict[trio.lowlevel.Task, list[Any]] = {}
+        self._stashed: list[tuple[trio.lowlevel.Task, trio.lowlevel.Task]] = []
+        self._owners: dict[trio.lowlevel.Task, trio.lowlevel.Task | None] = {}
+        self.stalled_until: dict[int, float] = {}  # node index -> its last stall's end
         # Node index -> the bus protocol version it plays (an older release),
         # until its upgrade (sim/faults.py).
         old = plan.old_version
@@ -489,6 +501,7 @@ class World:
         # whole point (a canary test in tests/sim watches that it exists).
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
         trio_run._r = _SchedulerRandom(self.scheduler_seed)
+        trio_run._r.world = self
         logger.setLevel(logging.CRITICAL)
         always.enable(self._violate)  # the node's always rules (core/always.py)
         try:
@@ -580,6 +593,8 @@ class World:
             node = SimNode(i, server, disk)
             self.nodes.append(node)
         node.server, node.handle, node.incarnation = server, handle, incarnation
+        sim_node = node
+        node.disk.on_slow_fsync = lambda seconds: self.slow_fsync(sim_node, seconds)
         node.clock = clock
         node.done = trio.Event()
         node.loaded, node.reloaded = set(), set()
@@ -618,12 +633,85 @@ class World:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         done = node.done
+        root = trio.lowlevel.current_task()
+        self._roots[root] = node.index
         try:
             with trio.CancelScope() as scope:
                 node.scope = scope
                 await server.run(listeners, bus_listeners, task_status=task_status)
         finally:
+            self._roots.pop(root, None)
             done.set()
+
+    # ------------------------------------------------------- slow fsyncs
+
+    def slow_fsync(self, node: SimNode, seconds: float) -> None:
+        """An fsync that takes ``seconds``: the node's process is stuck in
+        it (its event loop is: the node fsyncs on it). Every task of the
+        incarnation that called it waits that long (``hold_stalled``), and
+        what it sends meanwhile is held on its side, as the bytes it would
+        write after the fsync returns; what reaches it waits in its socket
+        buffers. Called in the node's own task, from the disk."""
+        root = self._root_of(trio.lowlevel.current_task())
+        if root is None or not node.up or self._nursery is None:
+            return
+        until = trio.current_time() + seconds
+        stall = self.stalls.get(root)
+        self.probes["slow-fsync"] += 1
+        self.trace.record(node.name, "fault", {"ev": "slow-fsync", "s": seconds})
+        if stall is not None:
+            stall[0] = max(stall[0], until)
+            return
+        self.stalled_until[node.index] = math.inf
+        others = [n.port for n in self.nodes if n is not node]
+        key = self.net.add_rule("stall", [node.port], [*others, None])
+        self.stalls[root] = [until, key, node.index]
+        self._nursery.start_soon(self._end_stall, root)
+
+    async def _end_stall(self, root: trio.lowlevel.Task) -> None:
+        try:
+            while (stall := self.stalls.get(root)) is not None:
+                if trio.current_time() >= stall[0]:
+                    break
+                await trio.sleep_until(stall[0])
+        finally:
+            self.release_stall(root)
+
+    def release_stall(self, root: trio.lowlevel.Task) -> None:
+        """The stall of the incarnation run by ``root`` ends: its tasks held
+        back run again, in the order they became runnable."""
+        stall = self.stalls.pop(root, None)
+        if stall is None:
+            return
+        self.stalled_until[stall[2]] = trio.current_time()
+        self.net.remove_rule(stall[1])
+        mine = [task for owner, task in self._stashed if owner is root]
+        self._stashed = [(owner, task) for owner, task in self._stashed if owner is not root]
+        self._owners.clear()
+        trio_run.GLOBAL_RUN_CONTEXT.runner.runq.extend(mine)
+
+    def hold_stalled(self, batch: MutableSequence[Any]) -> None:
+        """The scheduler's batch, less the tasks of stalled incarnations
+        (kept, with their pending value, until their stall ends)."""
+        keep = []
+        for task in batch:
+            root = self._root_of(task)
+            if root is not None and root in self.stalls:
+                self._stashed.append((root, task))
+            else:
+                keep.append(task)
+        batch[:] = keep
+
+    def _root_of(self, task: trio.lowlevel.Task) -> trio.lowlevel.Task | None:
+        """The root task of the node incarnation ``task`` belongs to."""
+        if task in self._owners:
+            return self._owners[task]
+        t: trio.lowlevel.Task | None = task
+        while t is not None and t not in self._roots:
+            nursery = t.parent_nursery
+            t = nursery.parent_task if nursery is not None else None
+        self._owners[task] = t
+        return t
 
     def lose_acks_only_on(self, node: SimNode) -> None:
         """Acks only this node knew of are excused as lost (``acks_lost``):
@@ -711,6 +799,9 @@ class World:
             node.old_ids.append(node.server.node.node_id)
             self.probes["wipe"] += 1
         node.wiped = wipe
+        for root, index in list(self._roots.items()):
+            if index == i:
+                self.release_stall(root)  # a killed process runs no more
         node.scope.cancel()  # before the fence: waiting tasks see Cancelled
         self.net.fence(node.port)
         self.probes["crash"] += 1
@@ -1589,8 +1680,8 @@ class World:
         if now - self.last_jump_at < 5.0:
             return
         for n in self.nodes:
-            if not n.up:
-                continue
+            if not n.up or now < self.stalled_until.get(n.index, -math.inf) + 1.0:
+                continue  # stalled in a slow fsync lately: its timers ran late
             core = n.server.node
             wall = core.now_ms()
             for job in core.jobs.values():

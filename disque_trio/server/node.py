@@ -387,10 +387,12 @@ class NodeServer:
     @property
     def port(self) -> int:
         """The client port actually bound (tests give listeners on port 0):
-        the plain one, else the TLS one. HELLO and INFO tell this one."""
-        if self.bound:
+        the plain one, else the TLS one. HELLO and INFO tell this one.
+        A listener with no socket (in-memory, the simulator's) has no port
+        of its own: the configured one is told (HELLO said 0 there)."""
+        if self.bound and self.bound[0][1]:
             return self.bound[0][1]
-        if self.tls_bound:
+        if self.tls_bound and self.tls_bound[0][1]:
             return self.tls_bound[0][1]
         return self.config.base_port()
 

@@ -858,3 +858,42 @@ def test_sim_net_bounded_buffers_make_a_sender_wait_for_the_reader() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_slow_fsync_stalls_every_task_of_its_node_and_only_those(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 12 draws a slow disk (each fsync of n3 takes 4 s): the node's
+    tasks are held back by the scheduler while it is stuck, the others run,
+    its own trace is silent meanwhile, and the run passes every check."""
+    plan = Plan.from_seed(12)
+    assert plan.slow_fsync == 4
+    held: list[int] = []
+    original = World.hold_stalled
+
+    def hold(self: World, batch: list[object]) -> None:
+        before = len(batch)
+        original(self, batch)
+        held.append(before - len(batch))
+
+    monkeypatch.setattr(World, "hold_stalled", hold)
+    outcome = execute(plan)
+    assert outcome.ok, outcome.violations
+    assert outcome.world.probes["slow-fsync"] > 0 and sum(held) > 0
+    victim = f"n{plan.slow_node % plan.nodes}"
+    events = [json.loads(line) for line in outcome.world.trace.lines]
+    stalls = [
+        (e["t"], e["t"] + e["data"]["s"])
+        for e in events
+        if e["node"] == victim
+        and isinstance(e["data"], dict)
+        and e["data"].get("ev") == "slow-fsync"
+    ]
+    assert stalls
+    start, end = stalls[0]
+    quiet = [
+        e
+        for e in events
+        if e["node"] == victim and start < e["t"] < end - 1e-9 and e["cat"] == "job"
+    ]
+    assert not quiet, quiet[:3]
