@@ -1940,6 +1940,19 @@ class World:
             watch.copies = copies
             self._nursery.start_soon(self._check_failover, watch)
 
+    def _victim_cut_after_restart(self, watch: FailoverWatch) -> bool:
+        """Another fault touched the victim (or every node) between its
+        restart and ``INCARNATION_KNOWN_S`` after it."""
+        assert watch.restarted is not None
+        lo, hi = watch.restarted, watch.restarted + INCARNATION_KNOWN_S
+        return any(
+            w is not watch.window
+            and w[2] in (-1.0, float(watch.victim))
+            and w[0] < hi
+            and w[1] > lo
+            for w in self.fault_windows
+        )
+
     async def _check_failover(self, watch: FailoverWatch) -> None:
         jobs = watch.jobs
 
@@ -1999,6 +2012,10 @@ class World:
                     self.probes["failover-restart-checked"] += 1
                 elif watch.kind != "wipe" or now > watch.give_up:
                     return
+            if watch.restarted is not None and self._victim_cut_after_restart(watch):
+                # It restarted into another fault (isolated, frozen...): the
+                # holders cannot hear its new incarnation (seed 705172).
+                return
             for job_id, holders in list(pending.items()):
                 undisturbed = self._undisturbed(watch, holders, now)
                 if not undisturbed:
