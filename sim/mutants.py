@@ -1169,6 +1169,20 @@ def cluster_nodes_myself_unflagged() -> contextlib.AbstractContextManager[None]:
     return patched_item(clustercmds._SUBCOMMANDS, (b"nodes", 2), nodes)  # type: ignore[arg-type]
 
 
+def exit_rewrite_skipped() -> contextlib.AbstractContextManager[None]:
+    """The fix of seed 32 reverted: SHUTDOWN REWRITE-AOF writes its snapshot
+    when the command runs only, not again at the exit, so a job queued
+    during the shutdown's last second comes back active (enqueue-once)."""
+    from disque_trio.server.node import NodeServer
+
+    original = NodeServer.shutdown
+
+    def shutdown(self: NodeServer, fsync_aof: bool = True, rewrite_aof: bool = False) -> None:
+        original(self, fsync_aof, False)
+
+    return patched(NodeServer, "shutdown", shutdown)
+
+
 OPTION_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "show-ttl-as-given": show_ttl_as_given,
     "jscan-state-ignored": jscan_state_ignored,
@@ -1177,6 +1191,7 @@ OPTION_MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]]
     "dequeue-first-id-only": dequeue_first_id_only,
     "getjob-count-zero-accepted": getjob_count_zero_accepted,
     "cluster-nodes-myself-unflagged": cluster_nodes_myself_unflagged,
+    "exit-rewrite-skipped": exit_rewrite_skipped,
 }
 
 
