@@ -1957,18 +1957,23 @@ class World:
         jobs = watch.jobs
 
         def observe(n: SimNode, event: str, job: Job, loading: bool) -> None:
-            if job.id not in jobs or loading:
+            if job.id not in jobs:
                 return
             if event == "queued" and n.index != watch.victim:
                 now = trio.current_time()
+                # Queued by a holder that restarted and loaded it queued
+                # counts too (seed 710228: the holder chosen had it queued
+                # from its AOF, and the others rightly stood by).
                 watch.taken.setdefault(job.id, now)
+                if loading:
+                    return
                 if job.id not in watch.doubled:
                     for i in jobs[job.id]:
                         other = self.nodes[i]
                         copy = other.server.node.jobs.get(job.id) if other.up else None
                         if i != n.index and copy is not None and copy.state == JobState.QUEUED:
                             watch.doubled[job.id] = (now, i, n.index)
-            elif event == "delivered" and n.index == watch.victim:
+            elif event == "delivered" and n.index == watch.victim and not loading:
                 watch.by_victim.add(job.id)
 
         self.observers.append(observe)
