@@ -250,10 +250,15 @@ class Observing:
         assert handle is not None
         replace = handle.replace
         shutdown_rewrite = aof.shutdown_rewrite
-        state = {"shutdown": False, "on": False}
+        state = {"shutdown": False, "on": False, "flush": False}
+        flushed = aof.flushed
 
         def checked_replace(path: str, data: bytes) -> None:
-            rewriting = (aof.rewriting and state["on"]) or state["shutdown"]
+            # DEBUG FLUSHALL empties the file while a rewrite may run: that
+            # replace is the flush's, not the rewrite's (seed 711027).
+            rewriting = ((aof.rewriting and state["on"]) or state["shutdown"]) and not state[
+                "flush"
+            ]
             clean = not aof._buffer and not aof._unwritten and aof.last_write_error is None
             old = handle.read(path) if rewriting and clean and path == aof.path else None
             replace(path, data)
@@ -288,6 +293,14 @@ class Observing:
             finally:
                 state["shutdown"] = False
 
+        def flush() -> None:
+            state["flush"] = True
+            try:
+                flushed()
+            finally:
+                state["flush"] = False
+
         handle.replace = checked_replace  # type: ignore[method-assign]
+        aof.flushed = flush  # type: ignore[method-assign]
         aof.rewrite = rewrite  # type: ignore[method-assign]
         aof.shutdown_rewrite = shutdown  # type: ignore[method-assign]

@@ -321,6 +321,12 @@ def debug(ctx: Context, argv: list[bytes]) -> Reply:
         return err(DEBUG_REFUSED)
     sub = option(argv[1])
     if sub == b"flushall":
+        # Refused while the AOF cannot be written, as write commands are:
+        # the file would keep what memory dropped, and a restart would bring
+        # it back (simulator seed 711344).
+        misconf = ctx.server.aof.misconf()
+        if misconf is not None:
+            return misconf
         ctx.server.node.flush_all()
         ctx.server.aof.flushed()
         ctx.server.release_memory_after_a_drop(now=True)

@@ -28,7 +28,7 @@ import trio
 import trio.lowlevel
 
 from ..config import Config
-from ..core.job import JobState
+from ..core.job import Job, JobState
 from ..core.node import Node
 from ..core.records import aof_record, pending_by_job, replay
 from ..env import Disk, Env
@@ -93,6 +93,7 @@ class AppendOnlyFile:
         # the pages clean and reports the error once). Only a rewrite from
         # memory (a new file, fsynced, renamed over) ends the failure then.
         self._fsync_lost = False
+        self.flushes = 0  # DEBUG FLUSHALLs so far (a running rewrite drops their jobs)
         self._wakeup = trio.Event()
         self._progress = trio.Event()
         # Bus messages held until their records are written: (seq, send).
@@ -411,17 +412,24 @@ class AppendOnlyFile:
         try:
             snapshot = list(node.jobs.values())
             pending = pending_by_job(node)
-            parts: list[bytes] = []
+            flushes = self.flushes
+            parts: list[tuple[Job, bytes]] = []
             for i in range(0, len(snapshot), REWRITE_CHUNK):
                 for job in snapshot[i : i + REWRITE_CHUNK]:
                     if node.jobs.get(job.id) is job and (
                         record := aof_record(job, pending.get(job.id, ()))
                     ):
-                        parts.append(record)
+                        parts.append((job, record))
                 await trio.lowlevel.checkpoint()
+            if self.flushes != flushes:
+                # DEBUG FLUSHALL ran meanwhile: it writes no record, so the
+                # jobs it dropped must leave the snapshot here (they came
+                # back in the file, and at the next start: simulator seed
+                # 711027, a slow fsync stretching a rewrite).
+                parts = [(job, record) for job, record in parts if node.jobs.get(job.id) is job]
             self.write_now()  # records appended until now go in the buffer
             upto = self._appended
-            data = b"".join(parts) + b"".join(self.rewrite_buffer or ())
+            data = b"".join(record for _, record in parts) + b"".join(self.rewrite_buffer or ())
             self.disk.replace(self.path, data)
             self.disk.fsync(self.path)
         except OSError as e:
@@ -498,11 +506,18 @@ class AppendOnlyFile:
         (otherwise they would come back at the next start)."""
         self._buffer.clear()
         self._unwritten.clear()
+        self.flushes += 1
+        if self.rewrite_buffer is not None:
+            self.rewrite_buffer.clear()  # what a running rewrite gathered
         if self.state == "on":
             try:
                 self.disk.replace(self.path, b"")
             except OSError as e:
+                # The file still holds the jobs: the retry that works writes
+                # it again from memory (as after a failed fsync), not the
+                # records after it alone.
                 self._write_failed(e)
+                self._fsync_lost = True
                 return
             self.current_size = self.base_size = 0
 
