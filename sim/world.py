@@ -1580,11 +1580,11 @@ class World:
             told = msg.flags >> bus.VERSION_SHIFT & 0xFF
             incarnation = msg.flags >> bus.INCARNATION_SHIFT
             old = self.plan.old_version
-            if old is not None and old[0] == sender.index and sender.index not in self.bus_versions:
-                # Upgraded since: a frame its older incarnation sent may
-                # arrive late (bus chaos holds frames back; seed 711426).
-                if told == old[1]:
-                    theirs = old[1]
+            upgraded = old is not None and old[0] == sender.index not in self.bus_versions
+            if upgraded and old is not None and told == old[1]:
+                # A frame its older incarnation sent may arrive late (bus
+                # chaos holds frames back; seed 711426).
+                theirs = old[1]
             want = theirs if theirs >= bus.VERSION_FLAGS_VERSION else 0
             if told != want or bool(incarnation) != (theirs >= bus.HAVEJOBS_VERSION):
                 self._violate(
