@@ -229,7 +229,9 @@ class Explorer:
         self.resetting: dict[int, tuple[str, int]] = {}
         self.controlled: set[tuple[str, int]] = set()  # (node, incarnation) of controlled restarts
         # (node, incarnation) -> aof-enqueue-jobs-once was set before its SHUTDOWN
-        self.enqueue_once: dict[tuple[str, int], bool] = {}
+        # (node, incarnation) -> (aof-enqueue-jobs-once was set, when its
+        # SHUTDOWN REWRITE-AOF was sent)
+        self.enqueue_once: dict[tuple[str, int], tuple[bool, float]] = {}
         # (node, incarnation) -> the jobs its AOF's load queued
         self.queued_at_load: dict[tuple[str, int], set[str]] = {}
         # node name -> job id -> incarnation that answered its ACKJOB/FASTACK.
@@ -1653,7 +1655,7 @@ class Explorer:
             if once:
                 set_once = await self.call(i, "CONFIG", "SET", "aof-enqueue-jobs-once", "yes")
                 once = text(set_once) == "OK"
-            self.enqueue_once[node.name, incarnation] = once
+            self.enqueue_once[node.name, incarnation] = (once, trio.current_time())
             reply = await self.call(i, "SHUTDOWN", "REWRITE-AOF")
         except Unknown:
             # The connection closed: no reply, as in Redis, when the node
@@ -1718,7 +1720,13 @@ class Explorer:
             for job in node.server.node.jobs.values()
             if job.body is not None and job.state == JobState.QUEUED
         }
-        once = self.enqueue_once.pop((node.name, node.incarnation), False)
+        once, sent = self.enqueue_once.pop((node.name, node.incarnation), (False, 0.0))
+        stopped = trio.current_time()
+        if any(s <= stopped and e >= sent for s, e in world.disk_failures[node.index]):
+            # Its disk failed while it stopped: the rewrite at the exit could
+            # not be written, and the snapshot the command wrote is older
+            # (seed 711065: a job queued in the drain came back active).
+            once = False
         # Checked below (a clean stop excuses no amnesia, whatever the
         # fsync policy), not by the crash bookkeeping of World.restart.
         node.held_at_crash = {}
