@@ -160,6 +160,12 @@ async def heal_all(world: World) -> None:
     wiped identities forgotten."""
     world.net.heal()
     world.chaos.clear()
+    # A slow disk's stall in progress ends too (seed 711198: one outlived
+    # the heal by 3 s, and the calm checks read the stalled node's lag).
+    for node in world.nodes:
+        node.disk.slow_s = 0.0
+    for root in list(world.stalls):
+        world.release_stall(root)
     for window in world.fault_windows:
         # A membership change (a node replaced: a new ID, FORGET, MEET) is
         # not undone by healing: its window stays open until every node
