@@ -1603,6 +1603,11 @@ class Explorer:
                 for w in world.fault_windows
             ):
                 continue
+            if any(w[0] <= due and w[1] >= start for w in world._crash_windows):
+                # A holder may give it away (YOURJOBS) to any node: a crash
+                # anywhere may take it, and a RETRY 0 one is then lost, as
+                # at most once allows (seeds 712498, 293718070).
+                continue
             self.probe("leaving-added-checked")
             if not any(x <= due for x in times):
                 when = f"at t={times[0]:.2f}" if times else "never"
