@@ -56,9 +56,10 @@ Its checks (violations name them):
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import attrs
@@ -68,6 +69,7 @@ from disque_trio.core.cluster import LEAVING
 from disque_trio.core.job import Job, JobState
 from disque_trio.core.queue import PAUSED_IN, PAUSED_OUT, Pause
 from disque_trio.protocol.replies import ReplyError, Status
+from disque_trio.testing import RespClient
 
 from .plan import Plan
 from .probes import COMMAND_PROBES as COMMAND_PROBES
@@ -262,26 +264,30 @@ class Explorer:
     async def call(self, index: int, *args: Any) -> Any:
         """One command on a fresh connection to node ``index``; Unknown when
         a fault (a crash, a reset, a frozen node) got in the way."""
-        node = self.world.nodes[index]
-        if not node.up:
+        (reply,) = await self._session(index, args)
+        if isinstance(reply, ReplyError) and reply.code == "MISCONF":
+            # Its disk fails: the command changed nothing, or (held before
+            # the refusals began) its model is not to be trusted. The World
+            # judges the refusal itself.
+            self.world.check_disk_answer(index, None, text(reply))
+            self.disturbed[index] += 1
+        return reply
+
+    @contextlib.asynccontextmanager
+    async def _connected(self, i: int) -> AsyncIterator[RespClient]:
+        """A fresh connection to node ``i``, closed after; Unknown when the
+        node is down or a fault broke the connection. The caller bounds the
+        time."""
+        if not self.world.nodes[i].up:
             raise Unknown("down")
-        with trio.move_on_after(CALL_TIMEOUT_S):
+        try:
+            client = await self.world.client(i)
             try:
-                client = await self.world.client(index)
-                try:
-                    reply = await client.call(*args)
-                finally:
-                    await client.aclose()
-                if isinstance(reply, ReplyError) and reply.code == "MISCONF":
-                    # Its disk fails: the command changed nothing, or (held
-                    # before the refusals began) its model is not to be
-                    # trusted. The World judges the refusal itself.
-                    self.world.check_disk_answer(index, None, text(reply))
-                    self.disturbed[index] += 1
-                return reply
-            except CONN_ERRORS as e:
-                raise Unknown(type(e).__name__) from e
-        raise Unknown("timeout")
+                yield client
+            finally:
+                await client.aclose()
+        except CONN_ERRORS as e:
+            raise Unknown(type(e).__name__) from e
 
     def epoch(self, i: int) -> tuple[int, ...]:
         node = self.world.nodes[i]
@@ -1160,17 +1166,9 @@ class Explorer:
     async def _session(self, i: int, *commands: tuple[Any, ...]) -> list[Any]:
         """Several commands on one fresh connection, in turn; Unknown when a
         fault got in the way."""
-        if not self.world.nodes[i].up:
-            raise Unknown("down")
         with trio.move_on_after(CALL_TIMEOUT_S):
-            try:
-                client = await self.world.client(i)
-                try:
-                    return [await client.call(*args) for args in commands]
-                finally:
-                    await client.aclose()
-            except CONN_ERRORS as e:
-                raise Unknown(type(e).__name__) from e
+            async with self._connected(i) as client:
+                return [await client.call(*args) for args in commands]
         raise Unknown("timeout")
 
     async def _odd_commands(self) -> None:
@@ -1297,44 +1295,27 @@ class Explorer:
     async def _odd_protocols(self, i: int, rng: random.Random) -> None:
         """An inline PING, a RESP3 connection (HELLO 3) reading a queue's
         stats and a job, and a MONITOR that goes after a moment."""
-        node = self.world.nodes[i]
-        if not node.up:
-            raise Unknown("down")
         with trio.move_on_after(CALL_TIMEOUT_S):
-            try:
-                client = await self.world.client(i)
-                try:
-                    await client.send_raw(b"PING\r\n")
-                    pong = await client.read()
-                    self._odd_judge(i, "inline PING", pong, text(pong) == "PONG")
-                    hello = await client.call("HELLO", 3)
-                    stat = await client.call("QSTAT", WILD)
-                    ok = not isinstance(hello, ReplyError) and not isinstance(stat, ReplyError)
-                    self._odd_judge(i, "HELLO 3 then QSTAT", [hello, stat], ok)
-                    self.probe("odd-resp3")
-                    monitor = await client.call("MONITOR")
-                    self._odd_judge(i, "MONITOR", monitor, text(monitor) == "OK")
-                    await trio.sleep(rng.uniform(0.01, 0.3))
-                finally:
-                    await client.aclose()
-            except CONN_ERRORS as e:
-                raise Unknown(type(e).__name__) from e
+            async with self._connected(i) as client:
+                await client.send_raw(b"PING\r\n")
+                pong = await client.read()
+                self._odd_judge(i, "inline PING", pong, text(pong) == "PONG")
+                hello = await client.call("HELLO", 3)
+                stat = await client.call("QSTAT", WILD)
+                ok = not isinstance(hello, ReplyError) and not isinstance(stat, ReplyError)
+                self._odd_judge(i, "HELLO 3 then QSTAT", [hello, stat], ok)
+                self.probe("odd-resp3")
+                monitor = await client.call("MONITOR")
+                self._odd_judge(i, "MONITOR", monitor, text(monitor) == "OK")
+                await trio.sleep(rng.uniform(0.01, 0.3))
 
     async def _odd_blocked_cut(self, i: int, rng: random.Random) -> None:
         """A client blocked in GETJOB on the empty queue goes away."""
-        if not self.world.nodes[i].up:
-            raise Unknown("down")
         with trio.move_on_after(CALL_TIMEOUT_S):
-            try:
-                client = await self.world.client(i)
-                try:
-                    await client.send("GETJOB", "TIMEOUT", 3000, "FROM", EMPTY_Q, f"xm{i}x")
-                    await trio.sleep(rng.uniform(0.01, 0.3))
-                    self.probe("odd-blocked-cut")
-                finally:
-                    await client.aclose()
-            except CONN_ERRORS as e:
-                raise Unknown(type(e).__name__) from e
+            async with self._connected(i) as client:
+                await client.send("GETJOB", "TIMEOUT", 3000, "FROM", EMPTY_Q, f"xm{i}x")
+                await trio.sleep(rng.uniform(0.01, 0.3))
+                self.probe("odd-blocked-cut")
 
     # ------------------------------------------------------------- admin
 

@@ -235,18 +235,18 @@ class SimStream(trio.abc.Stream):
         # bounded one (net.buffer) takes what it has room for, and the rest
         # waits for the receiver to read.
         await trio.lowlevel.checkpoint_if_cancelled()
-        view = memoryview(bytes(data))
-        while True:
-            if self.outgoing.broken:
-                raise trio.BrokenResourceError("connection reset (partition)")
-            view = view[self.write_nowait(view) :]
-            if not view:
-                return
+        if self.outgoing.broken:
+            raise trio.BrokenResourceError("connection reset (partition)")
+        written = self.write_nowait(data)  # all of it unless the pipe is bounded and full
+        while written < len(data):
             await self.outgoing.wait_room()
             if self.closed:
                 raise trio.ClosedResourceError("stream closed")
             if self.outgoing.done:
                 return  # the receiver is gone: the rest vanishes, as before
+            if self.outgoing.broken:
+                raise trio.BrokenResourceError("connection reset (partition)")
+            written += self.write_nowait(memoryview(data)[written:])
 
     def write_nowait(self, data: bytes | bytearray | memoryview) -> int:
         """What ``sockio.write_nowait`` calls: the bytes the wire takes now,
