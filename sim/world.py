@@ -454,6 +454,9 @@ class World:
         # job id -> when a workload client sent NACK, ENQUEUE or WORKING for
         # it (a reason for a holder to move its timer: nack-delay-told)
         self.commands_at: dict[str, list[float]] = {}
+        # job id -> (node index, time) of each re-queue a queue paused in
+        # put off by its RETRY (failover-timely).
+        self.requeue_paused: dict[str, list[tuple[int, float]]] = {}
         # job id -> (sent at, delay s, node index) of the last NACK or
         # ENQUEUE DELAY a node took for it (aof-keeps-delay)
         self.delays_at: dict[str, tuple[float, int, int]] = {}
@@ -1168,6 +1171,10 @@ class World:
                     self._told_pending.append(
                         (trio.current_time(), node.index, node.incarnation, job.id)
                     )
+            elif event == "requeue-paused":
+                self.requeue_paused.setdefault(job.id, []).append(
+                    (node.index, trio.current_time())
+                )
             elif event == "queued":
                 if not loading:
                     self.queued_at.setdefault(job.id, []).append(trio.current_time())
@@ -2094,6 +2101,13 @@ class World:
             return  # its consumer there was heard of (WORKING) once it was back
         if any(t >= cut - NACK_DELAY_MAX_S for t in self.commands_at.get(job_id, ())):
             return  # a client's NACK, ENQUEUE or WORKING: its own timing
+        paused = {i for i, t in self.requeue_paused.get(job_id, ()) if t >= cut}
+        if undisturbed and paused.issuperset(undisturbed):
+            # Each holder that could queue it found its queue paused in and
+            # put the re-queue off by the job's RETRY, as a paused queue
+            # does (seed 711294: the wild queue's PAUSE in on the only
+            # undisturbed holder, sent by the explorer after the cut).
+            return
         able = len(undisturbed) == len(holders) == watch.copies[job_id]
         if watch.restarted is None and len(holders) > 1 and able:
             # failover-once: not queued by two of its holders at once (before

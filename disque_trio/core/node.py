@@ -1149,6 +1149,7 @@ class Node:
             # Paused in input: postpone. RETRY 0 jobs (delayed ones) are
             # queued anyway, or they would be leaked.
             job.qtime = now + job.retry * 1000 + self.time_error()
+            self.probe("requeue-paused", job)
             return
         self.enqueue(job)
 

@@ -227,12 +227,16 @@ def test_working_pushes_requeue() -> None:
 
 def test_paused_in_postpones_retry_requeue() -> None:
     node, clock = make_node()
+    seen: list[tuple[str, str]] = []
+    node.observers.append(lambda event, j: seen.append((event, j.id)))
     a = add(node, "q", "b", "RETRY", 5)
     get(node, "q")
     run(node, "PAUSE", "q", "in")
     elapse(node, clock, 20_000)
     j = job(node, a)
     assert j.state == JobState.ACTIVE and j.deliveries == 0
+    # Told to observers (the simulator's failover-timely does not expect it queued).
+    assert ("requeue-paused", a) in seen
     assert j.qtime > clock.ms  # pushed, not dropped
     run(node, "PAUSE", "q", "none")
     elapse(node, clock, 5300)
