@@ -86,6 +86,7 @@ __all__ = [
     "StringKind",
     "WordsKind",
     "format_memory",
+    "glob_regex",
     "parse_argv",
     "parse_memory",
     "quote_arg",
@@ -401,12 +402,26 @@ class OutputBufferLimit:
 
 @attrs.frozen
 class OutputBufferLimitKind(Kind[OutputBufferLimit]):
-    """`normal <hard> <soft> <soft-seconds>`; CONFIG SET takes groups of four."""
+    """`normal <hard> <soft> <soft-seconds>`; CONFIG SET takes groups of four.
 
-    min_args = 4
-    max_args = 4
+    With ``classless`` (pubsub-output-buffer-limit), just `<hard> <soft>
+    <soft-seconds>`."""
+
+    classless: bool = False
+
+    @property
+    def min_args(self) -> int:  # type: ignore[override]
+        return 3 if self.classless else 4
+
+    @property
+    def max_args(self) -> int:  # type: ignore[override]
+        return 3 if self.classless else 4
 
     def parse(self, args: Sequence[str]) -> OutputBufferLimit:
+        if self.classless:
+            if len(args) != 3:
+                raise _BadValue("must be: <hard limit> <soft limit> <soft seconds>")
+            return self._limits(args)
         if not args or len(args) % 4:
             raise _BadValue("must be: normal <hard limit> <soft limit> <soft seconds>")
         limit = OutputBufferLimit()
@@ -415,18 +430,29 @@ class OutputBufferLimitKind(Kind[OutputBufferLimit]):
         return limit
 
     def _parse_group(self, args: Sequence[str]) -> OutputBufferLimit:
+        if args[0].lower() == "pubsub":
+            raise _BadValue(
+                "the pubsub class is set with pubsub-output-buffer-limit "
+                "<hard> <soft> <soft seconds>"
+            )
         if args[0].lower() != "normal":
             raise _BadValue(f"unknown client class '{args[0]}' (disque has only 'normal')")
-        hard, soft = (MemoryKind().parse([arg]) for arg in args[1:3])
-        seconds = IntKind(low=0).parse(args[3:])
+        return self._limits(args[1:])
+
+    @staticmethod
+    def _limits(args: Sequence[str]) -> OutputBufferLimit:
+        hard, soft = (MemoryKind().parse([arg]) for arg in args[0:2])
+        seconds = IntKind(low=0).parse(args[2:])
         return OutputBufferLimit(hard, soft, seconds)
 
     def show(self, value: OutputBufferLimit) -> str:
-        return f"normal {value.hard} {value.soft} {value.soft_seconds}"
+        limits = f"{value.hard} {value.soft} {value.soft_seconds}"
+        return limits if self.classless else f"normal {limits}"
 
     def conf_args(self, value: OutputBufferLimit) -> str:
         hard, soft = format_memory(value.hard), format_memory(value.soft)
-        return f"normal {hard} {soft} {value.soft_seconds}"
+        limits = f"{hard} {soft} {value.soft_seconds}"
+        return limits if self.classless else f"normal {limits}"
 
     def set_args(self, value: str) -> list[str]:
         return value.split()
@@ -492,6 +518,7 @@ class Directive:
 ConfigValue: TypeAlias = int | bool | str | tuple[str, ...] | OutputBufferLimit | None
 
 _NO_OUTPUT_LIMIT = OutputBufferLimit()
+_PUBSUB_OUTPUT_LIMIT = OutputBufferLimit(32 * _MB, 8 * _MB, 60)
 _LOGLEVELS = ("debug", "verbose", "notice", "warning")
 _FACILITIES = ("user", *(f"local{n}" for n in range(8)))
 
@@ -557,6 +584,12 @@ class Config:
     # shared mutable default, whatever RUF009 guesses from the annotation.)
     client_output_buffer_limit: OutputBufferLimit = _directive(  # noqa: RUF009
         OutputBufferLimitKind(), _NO_OUTPUT_LIMIT, mutable=True
+    )
+    # A subscriber (SUBSCRIBE, PSUBSCRIBE) whose unsent messages reach
+    # <hard> bytes, or stay above <soft> for <soft-seconds>, is disconnected
+    # (Redis' client-output-buffer-limit pubsub, and its default).
+    pubsub_output_buffer_limit: OutputBufferLimit = _directive(  # noqa: RUF009
+        OutputBufferLimitKind(classless=True), _PUBSUB_OUTPUT_LIMIT, mutable=True
     )
     # Capped to 1..500 rather than refused, as the original does.
     hz: int = _directive(IntKind(1, 500, clamp=True), 10, mutable=True)
@@ -650,7 +683,7 @@ class Config:
 
     def config_get(self, pattern: str) -> list[tuple[str, str]]:
         """CONFIG GET: (name, value) for the directives whose name matches the glob."""
-        regex = _glob_regex(pattern)
+        regex = glob_regex(pattern)
         return [
             (name, d.kind.show(self.get(name)))
             for name, d in DIRECTIVES.items()
@@ -880,8 +913,9 @@ def usage(prog: str = "disque-trio") -> str:
 # --------------------------------------------------------------------------
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """Translate a Redis glob (`*`, `?`, `[a-z]`, `[^x]`, `\\x`) into a regex."""
+def glob_regex(pattern: str, fold_case: bool = True) -> re.Pattern[str]:
+    """Translate a Redis glob (`*`, `?`, `[a-z]`, `[^x]`, `\\x`) into a regex
+    (case-insensitive for CONFIG GET; PSUBSCRIBE's patterns are not)."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -900,7 +934,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(c))
         i += 1
-    return re.compile("".join(out), re.IGNORECASE | re.DOTALL)
+    return re.compile("".join(out), (re.IGNORECASE if fold_case else 0) | re.DOTALL)
 
 
 def _glob_class(pattern: str, i: int) -> tuple[str, int]:

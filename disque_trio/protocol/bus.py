@@ -28,7 +28,9 @@ the sender now has some: it asks again at once instead of after its
 broadcast back-off. DELIVERED (110, ours, version 8) tells a job's other
 holders that the sender handed it to a consumer: no fail-over for it, and
 no re-queue before RETRY from then (a cheaper WORKING, sent for every
-delivery). ``body`` is
+delivery). PUBLISH (111, ours, version 9) carries a client's PUBLISH to
+the subscribers of every other node (at most once: a node that is not
+linked misses it). ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -120,6 +122,7 @@ __all__ = [
     "NODE_FLAG_PFAIL",
     "NONCE_LEN",
     "PROTOCOL_VERSION",
+    "PUBLISH_VERSION",
     "RELAY_VERSION",
     "SINCE_VERSION",
     "VERSION_FLAGS_VERSION",
@@ -153,6 +156,7 @@ __all__ = [
     "Pong",
     "Port",
     "Postpone",
+    "Publish",
     "QueueLength",
     "Queued",
     "Refused",
@@ -172,9 +176,9 @@ __all__ = [
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
 # FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED; 7: a POSTPONE
 # relayed by a holder, FLAG_RELAYED; 8: HAVEJOBS, DELIVERED, and the
-# sender's incarnation in a heartbeat's flags). Two nodes speak
+# sender's incarnation in a heartbeat's flags; 9: PUBLISH). Two nodes speak
 # the highest both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 8
+PROTOCOL_VERSION: Final = 9
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -222,6 +226,7 @@ VERSION_FLAGS_VERSION: Final = 4
 INCARNATION_SHIFT: Final = 24
 INCARNATION_BITS: Final = 32
 HAVEJOBS_VERSION: Final = 8
+PUBLISH_VERSION: Final = 9
 
 # The shapes core/ids.py makes (protocol/ imports nothing of the node).
 _NODE_ID_LEN: Final = 40
@@ -264,6 +269,7 @@ class MsgType(enum.IntEnum):
     REFUSED = 108  # ours: delete your copy, its ADDJOB was answered -NOREPL
     HAVEJOBS = 109  # ours: you asked for jobs of this queue; I have some now
     DELIVERED = 110  # ours: a consumer of mine has this job (no fail-over for it)
+    PUBLISH = 111  # ours: a client's PUBLISH, for the subscribers here
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -611,6 +617,18 @@ class JobCopy:
     nodes_delivered: tuple[NodeId, ...]
 
 
+@attrs.frozen
+class Publish:
+    """A client of the sender published ``message`` on ``channel``: deliver
+    it to this node's subscribers (channels and patterns), and pass it on
+    to nobody (the sender told every node it is linked to)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.PUBLISH
+
+    channel: bytes
+    message: bytes
+
+
 Message: TypeAlias = (
     Handshake
     | Auth
@@ -638,6 +656,7 @@ Message: TypeAlias = (
     | NodeStats
     | FindJob
     | JobCopy
+    | Publish
 )
 
 
@@ -1002,6 +1021,7 @@ SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
         Refused: 6,
         HaveJobs: HAVEJOBS_VERSION,
         Delivered: HAVEJOBS_VERSION,
+        Publish: PUBLISH_VERSION,
     }
 )
 

@@ -21,6 +21,7 @@ Python value        RESP2                      RESP3
 ``float``           bulk string                ``,`` double
 ``bool``            ``:1`` / ``:0``            ``#t`` / ``#f``
 ``Verbatim``        bulk string                ``=`` verbatim string (txt)
+``Push``            ``*n`` array               ``>n`` push (pub/sub)
 ==================  =========================  ============================
 """
 
@@ -65,6 +66,14 @@ class Verbatim(str):
     __slots__ = ()
 
 
+class Push(tuple):  # type: ignore[type-arg]
+    """Out-of-band data (a pub/sub message, a subscription's confirmation):
+    an array in RESP2, a push frame in RESP3, so that a RESP3 client can
+    tell it from a command's reply on the same connection."""
+
+    __slots__ = ()
+
+
 class _NullArray(enum.Enum):
     """The RESP2 null multi-bulk ``*-1`` (GETJOB timeout, QSTAT of no queue)."""
 
@@ -75,7 +84,7 @@ NULL_ARRAY = _NullArray.NULL_ARRAY
 
 Reply: TypeAlias = (
     "Status | ReplyError | int | bytes | str | _NullArray | float | bool"
-    " | Verbatim | list[Reply] | tuple[Reply, ...] | dict[str | bytes, Reply] | None"
+    " | Verbatim | Push | list[Reply] | tuple[Reply, ...] | dict[str | bytes, Reply] | None"
 )
 
 OK = Status("OK")

@@ -86,6 +86,7 @@ from typing import Any, Final
 
 from disque_trio.protocol.replies import (
     NULL_ARRAY,
+    Push,
     Reply,
     ReplyError,
     Status,
@@ -634,6 +635,16 @@ def _enc_list(out: bytearray, reply: object, proto: int) -> None:
     _enc_array(out, reply, proto)
 
 
+def _enc_push(out: bytearray, reply: object, proto: int) -> None:
+    assert isinstance(reply, tuple)
+    if proto >= 3:
+        out += b">%d\r\n" % len(reply)
+        for item in reply:
+            encode_into(out, item, proto)
+    else:
+        _enc_array(out, reply, proto)
+
+
 def _enc_dict(out: bytearray, reply: object, proto: int) -> None:
     assert isinstance(reply, dict)
     out += (b"%%%d\r\n" if proto >= 3 else b"*%d\r\n") % (
@@ -662,6 +673,7 @@ _ENCODERS: dict[type, _Encoder] = {
     _NullArray: _enc_null_array,
     list: _enc_list,
     tuple: _enc_list,
+    Push: _enc_push,
     dict: _enc_dict,
 }
 

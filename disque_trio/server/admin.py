@@ -15,7 +15,16 @@ from typing import Any
 from ..config import PROTECTED, ConfigError
 from ..core.args import option, parse_int, text
 from ..core.commands import Command
-from ..protocol.replies import OK, SYNTAX_ERROR, Reply, ReplyError, Status, Verbatim, err
+from ..protocol.replies import (
+    OK,
+    SYNTAX_ERROR,
+    Push,
+    Reply,
+    ReplyError,
+    Status,
+    Verbatim,
+    err,
+)
 from . import clustercmds, info
 from .client import Client
 from .host import Context, ServerHost
@@ -28,6 +37,10 @@ def ping(ctx: Context, argv: list[bytes]) -> Reply:
     """PING [message]"""
     if len(argv) > 2:
         return err("wrong number of arguments for 'ping' command")
+    sub = ctx.client.pubsub
+    if sub is not None and sub.count() and ctx.client.proto < 3:
+        # A RESP2 subscriber: the answer is a message (Redis' shape).
+        return Push(("pong", argv[1] if len(argv) == 2 else b""))
     return argv[1] if len(argv) == 2 else Status("PONG")
 
 

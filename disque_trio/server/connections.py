@@ -48,10 +48,11 @@ from ..config import Config
 from ..core.waiters import Waiter
 from ..protocol.replies import Reply, ReplyError
 from ..protocol.resp import ProtocolError, encode_into, make_parser
-from .client import Client
+from .client import Client, Subscriber
 from .grace import Grace
 from .listen import accept_loop
 from .logs import VERBOSE
+from .pubsub import PubSub, Several
 from .sockio import receive_some, send_all
 
 log = logging.getLogger("disque_trio.client")
@@ -90,6 +91,7 @@ class ClientHost(Protocol):
     """What a client connection needs of the node (``NodeServer``)."""
 
     config: Config
+    pubsub: PubSub
     stat_net_in: int
     stat_net_out: int
     stat_query_buffer_closed: int
@@ -227,6 +229,7 @@ async def serve_client(
                 client.cancel_scope = scope
                 connection = _Connection(host, client, stream, graces)
                 async with trio.open_nursery() as nursery:
+                    connection.nursery = nursery
                     nursery.start_soon(connection.reader)
                     await connection.executor()
                     nursery.cancel_scope.cancel()
@@ -262,6 +265,12 @@ class _Connection:
         self._turn_scope = trio.CancelScope()
         self._parked = trio.Event()
         self._parked.set()
+        # Once the client subscribed (pubsub.py), a pump task writes its
+        # outbox, where its replies go too; the lock keeps the pump and a
+        # last flush at the end from writing at once.
+        self.nursery: trio.Nursery | None = None
+        self._pump_started = False
+        self._write_lock = trio.Lock()
 
     # ------------------------------------------------------------ executor
 
@@ -300,6 +309,7 @@ class _Connection:
                 await self._settle(run)
                 encode_into(out, ReplyError("ERR", f"Protocol error: {e}"), 2)
                 await self._commit_and_send()
+                await self._flush_outbox()
                 raise _Disconnected from None
             if argv is None:
                 if await self._settle_at_end(run):
@@ -313,9 +323,14 @@ class _Connection:
                 continue
             if isinstance(reply, Waiter):
                 reply = await self._wait(reply)
-            encode_into(out, reply, client.proto)
+            if type(reply) is Several:
+                for each in reply:
+                    encode_into(out, each, client.proto)
+            else:
+                encode_into(out, reply, client.proto)
             if client.close_after_reply:
                 await self._commit_and_send()
+                await self._flush_outbox()
                 raise _Disconnected
             if client.monitoring:
                 await self._commit_and_send()
@@ -371,11 +386,50 @@ class _Connection:
             # acknowledge jobs a crash would lose. Send none of them; the
             # client sees the connection drop, later writes get -MISCONF.
             raise _Disconnected
+        sub = self.client.pubsub
+        if sub is not None:
+            # A subscriber: the replies join its messages, in order.
+            host.pubsub.release(sub, bytes(out))
+            out.clear()
+            if not self._pump_started and self.nursery is not None:
+                self._pump_started = True
+                self.nursery.start_soon(self._pump, sub)
+            return
         if out:
             host.stat_net_out += len(out)
             data = bytes(out)
             out.clear()
             await send_all(self.stream, data)
+
+    async def _pump(self, sub: Subscriber) -> None:
+        """A subscriber's writer: the outbox to the socket, as it fills.
+        Reading goes on meanwhile (the executor), so a subscriber may
+        (un)subscribe at any time; one that does not read what it is sent
+        fills its outbox until pubsub-output-buffer-limit drops it."""
+        host = self.host
+        while True:
+            if not sub.outbox:
+                sub.wake = trio.Event()
+                await sub.wake.wait()
+                continue
+            async with self._write_lock:
+                data = sub.take()
+                host.stat_net_out += len(data)
+                await send_all(self.stream, data)
+                host.pubsub.written(sub, len(data))
+
+    async def _flush_outbox(self) -> None:
+        """Before the connection closes (QUIT, a protocol error): what the
+        outbox holds, the last reply among it, is written."""
+        sub = self.client.pubsub
+        if sub is None or not sub.outbox:
+            return
+        async with self._write_lock:
+            while sub.outbox:
+                data = sub.take()
+                self.host.stat_net_out += len(data)
+                await send_all(self.stream, data)
+                self.host.pubsub.written(sub, len(data))
 
     async def _wait(self, waiter: Waiter) -> Reply:
         """A blocked command: send the replies before it, then wait for the

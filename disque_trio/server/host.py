@@ -27,6 +27,7 @@ from .aof import AppendOnlyFile
 from .client import Client
 from .latency import LatencyMonitor
 from .peers import Bus
+from .pubsub import PubSub
 from .slowlog import SlowLog
 from .tls import TlsContexts, TlsStream
 
@@ -37,6 +38,7 @@ class ServerHost(Protocol):
     node: Node
     aof: AppendOnlyFile
     bus: Bus
+    pubsub: PubSub
     tls: TlsContexts
     clients: dict[int, Client]
     commands: dict[str, Command]

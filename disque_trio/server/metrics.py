@@ -69,6 +69,7 @@ async def render(server: ServerHost, view: NodeView) -> str:
     _jobs(out, server, view)
     await _queues(out, server, view)
     _clients(out, server)
+    _pubsub(out, server)
     _cluster(out, server, view)
     _persistence(out, server)
     return out.text()
@@ -204,6 +205,45 @@ def _clients(out: Exposition, server: ServerHost) -> None:
         server.config.maxmemory,
     )
     out.one("disque_uptime_seconds", "gauge", "Seconds since the node started.", server.uptime_s())
+
+
+def _pubsub(out: Exposition, server: ServerHost) -> None:
+    hub = server.pubsub
+    out.one(
+        "disque_pubsub_channels", "gauge", "Channels with a subscriber here.", len(hub.channels)
+    )
+    out.one(
+        "disque_pubsub_patterns", "gauge", "Patterns with a subscriber here.", len(hub.patterns)
+    )
+    out.one(
+        "disque_pubsub_subscribers",
+        "gauge",
+        "Clients here with a channel or pattern subscribed.",
+        hub.subscribed_clients(),
+    )
+    out.one(
+        "disque_pubsub_buffered_bytes",
+        "gauge",
+        "Messages and replies waiting to be written to subscribers here.",
+        hub.buffered(),
+    )
+    out.add(
+        "disque_pubsub_messages_total",
+        "counter",
+        "Pub/sub messages: published by clients here, received from other "
+        "nodes, delivered to subscribers here.",
+        [
+            ({"way": "published"}, hub.published),
+            ({"way": "received"}, hub.received),
+            ({"way": "delivered"}, hub.delivered),
+        ],
+    )
+    out.one(
+        "disque_pubsub_dropped_clients_total",
+        "counter",
+        "Subscribers disconnected over pubsub-output-buffer-limit.",
+        hub.dropped_clients,
+    )
 
 
 def _cluster(out: Exposition, server: ServerHost, view: NodeView) -> None:

@@ -64,6 +64,7 @@ from .host import Context
 from .latency import LatencyMonitor
 from .logs import VERBOSE, set_log_level
 from .peers import Bus
+from .pubsub import PUBSUB_COMMANDS, SUBSCRIBED_OK, PubSub, on_bus_publish, subscribed_only
 from .slowlog import SlowLog
 from .timer import Cron, Timer
 from .tls import TlsContexts, TlsHandshakeError
@@ -181,7 +182,12 @@ class NodeServer:
         self.bus = Bus(self, table, self._dispatch)
         self.aof = AppendOnlyFile(self)
         self._loaded = False
-        self.commands: dict[str, Command] = {**CORE_COMMANDS, **admin.SHELL_COMMANDS}
+        self.commands: dict[str, Command] = {
+            **CORE_COMMANDS,
+            **admin.SHELL_COMMANDS,
+            **PUBSUB_COMMANDS,
+        }
+        self.pubsub = PubSub()
         # Raw name bytes -> command, so the hot path skips decode and lower().
         self._by_raw_name: dict[bytes, Command] = {}
         self.clients: dict[int, Client] = {}
@@ -525,6 +531,8 @@ class NodeServer:
     def drop_client(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         self.monitors.pop(client.id, None)
+        if client.pubsub is not None:
+            self.pubsub.drop(client)
         if client.blocked is not None:
             self.node.cancel_wait(client.blocked)
             client.blocked = None
@@ -560,6 +568,9 @@ class NodeServer:
             return err(f"wrong number of arguments for '{cmd.name}' command")
         if not client.authenticated and cmd.name not in _NOAUTH_OK:
             return NOAUTH
+        sub = client.pubsub
+        if sub is not None and client.proto < 3 and cmd.name not in SUBSCRIBED_OK and sub.count():
+            return subscribed_only(cmd.name)
         if "denyoom" in cmd.flags and self.node.memory_level() >= 3:
             return OOM
         if self.aof.last_write_error is not None and "write" in cmd.flags:
@@ -769,6 +780,11 @@ class NodeServer:
             self.bus.sync_links_if_moved()
         elif isinstance(msg, bus.Fail):
             table.on_fail(msg, self.env.clock.wall_ms())
+        elif type(msg) is bus.Publish:
+            peer = table.nodes.get(sender)
+            if peer is not None:
+                table.heard_from(peer)
+                on_bus_publish(self.pubsub, msg)
         elif type(msg) in _OBSERVING:  # a dashboard's questions and answers
             peer = table.nodes.get(sender)
             if peer is not None:
@@ -918,12 +934,17 @@ class NodeServer:
         self._slow_us = self.config.slowlog_log_slower_than
         self._slow_max = self.config.slowlog_max_len
         self._latency_ms = self.config.latency_monitor_threshold
+        limit = self.config.pubsub_output_buffer_limit
+        self.pubsub.hard, self.pubsub.soft = limit.hard, limit.soft
+        self.pubsub.soft_seconds = limit.soft_seconds
 
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT."""
         self.stat_connections = self.stat_commands = self.stat_rejected = 0
         self.stat_query_buffer_closed = self.stat_net_in = self.stat_net_out = 0
         self.stat_tls_refused = 0
+        hub = self.pubsub
+        hub.published = hub.received = hub.delivered = hub.dropped_clients = 0
         self.node.stats.reset()
         self.slowlog.reset()
         self.peak_memory = self.used_memory()

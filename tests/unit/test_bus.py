@@ -42,6 +42,7 @@ from disque_trio.protocol.bus import (
     Ping,
     Pong,
     Postpone,
+    Publish,
     Queued,
     QueueLength,
     Refused,
@@ -126,6 +127,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     NeedJobs: st.builds(NeedJobs, queue=queue_names, count=small_uints),
     HaveJobs: st.builds(HaveJobs, queue=queue_names),
     Delivered: st.builds(Delivered, job_id=job_ids),
+    Publish: st.builds(Publish, channel=st.binary(max_size=40), message=st.binary(max_size=200)),
     YourJobs: st.builds(YourJobs, jobs=st.lists(job_data, max_size=4).map(tuple)),
     Working: st.builds(Working, job_id=job_ids),
     Pause: st.builds(Pause, queue=queue_names, flags=st.integers(0, 3)),
@@ -697,7 +699,9 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     # 7: a POSTPONE relayed by a holder (a flag, no new message).
     assert bus.RELAY_VERSION == 7
     # 8: HAVEJOBS, and the sender's incarnation in a heartbeat's flags.
-    assert bus.SINCE_VERSION[HaveJobs] == bus.HAVEJOBS_VERSION == 8 == PROTOCOL_VERSION
+    assert bus.SINCE_VERSION[HaveJobs] == bus.HAVEJOBS_VERSION == 8
+    # 9: PUBLISH, a client's pub/sub message for the other nodes' subscribers.
+    assert bus.SINCE_VERSION[Publish] == bus.PUBLISH_VERSION == 9 == PROTOCOL_VERSION
 
 
 def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:
