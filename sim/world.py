@@ -359,6 +359,13 @@ class _SchedulerRandom(random.Random):
             self.world.hold_stalled(x)
 
 
+def _heartbeat_tells(version: int) -> tuple[int, bool]:
+    """What a heartbeat of a release speaking ``version`` tells in its
+    flags: its version (from protocol 4), an incarnation (from 8)."""
+    told = version if version >= bus.VERSION_FLAGS_VERSION else 0
+    return told, version >= bus.HAVEJOBS_VERSION
+
+
 class World:
     def __init__(self, plan: Plan, **config: Any) -> None:
         self.plan = plan
@@ -1588,12 +1595,16 @@ class World:
             incarnation = msg.flags >> bus.INCARNATION_SHIFT
             old = self.plan.old_version
             upgraded = old is not None and old[0] == sender.index not in self.bus_versions
-            if upgraded and old is not None and told == old[1]:
+            if (
+                upgraded
+                and old is not None
+                and (told, bool(incarnation)) == _heartbeat_tells(old[1])
+            ):
                 # A frame its older incarnation sent may arrive late (bus
-                # chaos holds frames back; seed 711426).
+                # chaos holds frames back; seed 711426; from a release
+                # before protocol 4, telling no version: seed 720936).
                 theirs = old[1]
-            want = theirs if theirs >= bus.VERSION_FLAGS_VERSION else 0
-            if told != want or bool(incarnation) != (theirs >= bus.HAVEJOBS_VERSION):
+            if (told, bool(incarnation)) != _heartbeat_tells(theirs):
                 self._violate(
                     f"version-gated: {sender.name} (protocol {theirs}) sent a "
                     f"{type(msg).__name__} telling version {told}, incarnation {incarnation}"
@@ -1971,6 +1982,19 @@ class World:
 
         def observe(n: SimNode, event: str, job: Job, loading: bool) -> None:
             if job.id not in jobs:
+                return
+            if (
+                event == "queued"
+                and n.index == watch.victim
+                and n.incarnation != watch.incarnation
+                and not loading
+            ):
+                # The victim, restarted, queued it again itself (its AOF
+                # kept the copy): queued on a node that is up, which is what
+                # the fail-over is for (seed 720035: n1 came back before any
+                # FAIL and re-queued it a second later; the one other holder
+                # rightly stood down at its QUEUED).
+                watch.taken.setdefault(job.id, trio.current_time())
                 return
             if event == "queued" and n.index != watch.victim:
                 now = trio.current_time()

@@ -458,6 +458,11 @@ class Node:
         self._last_now = now
         return now
 
+    def clock_lag_ms(self) -> int:
+        """How far back the wall clock stepped that ``now_ms`` still
+        absorbs, as of its last call (0: none; follow_clock ends it)."""
+        return self._clock_lag
+
     def follow_clock(self) -> None:
         """Catch up with a wall clock that went back, keeping the time left
         on every timer of the node.
