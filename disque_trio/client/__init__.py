@@ -23,7 +23,7 @@ rest of the package.
 from __future__ import annotations
 
 from . import commands
-from .aio import AsyncClient
+from .aio import AsyncClient, AsyncSubscription
 from .cluster import Backoff, ProducerTracker, Router, Seeds, parse_nodes
 from .errors import (
     AddJobsError,
@@ -47,8 +47,9 @@ from .errors import (
 )
 from .held import HeldJobs, Reassert, ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
+from .pubsub import Message
 from .scan import Scan
-from .sync import Client
+from .sync import Client, Subscription
 from .types import Address, HelloInfo, Job, JobInfo, NodeInfo, QueueStats, ScanPage
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "AddJobsError",
     "Address",
     "AsyncClient",
+    "AsyncSubscription",
     "AuthenticationError",
     "Backoff",
     "BadIdError",
@@ -72,6 +74,7 @@ __all__ = [
     "JobNodeUnavailableError",
     "LeavingError",
     "MaxLenError",
+    "Message",
     "NoJobError",
     "NoNodeAvailableError",
     "NoReplError",
@@ -89,6 +92,7 @@ __all__ = [
     "Scan",
     "ScanPage",
     "Seeds",
+    "Subscription",
     "TooLateError",
     "commands",
     "parse_nodes",

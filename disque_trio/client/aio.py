@@ -44,11 +44,12 @@ from .errors import (
 )
 from .held import ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
+from .pubsub import Message, SubscriberProtocol
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
 from .waits import JobWait
 
-__all__ = ["AsyncClient", "Connector"]
+__all__ = ["AsyncClient", "AsyncSubscription", "Connector"]
 
 T = TypeVar("T")
 log = logging.getLogger("disque_trio.client")
@@ -807,6 +808,29 @@ class AsyncClient:
     async def ping(self) -> str:
         return await self.execute(cmds.ping())
 
+    # ------------------------------------------------------------- pub/sub
+
+    async def publish(self, channel: str, message: bytes | str) -> int:
+        """PUBLISH: delivered to the subscribers of every node linked to
+        the one it is sent to; returns how many clients of that node got
+        it. At most once (docs/commands.md)."""
+        return await self.execute(cmds.publish(channel, message))
+
+    async def subscribe(self, *channels: str, patterns: Sequence[str] = ()) -> AsyncSubscription:
+        """A subscription on a connection of its own, to the client's
+        current node: ``await get_message()`` or ``async for`` it; close it
+        with ``aclose()`` (or ``async with``). When its node goes, it
+        subscribes again on another (what was published meanwhile is
+        lost)."""
+        sub = AsyncSubscription(self)
+        try:
+            await sub.subscribe(*channels)
+            await sub.psubscribe(*patterns)
+        except BaseException:
+            await sub.aclose()
+            raise
+        return sub
+
     async def info(self, section: str | None = None) -> str:
         return await self.execute(cmds.info(section))
 
@@ -820,3 +844,136 @@ class AsyncClient:
 def _fmt(address: Address) -> str:
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class AsyncSubscription:
+    """AsyncClient.subscribe(): a connection that receives published
+    messages. One task reads it at a time."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+        self.proto = SubscriberProtocol()
+        self._stream: anyio.abc.ByteStream | None = None
+        self.address: Address | None = None
+        self.reconnects = 0  # new connections after the first
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message; the iteration ends when the subscription is
+        closed. (Not an async generator: breaking out of one leaves it to
+        be finalized by the garbage collector, which Trio warns about.)"""
+        while self._stream is not None or self.proto.channels or self.proto.patterns:
+            message = await self.get_message(timeout=None)
+            if message is not None:
+                return message
+        raise StopAsyncIteration
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self.proto.channels)
+
+    @property
+    def patterns(self) -> list[str]:
+        return list(self.proto.patterns)
+
+    async def subscribe(self, *channels: str) -> None:
+        await self._send(self.proto.subscribe(*channels))
+
+    async def psubscribe(self, *patterns: str) -> None:
+        await self._send(self.proto.psubscribe(*patterns))
+
+    async def unsubscribe(self, *channels: str) -> None:
+        """None named: every channel."""
+        await self._send(self.proto.unsubscribe(*channels))
+
+    async def punsubscribe(self, *patterns: str) -> None:
+        """None named: every pattern."""
+        await self._send(self.proto.punsubscribe(*patterns))
+
+    async def get_message(self, timeout: float | None = 0.0) -> Message | None:
+        """The next message, waiting at most ``timeout`` seconds (None: as
+        long as it takes); None if none came. A connection lost is replaced
+        (on another node if its own is gone), else DisqueConnectionError."""
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while True:
+                message = self.proto.next_message()
+                if message is not None:
+                    return message
+                if self._stream is None:
+                    await self._connect()
+                stream = self._stream
+                assert stream is not None
+                try:
+                    data = await stream.receive(65536)
+                except (anyio.EndOfStream, *_NETWORK_ERRORS):
+                    await self._lost()
+                    continue
+                self.proto.receive_data(data)
+        return self.proto.next_message()
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        self.proto.channels.clear()
+        self.proto.patterns.clear()
+        if stream is not None:
+            await anyio.aclose_forcefully(stream)
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _send(self, data: bytes) -> None:
+        if self._stream is None:
+            await self._connect()  # subscribes to all, this too
+            return
+        try:
+            await self._stream.send(data)
+        except _NETWORK_ERRORS:
+            await self._lost()
+            await self._connect()
+
+    async def _lost(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await anyio.aclose_forcefully(stream)
+        if self.address is not None:
+            self._client.router.failed(self.address, anyio.current_time())
+
+    async def _connect(self) -> None:
+        """A new connection to the client's current node (another one once
+        this one's node failed), subscribed to everything asked so far."""
+        client = self._client
+        opts = client.options
+        errors: list[str] = []
+        for _ in range(opts.max_attempts):
+            try:
+                address = await client._current()
+                with anyio.fail_after(opts.connect_timeout):
+                    stream = await client._connector(*address)
+            except (DisqueConnectionError, TimeoutError, OSError) as e:
+                errors.append(str(e) or type(e).__name__)
+                continue
+            conn = _Connection(stream, address)
+            try:
+                with anyio.fail_after(opts.connect_timeout):
+                    if opts.password is not None:
+                        await conn.call(cmds.auth(opts.password))
+                    data = self.proto.resubscribe()
+                    if data:
+                        await stream.send(data)
+            except (TimeoutError, ConnectionLostError, *_NETWORK_ERRORS) as e:
+                await conn.aclose()
+                client.router.failed(address, anyio.current_time())
+                errors.append(f"{_fmt(address)}: {e}")
+                continue
+            if self.address is not None:
+                self.reconnects += 1
+            self._stream, self.address = stream, address
+            return
+        raise DisqueConnectionError("could not subscribe: " + "; ".join(errors))

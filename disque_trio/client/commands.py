@@ -514,6 +514,12 @@ def deljob(*ids: str) -> Command[int]:
     return Command(_args("DELJOB", *ids), parse_int, job_ids=ids)
 
 
+def publish(channel: str | bytes, message: str | bytes) -> Command[int]:
+    """PUBLISH: the clients of that node that received it. Not idempotent:
+    sent again, it is received twice."""
+    return Command(_args("PUBLISH", channel, message), parse_int, idempotent=False)
+
+
 def qlen(queue: str | bytes) -> Command[int]:
     return Command(_args("QLEN", queue), parse_int)
 

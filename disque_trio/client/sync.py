@@ -43,11 +43,12 @@ from .errors import (
 )
 from .held import ReassertResult
 from .protocol import NEED_DATA, ClientProtocol, Response
+from .pubsub import Message, SubscriberProtocol
 from .scan import Scan
 from .types import Address, HelloInfo, Job, JobInfo, QueueStats
 from .waits import JobWait
 
-__all__ = ["Client", "SocketLike"]
+__all__ = ["Client", "SocketLike", "Subscription"]
 
 T = TypeVar("T")
 log = logging.getLogger("disque_trio.client")
@@ -75,6 +76,10 @@ def _tcp(address: Address, timeout: float) -> SocketLike:
 class _Deadline:
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
+
+    def left_or_zero(self) -> float:
+        """Seconds left, 0 when none (inf for no limit)."""
+        return max(0.0, self.at - time.monotonic())
 
     def left(self) -> float:
         """Seconds left (inf for no limit); TimeoutError when none."""
@@ -665,12 +670,173 @@ class Client:
     def ping(self) -> str:
         return self.execute(cmds.ping())
 
+    # ------------------------------------------------------------- pub/sub
+
+    def publish(self, channel: str, message: bytes | str) -> int:
+        """PUBLISH: delivered to the subscribers of every node linked to
+        the one it is sent to; returns how many clients of that node got
+        it. At most once (docs/commands.md)."""
+        return self.execute(cmds.publish(channel, message))
+
+    def subscribe(self, *channels: str, patterns: Sequence[str] = ()) -> Subscription:
+        """A subscription on a connection of its own, to the client's
+        current node: ``get_message()`` or iterate it; ``close()`` it (or
+        use it in a ``with``). When its node goes, it subscribes again on
+        another (what was published meanwhile is lost)."""
+        sub = Subscription(self)
+        try:
+            sub.subscribe(*channels)
+            sub.psubscribe(*patterns)
+        except BaseException:
+            sub.close()
+            raise
+        return sub
+
     def info(self, section: str | None = None) -> str:
         return self.execute(cmds.info(section))
 
     @property
     def current_node(self) -> Address | None:
         return self.router.current
+
+
+class Subscription:
+    """Client.subscribe(): a connection that receives published messages."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.proto = SubscriberProtocol()
+        self._sock: SocketLike | None = None
+        self.address: Address | None = None
+        self.reconnects = 0  # new connections after the first
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        """Every message, for as long as the subscription is open."""
+        while self._sock is not None or self.proto.channels or self.proto.patterns:
+            message = self.get_message(timeout=None)
+            if message is not None:
+                yield message
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self.proto.channels)
+
+    @property
+    def patterns(self) -> list[str]:
+        return list(self.proto.patterns)
+
+    def subscribe(self, *channels: str) -> None:
+        self._send(self.proto.subscribe(*channels))
+
+    def psubscribe(self, *patterns: str) -> None:
+        self._send(self.proto.psubscribe(*patterns))
+
+    def unsubscribe(self, *channels: str) -> None:
+        """None named: every channel."""
+        self._send(self.proto.unsubscribe(*channels))
+
+    def punsubscribe(self, *patterns: str) -> None:
+        """None named: every pattern."""
+        self._send(self.proto.punsubscribe(*patterns))
+
+    def get_message(self, timeout: float | None = 0.0) -> Message | None:
+        """The next message, waiting at most ``timeout`` seconds (None: as
+        long as it takes); None if none came. A connection lost is replaced
+        (on another node if its own is gone) within the client's connect
+        budget, else DisqueConnectionError."""
+        deadline = _Deadline(math.inf if timeout is None else timeout)
+        polled = False
+        while True:
+            message = self.proto.next_message()
+            if message is not None:
+                return message
+            if self._sock is None:
+                self._connect()
+            sock = self._sock
+            assert sock is not None
+            left = deadline.left_or_zero()
+            if left <= 0 and polled:
+                return None
+            polled = True
+            try:
+                sock.settimeout(None if math.isinf(left) else left)
+                data = sock.recv(65536)
+            except (TimeoutError, BlockingIOError):
+                return None
+            except OSError:
+                data = b""
+            if not data:
+                self._lost()
+                continue
+            self.proto.receive_data(data)
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        self.proto.channels.clear()
+        self.proto.patterns.clear()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # ------------------------------------------------------------ plumbing
+
+    def _send(self, data: bytes) -> None:
+        if self._sock is None:
+            self._connect()  # subscribes to all, this too
+            return
+        try:
+            self._sock.settimeout(self._client.options.timeout)
+            self._sock.sendall(data)
+        except OSError:
+            self._lost()
+            self._connect()
+
+    def _lost(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+        if self.address is not None:
+            self._client.router.failed(self.address, time.monotonic())
+
+    def _connect(self) -> None:
+        """A new connection to the client's current node (another one once
+        this one's node failed), subscribed to everything asked so far."""
+        client = self._client
+        opts = client.options
+        errors: list[str] = []
+        for _ in range(opts.max_attempts):
+            deadline = _Deadline(opts.connect_timeout)
+            try:
+                address = client._current(deadline)
+                sock = client._connector(address, opts.connect_timeout)
+            except (DisqueConnectionError, OSError) as e:
+                errors.append(str(e))
+                continue
+            conn = _Connection(sock, address)
+            try:
+                if opts.password is not None:
+                    conn.call(cmds.auth(opts.password), deadline)
+                data = self.proto.resubscribe()
+                if data:
+                    sock.settimeout(opts.timeout)
+                    sock.sendall(data)
+            except (OSError, ConnectionLostError) as e:
+                conn.close()
+                client.router.failed(address, time.monotonic())
+                errors.append(f"{_fmt(address)}: {e}")
+                continue
+            if self.address is not None:
+                self.reconnects += 1
+            self._sock, self.address = sock, address
+            return
+        raise DisqueConnectionError("could not subscribe: " + "; ".join(errors))
 
 
 def _fmt(address: Address) -> str:

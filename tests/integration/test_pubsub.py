@@ -247,3 +247,70 @@ def test_malformed_input_ends_that_connection_only(node: NodeProcess) -> None:
     assert conn(node).publish("c", "still") == 1
     assert next_message(ps)["data"] == "still"  # type: ignore[index]
     ps.close()
+
+
+def test_the_clients_subscription_moves_when_its_node_is_killed(node_factory: object) -> None:
+    from disque_trio.client import Client, Message
+
+    from .conftest import url_of
+
+    nodes = form_cluster(node_factory, 3)
+    with Client(url_of(nodes)) as client:
+        sub = client.subscribe("jobs-done", patterns=["alerts.*"])
+        address = sub.address
+        assert address is not None
+        other = next(n for n in nodes if n.port != address[1])
+        with Client(f"127.0.0.1:{other.port}") as publisher:
+
+            def heard(data: bytes) -> Message | None:
+                publisher.publish("jobs-done", data)
+                return sub.get_message(timeout=0.3)
+
+            wait_for(lambda: heard(b"warm") is not None, what="the first message")
+            while sub.get_message(timeout=0.2) is not None:
+                pass  # the warm-up's extra copies
+            publisher.publish("alerts.disk", b"full")
+            assert sub.get_message(timeout=5) == Message("alerts.disk", b"full", "alerts.*")
+            # Its node killed: it subscribes again on another node.
+            victim = next(n for n in nodes if n.port == address[1])
+            assert victim.proc is not None
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            started = time.monotonic()
+            got: Message | None = None
+            while got is None and time.monotonic() - started < 20:
+                publisher.publish("jobs-done", b"after")
+                got = sub.get_message(timeout=0.5)
+            took = time.monotonic() - started
+            assert got == Message("jobs-done", b"after"), f"nothing heard in {took:.1f} s"
+            assert sub.reconnects == 1 and sub.address != address
+            assert took < 10, f"the subscription was dark {took:.1f} s"
+        sub.close()
+
+
+def test_async_subscription_under_trio(node: NodeProcess) -> None:
+    import trio
+
+    from disque_trio.client import AsyncClient, Message
+
+    async def main() -> list[Message]:
+        async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+            sub = await client.subscribe("c1", patterns=["p.*"])
+            async with sub:
+                got: list[Message] = []
+                # Subscribed once a message reaches it.
+                with trio.fail_after(10):
+                    while not got:
+                        await client.publish("c1", b"hello")
+                        message = await sub.get_message(timeout=0.2)
+                        if message is not None:
+                            got.append(message)
+                await client.publish("p.x", b"pattern")
+                async for message in sub:
+                    if message.pattern is not None:
+                        got.append(message)
+                        break
+                return got
+
+    got = trio.run(main)
+    assert got[0] == Message("c1", b"hello") and got[-1] == Message("p.x", b"pattern", "p.*")

@@ -133,3 +133,55 @@ def test_the_index_matches_every_subscriber(steps: list[tuple[int, str, bytes]])
     expected = sum(b"a" in s.channels for s in subs)
     expected += sum(1 for s in subs for p in s.patterns if p in (b"a", b"?"))
     assert hub.deliver(b"a", b"m") == expected
+
+
+# --------------------------------------------------------------------------
+# The client's sans-I/O side (disque_trio.client.pubsub)
+# --------------------------------------------------------------------------
+
+
+def test_subscriber_protocol_reads_messages_and_eats_confirmations() -> None:
+    from disque_trio.client.pubsub import Message, SubscriberProtocol
+
+    proto = SubscriberProtocol()
+    assert proto.subscribe("a", "b") == encode([b"SUBSCRIBE", b"a", b"b"])
+    assert proto.psubscribe("n*") == encode([b"PSUBSCRIBE", b"n*"])
+    wire = b"".join(
+        encode(Push(p), proto)
+        for p, proto in [
+            (("subscribe", b"a", 1), 2),
+            (("subscribe", b"b", 2), 3),
+            (("message", b"a", b"x"), 2),
+            (("pmessage", b"n*", b"news", b"\xff"), 3),
+            (("pong", b""), 2),
+        ]
+    )
+    for cut in range(1, len(wire)):  # any split of the bytes gives the same
+        proto2 = SubscriberProtocol()
+        proto2.receive_data(wire[:cut])
+        got = []
+        while (m := proto2.next_message()) is not None:
+            got.append(m)
+        proto2.receive_data(wire[cut:])
+        while (m := proto2.next_message()) is not None:
+            got.append(m)
+        assert got == [Message("a", b"x"), Message("news", b"\xff", "n*")]
+    # A new connection subscribes to what was asked, minus what was dropped.
+    proto.unsubscribe("a")
+    assert proto.resubscribe() == encode([b"SUBSCRIBE", b"b"]) + encode([b"PSUBSCRIBE", b"n*"])
+
+
+def test_subscriber_protocol_raises_error_replies() -> None:
+    import pytest
+
+    from disque_trio.client.errors import AuthenticationError, ProtocolViolationError
+    from disque_trio.client.pubsub import SubscriberProtocol
+
+    proto = SubscriberProtocol()
+    proto.receive_data(b"-NOAUTH Authentication required.\r\n")
+    with pytest.raises(AuthenticationError):
+        proto.next_message()
+    proto = SubscriberProtocol()
+    proto.receive_data(b":1\r\n")
+    with pytest.raises(ProtocolViolationError):
+        proto.next_message()
