@@ -54,6 +54,8 @@ class SubscriberProtocol:
         self.channels: dict[str, None] = {}  # asked for, in order
         self.patterns: dict[str, None] = {}
         self.confirmed = 0  # the node's count of subscriptions, last told
+        # What this connection's node confirmed: ("c", channel), ("p", pattern).
+        self.live: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------ commands
 
@@ -81,6 +83,7 @@ class SubscriberProtocol:
         """A new connection (a new node): everything subscribed so far."""
         self._reader = ReplyReader()
         self.confirmed = 0
+        self.live.clear()
         out = b""
         if self.channels:
             out += encode([b"SUBSCRIBE", *map(_name, self.channels)])
@@ -124,6 +127,12 @@ class SubscriberProtocol:
                 if not isinstance(count, int):
                     raise ProtocolViolationError(f"a confirmation without count: {reply!r}")
                 self.confirmed = count
+                if isinstance(reply[1], bytes):
+                    key = ("p" if kind.startswith(b"p") else "c", _text(reply[1]))
+                    if kind.endswith(b"unsubscribe"):
+                        self.live.discard(key)
+                    else:
+                        self.live.add(key)
                 continue
             if kind == b"pong":
                 continue

@@ -32,20 +32,22 @@ queue length, purge                    QLEN summed over the nodes; ACKJOB of
                                        the jobs JSCAN finds queued
 =====================================  =====================================
 
-Fanout and topic exchanges across processes are not supported (exchanges
-and bindings live in each process, as with kombu's SQS transport): Celery
-turns remote control, gossip and mingle off by itself (this transport
-implements only ``direct`` exchanges and is not of driver type ``redis``
-or ``amqp``), so ``celery inspect``/``control`` get no replies and events
-do not reach monitors.
+Fanout exchanges, Celery's events exchange and its remote-control replies
+go by pub/sub (PUBLISH, and SUBSCRIBE on one connection per kombu
+connection read by a thread, ``_listener.py``): ``celery inspect``,
+``celery control``, ``celery events`` and Flower work, at most once, as on
+Redis. Bindings of the other exchanges live in each process, as with
+kombu's SQS transport.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from queue import Empty
@@ -61,6 +63,7 @@ from ..client import (
     DisqueError,
     DisqueTimeoutError,
     Job,
+    Message,
     NoReplError,
 )
 from ..worker import DeadLetter
@@ -75,6 +78,7 @@ from ._common import (
     purge_queue,
     track_delivered,
 )
+from ._listener import Listener
 
 __all__ = ["Channel", "QoS", "Settings", "Transport"]
 
@@ -115,6 +119,19 @@ class Settings:
                              (0.005 s; 0: never wait)
     ``client_options``       keyword arguments of ``disque_trio.client.Client``
                              (``timeout``, ``connect_timeout``, ...)
+    ``broadcast_prefix``     pub/sub channels of the broadcast exchanges start
+                             with it (``"/kombu."``): the same in every
+                             process of an app; two apps sharing a cluster
+                             with the same exchange names should differ
+    ``broadcast_exchanges``  exchanges sent by pub/sub besides the fanout
+                             ones, whatever their type (``("celeryev",)``:
+                             Celery's events)
+    ``broadcast_reply_pattern``  so are those whose name matches this regular
+                             expression (Celery's remote-control replies,
+                             ``reply.<app>.pidbox``)
+    ``broadcast_buffer``     messages of a broadcast queue kept for a
+                             consumer that does not take them (1000; the
+                             oldest go first)
     """
 
     replicate: int | None = None
@@ -128,14 +145,23 @@ class Settings:
     fetch_count: int = 100
     linger: float = 0.005
     client_options: dict[str, Any] = field(default_factory=dict)
+    broadcast_prefix: str = "/kombu."
+    broadcast_exchanges: tuple[str, ...] = ("celeryev",)
+    broadcast_reply_pattern: str = r"reply\..+\.pidbox"
+    broadcast_buffer: int = 1000
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Settings:
         names = cls.__dataclass_fields__.keys()
         mine = {k: v for k, v in options.items() if k in names}
+        if "broadcast_exchanges" in mine:
+            mine["broadcast_exchanges"] = tuple(mine["broadcast_exchanges"])
         settings = cls(**mine)
         if settings.fetch_count < 1:
             raise ValueError("fetch_count must be at least 1")
+        if settings.broadcast_buffer < 1:
+            raise ValueError("broadcast_buffer must be at least 1")
+        re.compile(settings.broadcast_reply_pattern)
         return settings
 
 
@@ -158,6 +184,16 @@ def eta_delay(message: dict[str, Any], now: datetime) -> int:
         return 0
     seconds = (when - now).total_seconds()
     return min(MAX_SECONDS, int(seconds)) if seconds >= 1 else 0
+
+
+# The delivery tags of messages that came by pub/sub (a broadcast
+# exchange): nothing to acknowledge on the cluster.
+BROADCAST_TAG = "b:"
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a PSUBSCRIBE pattern that matches only itself."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def _job_id(delivery_tag: str) -> str:
@@ -186,7 +222,7 @@ class QoS(virtual.QoS):
 
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
         self._flush()
-        tags = list(self._delivered)
+        tags = [tag for tag in self._delivered if not tag.startswith(BROADCAST_TAG)]
         self._delivered.clear()
         if tags:
             self.channel.requeue([_job_id(tag) for tag in tags])
@@ -197,11 +233,13 @@ class QoS(virtual.QoS):
 
 
 class Channel(virtual.Channel):
-    """A kombu channel: publishes with ADDJOB, consumes with GETJOB."""
+    """A kombu channel: publishes with ADDJOB, consumes with GETJOB; the
+    broadcast exchanges (fanout ones, Celery's events and remote-control
+    replies) go by PUBLISH and SUBSCRIBE."""
 
     QoS = QoS
     connection: Transport
-    supports_fanout = False
+    supports_fanout = True
     do_restore = True
 
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
@@ -212,6 +250,121 @@ class Channel(virtual.Channel):
         self._fetcher: Client | None = None
         self._noack_queues: set[str] = set()
         self._ran_dry = False  # the last GETJOB brought fewer jobs than asked
+        # Queues bound to a broadcast exchange: their subscriptions (key,
+        # pattern?), and the messages that came for them, not delivered yet.
+        self._broadcast_queues: dict[str, list[tuple[str, bool]]] = {}
+        self.inbox: dict[str, deque[dict[str, Any]]] = {}
+        self._reply_pattern = re.compile(self.settings.broadcast_reply_pattern)
+
+    # ---------------------------------------------------------- broadcast
+
+    def is_broadcast(self, exchange: str) -> bool:
+        """Whether messages to this exchange go by pub/sub: a fanout one,
+        or one named in broadcast_exchanges or matching
+        broadcast_reply_pattern (whose bindings live in another process)."""
+        if not exchange:
+            return False
+        declared = self.state.exchanges.get(exchange)
+        if declared is not None and declared.get("type") == "fanout":
+            return True
+        settings = self.settings
+        return (
+            exchange in settings.broadcast_exchanges
+            or self._reply_pattern.fullmatch(exchange) is not None
+        )
+
+    def basic_publish(
+        self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any
+    ) -> Any:
+        if self.is_broadcast(exchange):
+            self._inplace_augment_message(message, exchange, routing_key)
+            return self._put_fanout(exchange, message, routing_key, **kwargs)
+        return super().basic_publish(message, exchange, routing_key, **kwargs)
+
+    def _put_fanout(
+        self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any
+    ) -> None:
+        """PUBLISH on ``<prefix><exchange>/<routing key>``: every process
+        listening there, on any node, gets it (at most once)."""
+        topic = f"{self.settings.broadcast_prefix}{exchange}/{routing_key}"
+        with self.transport.shared() as client:
+            client.publish(topic, dumps(message))
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
+        """Bound to a broadcast exchange, the queue listens (once the node
+        confirmed, so that a reply published right after is not missed):
+        a fanout exchange every routing key, a topic one the keys its
+        binding matches, another the routing key itself."""
+        if not self.is_broadcast(exchange):
+            return  # bindings of the others live in this process (kombu's table)
+        base = f"{self.settings.broadcast_prefix}{exchange}/"
+        kind = self.typeof(exchange).type
+        matcher: re.Pattern[str] | None = None
+        if kind in ("fanout", "topic"):
+            key, is_pattern = _glob_escape(base) + "*", True
+            if kind == "topic":
+                topic = cast(Any, self.exchange_types["topic"])
+                matcher = re.compile(topic.key_to_pattern(routing_key))
+        else:
+            key, is_pattern = base + routing_key, False
+        self.inbox.setdefault(queue, deque(maxlen=self.settings.broadcast_buffer))
+        self._broadcast_queues.setdefault(queue, []).append((key, is_pattern))
+        self.transport.listen(key, is_pattern, _Route(self, queue, len(base), matcher))
+
+    def queue_unbind(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        arguments: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        if exchange and queue in self._broadcast_queues:
+            self._stop_listening(queue)
+        return super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        if queue in self._broadcast_queues or queue in self.inbox:
+            self._stop_listening(queue)
+            self.inbox.pop(queue, None)
+            return
+        super()._delete(queue, *args, **kwargs)
+
+    def _stop_listening(self, queue: str) -> None:
+        for key, is_pattern in self._broadcast_queues.pop(queue, ()):
+            self.transport.unlisten(key, is_pattern, self, queue)
+
+    def take_broadcast(self, message: dict[str, Any], queue: str) -> None:
+        """The listener thread: a message for a queue of this channel."""
+        properties = message.setdefault("properties", {})
+        properties["delivery_tag"] = f"{BROADCAST_TAG}{next(self._tags)}"
+        box = self.inbox.get(queue)
+        if box is None:
+            return  # unbound meanwhile
+        if len(box) == box.maxlen:
+            log.warning(
+                "broadcast queue %s holds %d messages nobody takes: dropping the oldest",
+                queue,
+                len(box),
+            )
+        box.append(message)
+
+    def deliver_broadcasts(self, most: int = 100) -> bool:
+        """Hand the messages that came by pub/sub to their consumers, as
+        the prefetch limit allows. True if any."""
+        delivered = 0
+        callbacks = self.connection._callbacks
+        for queue, box in list(self.inbox.items()):
+            if queue not in callbacks:
+                continue  # no consumer (yet): basic_get may take them
+            while box and delivered < most and self.qos.can_consume():
+                self.connection._deliver(box.popleft(), queue)
+                delivered += 1
+        return delivered > 0
+
+    def job_queues(self) -> list[str]:
+        """The queues consumed here that hold jobs (not broadcast ones)."""
+        return [q for q in dict.fromkeys(self._active_queues) if q not in self._broadcast_queues]
 
     # ------------------------------------------------------------ publish
 
@@ -256,7 +409,7 @@ class Channel(virtual.Channel):
     def fetch(self, wait: float) -> bool:
         """One GETJOB over every queue consumed here, waiting at most
         ``wait`` seconds (0: NOHANG); delivers what came. True if any."""
-        queues = list(dict.fromkeys(self._active_queues))
+        queues = self.job_queues()
         if not queues:
             return False
         estimate = self.qos.can_consume_max_estimate()
@@ -308,6 +461,11 @@ class Channel(virtual.Channel):
         return payload
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        box = self.inbox.get(queue)
+        if box is not None:
+            if not box:
+                raise Empty()
+            return box.popleft()
         while True:
             client = self._fetch_client()
             jobs = client.get_jobs(queue, nohang=True)
@@ -320,18 +478,22 @@ class Channel(virtual.Channel):
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         message = super().basic_get(queue, no_ack=no_ack, **kwargs)
-        if message is not None and no_ack:
+        if message is not None and no_ack and not message.delivery_tag.startswith(BROADCAST_TAG):
             self.transport.acks.ack(_job_id(message.delivery_tag))
         return message
 
     # ------------------------------------------------------------ settle
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
-        self.transport.acks.ack(_job_id(delivery_tag))
+        if not delivery_tag.startswith(BROADCAST_TAG):
+            self.transport.acks.ack(_job_id(delivery_tag))
         super().basic_ack(delivery_tag)
         self.transport.capacity.set()
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if delivery_tag.startswith(BROADCAST_TAG):
+            self.qos.ack(delivery_tag)  # at most once: nothing to give back
+            return
         job_id = _job_id(delivery_tag)
         try:
             if requeue:
@@ -423,7 +585,11 @@ class Channel(virtual.Channel):
 
     def _size(self, queue: str) -> int:
         """QLEN on every usable node, added up (each node queues the jobs it
-        holds; a job is queued on one node at a time)."""
+        holds; a job is queued on one node at a time). A broadcast queue's
+        is what came and was not delivered yet."""
+        box = self.inbox.get(queue)
+        if box is not None:
+            return len(box)
         lengths, _missed = each_node(
             self.transport.shared,
             lambda c: c.qlen(queue),
@@ -432,6 +598,11 @@ class Channel(virtual.Channel):
         return sum(lengths)
 
     def _purge(self, queue: str) -> int:
+        box = self.inbox.get(queue)
+        if box is not None:
+            count = len(box)
+            box.clear()
+            return count
         return purge_queue(self.transport.shared, queue, options=self.transport.client_options)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
@@ -441,10 +612,31 @@ class Channel(virtual.Channel):
         return True
 
     def close(self) -> None:
+        for queue in list(self._broadcast_queues):
+            self._stop_listening(queue)
+        self.inbox.clear()
         super().close()
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
+
+
+_DisqueChannel = Channel  # the name Channel is the Transport's attribute in its body
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a broadcast goes: a channel's queue, the length of the topic's
+    ``<prefix><exchange>/`` (the routing key follows), and for a topic
+    exchange the binding's pattern."""
+
+    channel: Channel
+    queue: str
+    base_len: int
+    matcher: re.Pattern[str] | None
+
+
+BROADCAST_POLL_S = 0.2
 
 
 class Transport(virtual.Transport):
@@ -458,7 +650,7 @@ class Transport(virtual.Transport):
     driver_name = "disque-trio"
     implements = virtual.Transport.implements.extend(
         asynchronous=False,
-        exchange_type=frozenset(["direct"]),
+        exchange_type=frozenset(["direct", "topic", "fanout"]),
         heartbeats=False,
     )
     connection_errors = (  # type: ignore[assignment]  # kombu types it as a 1-tuple
@@ -486,6 +678,70 @@ class Transport(virtual.Transport):
         self.acks = Acknowledger(self.new_client, name="disque-kombu-acks")
         self.capacity = threading.Event()  # set when a channel may consume again
         self._turn = 0
+        # The broadcast exchanges' subscriptions: (key, pattern?) -> routes.
+        self._routes: dict[tuple[str, bool], list[_Route]] = {}
+        self._routes_lock = threading.Lock()
+        self._listener: Listener | None = None
+
+    # ---------------------------------------------------------- broadcast
+
+    def listen(self, key: str, is_pattern: bool, route: _Route) -> None:
+        """Route what is published on ``key`` to a channel's queue; the
+        subscription is confirmed when this returns."""
+        with self._routes_lock:
+            self._routes.setdefault((key, is_pattern), []).append(route)
+            if self._listener is None:
+                self._listener = Listener(
+                    self.shared,
+                    self._on_broadcast,
+                    password=self.client_options.get("password"),
+                    connect_timeout=float(self.client_options.get("connect_timeout", 5.0)),
+                    name="disque-kombu-listener",
+                )
+            listener = self._listener
+        listener.subscribe(key, pattern=is_pattern)
+
+    def unlisten(self, key: str, is_pattern: bool, channel: _DisqueChannel, queue: str) -> None:
+        with self._routes_lock:
+            routes = self._routes.get((key, is_pattern), [])
+            for i, route in enumerate(routes):
+                if route.channel is channel and route.queue == queue:
+                    del routes[i]
+                    break
+            else:
+                return
+            if not routes:
+                del self._routes[key, is_pattern]
+            listener = self._listener
+        if listener is not None:
+            listener.unsubscribe(key, pattern=is_pattern)
+
+    def _on_broadcast(self, message: Message) -> None:
+        """The listener thread: a published message, to every queue bound."""
+        key = (message.pattern, True) if message.pattern is not None else (message.channel, False)
+        with self._routes_lock:
+            routes = list(self._routes.get(key, ()))
+        if not routes:
+            return
+        try:
+            payload = loads(message.data)
+            if not isinstance(payload, dict):
+                raise TypeError(f"a JSON {type(payload).__name__}, not an object")
+        except (ValueError, TypeError) as e:
+            log.warning(
+                "a broadcast on %s is not a kombu message (%s): dropped", message.channel, e
+            )
+            return
+        taken = False
+        for route in routes:
+            routing_key = message.channel[route.base_len :]
+            if route.matcher is not None and route.matcher.match(routing_key) is None:
+                continue
+            copy = payload if len(routes) == 1 else loads(message.data)
+            route.channel.take_broadcast(copy, route.queue)
+            taken = True
+        if taken:
+            self.capacity.set()
 
     def new_client(self, *, hold_jobs: bool = True) -> Client:
         return Client(self.url, **{"hold_jobs": hold_jobs, **self.client_options})
@@ -510,7 +766,10 @@ class Transport(virtual.Transport):
         while True:
             self.capacity.clear()
             consuming = [c for c in cast(list[Channel], self.channels) if c._consumers]
-            ready = [c for c in consuming if c.qos.can_consume()]
+            if any(c.deliver_broadcasts() for c in consuming if c.inbox):
+                return
+            ready = [c for c in consuming if c.qos.can_consume() and c.job_queues()]
+            listening = any(c._broadcast_queues for c in consuming)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if ready:
                 channel = ready[self._turn % len(ready)]
@@ -518,6 +777,11 @@ class Transport(virtual.Transport):
                 wait = 1.0 if left is None else left
                 if len(ready) > 1:
                     wait = min(wait, 0.1)
+                if listening:
+                    # A GETJOB cannot be woken by a broadcast: it waits
+                    # this long at most (a remote-control request answered
+                    # within a fifth of a second, not after the wait).
+                    wait = min(wait, BROADCAST_POLL_S)
                 if channel.fetch(wait):
                     return
             elif left is None or left > 0:
@@ -527,5 +791,8 @@ class Transport(virtual.Transport):
 
     def close_connection(self, connection: Any) -> None:
         super().close_connection(connection)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         self.acks.close()
         self.shared.close()
