@@ -1727,11 +1727,18 @@ class Explorer:
         }
         once, sent = self.enqueue_once.pop((node.name, node.incarnation), (False, 0.0))
         stopped = trio.current_time()
-        if any(s <= stopped and e >= sent for s, e in world.disk_failures[node.index]):
+        failed = [s for s, e in world.disk_failures[node.index] if s <= stopped and e >= sent]
+        if failed:
             # Its disk failed while it stopped: the rewrite at the exit could
             # not be written, and the snapshot the command wrote is older
             # (seed 711065: a job queued in the drain came back active).
             once = False
+            # Nor could the jobs added since the failure (their ADDJOB was
+            # not answered: nothing answered that is not written; seed
+            # 721924, a job added in the drain with the disk full). A
+            # second of slack for the records on their way to the file.
+            since = min(failed) - 1.0
+            held = {j: et for j, et in held.items() if node.seen_at.get(j, -1e9) < since}
         # Checked below (a clean stop excuses no amnesia, whatever the
         # fsync policy), not by the crash bookkeeping of World.restart.
         node.held_at_crash = {}

@@ -83,6 +83,7 @@ from .job import (
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
     FLAG_DELIVERED,
+    FLAG_HANDED,
     FLAG_HOLDERS_GREW,
     FLAG_TOLD_QUEUED,
     STATE_ACKED,
@@ -516,6 +517,14 @@ def tell_delivered(node: JobHost, job: Job) -> None:
             node.effects.send(node_id, working)
 
 
+def _tell_one_delivered(node: JobHost, job: Job, node_id: str) -> None:
+    peer = node.cluster.nodes.get(node_id)
+    if peer is None or peer.bus_version >= bus.HAVEJOBS_VERSION:
+        node.effects.send(node_id, bus.Delivered(job.id))
+    else:
+        node.effects.send(node_id, bus.Working(job.id))
+
+
 def broadcast_postpone(node: JobHost, job: Job, delay_ms: int, flags: int) -> None:
     """NACK or ENQUEUE with DELAY: the other holders hold their copies
     past the delay (and count what the command counted)."""
@@ -744,6 +753,7 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
     # Queued there, or handed to a consumer there (WORKING: nothing to take
     # over if that node is lost; its consumer's RETRY stands).
     job.queued_on = sender if job.state == STATE_ACTIVE and not working else None
+    job.flags &= ~FLAG_HANDED  # what our consumer had is news no more
     if isinstance(msg, bus.Queued):
         if msg.flags & bus.FLAG_INCR_NACKS:
             job.nacks += 1
@@ -768,7 +778,7 @@ def _on_delivered(node: JobHost, sender: str, msg: bus.Delivered) -> None:
         _on_queued(node, sender, bus.Working(msg.job_id))
         return
     job.queued_on = None
-    job.flags &= ~FLAG_ANNOUNCE
+    job.flags &= ~(FLAG_ANNOUNCE | FLAG_HANDED)
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         again = node.now_ms() + job.retry * 1000 + node.time_error()
@@ -826,6 +836,18 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         # its copy past our delay instead of queueing it now.
         node.effects.send(sender, postpone)
         node.probe("willqueue-answered-postpone", job)
+    elif (
+        job.state == STATE_ACTIVE
+        and job.flags & FLAG_HANDED
+        and job.retry
+        and job.qtime > node.now_ms()
+    ):
+        # A consumer of ours has it, within its RETRY here, and the sender
+        # never heard (holder lists that diverged: a wipe, a partition;
+        # simulator seed 721927, delivered again 3 s into a RETRY of 22):
+        # tell it, as DELIVERED would have.
+        _tell_one_delivered(node, job, sender)
+        node.probe("willqueue-answered-delivered", job)
 
 
 def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:

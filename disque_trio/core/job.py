@@ -73,6 +73,11 @@ FLAG_DELAYED = 32
 # Node.fail_over: the others stand by for it), or the ENQUEUE of a node that
 # added the job and kept no copy.
 FLAG_ANNOUNCE = 64
+# Handed to a consumer by this process and not queued anywhere since (as
+# far as this node heard): a WILLQUEUE from a holder that did not hear of
+# the delivery is answered DELIVERED. Never written to the AOF: a copy
+# loaded after a restart has lost its consumer's connection.
+FLAG_HANDED = 128
 
 NodeIds = tuple[str, ...]
 

@@ -50,6 +50,7 @@ from .job import (
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
     FLAG_DELIVERED,
+    FLAG_HANDED,
     FLAG_TOLD_QUEUED,
     STATE_ACKED,
     STATE_ACTIVE,
@@ -722,6 +723,7 @@ class Node:
         # delivered with no record, gone after SHUTDOWN REWRITE-AOF).
         unrecorded = job.state == STATE_WAIT_REPL
         job.state = STATE_QUEUED
+        job.flags &= ~FLAG_HANDED
         if job.retry:
             job.flags |= FLAG_BCAST_WILLQUEUE
             job.qtime = self.shared_int(now + job.retry * 1000 + self.time_error())
@@ -816,7 +818,7 @@ class Node:
             return None
         job = self.jobs[job_id]
         job.state = STATE_ACTIVE
-        job.flags |= FLAG_DELIVERED
+        job.flags |= FLAG_DELIVERED | FLAG_HANDED
         q.jobs_out += 1
         return job
 

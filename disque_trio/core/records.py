@@ -22,6 +22,7 @@ from .job import (
     FLAG_BCAST_WILLQUEUE,
     FLAG_DELAYED,
     FLAG_DELIVERED,
+    FLAG_HANDED,
     TIME_ERROR_MS,
     Job,
     JobState,
@@ -76,7 +77,7 @@ def job_record(job: Job, pending: tuple[str, ...] = ()) -> aof.JobRecord:
         job.deliveries,
         job.nodes_delivered,
         job.qtime,
-        job.flags,
+        job.flags & ~FLAG_HANDED,  # a consumer's connection does not outlive a restart
         pending,
     )
 
@@ -211,7 +212,7 @@ def job_from_record(node: JobHost, rec: aof.JobRecord, now: int) -> Job | None:
         rec.delay,
         rec.retry,
     )
-    job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags
+    job.nacks, job.deliveries, job.flags = rec.nacks, rec.deliveries, rec.flags & ~FLAG_HANDED
     job.nodes_delivered = rec.nodes_delivered or node.myself_only
     if rec.pending:
         # Still in their handshake when recorded: added now if they are

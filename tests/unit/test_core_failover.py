@@ -516,3 +516,44 @@ def test_a_retry_0_job_moved_onto_an_extra_copy_is_delivered() -> None:
     assert delivered[1] == job_id
     w.elapse(3000)
     assert get(b, "q") == [] and get(c, "q") == []  # at most once
+
+
+def test_a_willqueue_for_a_job_a_consumer_here_has_is_answered_delivered() -> None:
+    """A holder that never heard of the delivery (its list lacked the
+    delivering node: a wipe, a partition) sends WILLQUEUE at its retry
+    point; the node whose consumer has the job answers DELIVERED, and the
+    sender pushes its re-queue by RETRY instead of queueing the job again
+    (simulator seed 721927: delivered again 3 s into a RETRY of 22)."""
+    w, _ = _three_with_jobs(1)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    [entry] = get(a, "q")
+    job_id = entry[1]
+    a.effects.clear()  # the DELIVERED of the next cron never reaches B
+    before = b.jobs[job_id].qtime
+    cj.receive(a, B_ID, bus.WillQueue(job_id))
+    assert (B_ID, bus.Delivered(job_id)) in sent(a)
+    w.pump()
+    assert b.jobs[job_id].qtime > before  # pushed: no re-queue now
+    # Queued again (its RETRY here ran out, or another holder queued it),
+    # the copy no longer answers for a consumer.
+    a.enqueue(a.jobs[job_id])
+    a.effects.clear()
+    a.dequeue(a.jobs[job_id])
+    a.effects.clear()
+    cj.receive(a, B_ID, bus.WillQueue(job_id))
+    assert not any(isinstance(m, bus.Delivered) for _, m in sent(a))
+
+
+def test_a_copy_loaded_after_a_restart_answers_for_no_consumer() -> None:
+    """What a consumer had does not outlive the process: the flag is not
+    written to the AOF."""
+    from disque_trio.core.job import FLAG_DELIVERED, FLAG_HANDED
+    from disque_trio.core.records import job_record
+
+    w, _ = _three_with_jobs(1)
+    a = w.nodes[A_ID]
+    [entry] = get(a, "q")
+    job = a.jobs[entry[1]]
+    assert job.flags & FLAG_HANDED
+    record = job_record(job)
+    assert record.flags & FLAG_DELIVERED and not record.flags & FLAG_HANDED
