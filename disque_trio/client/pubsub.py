@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..protocol.replies import ReplyError
+from ..protocol.replies import ReplyError, Status
 from ..protocol.resp import NOT_READY, ProtocolError, ReplyReader, encode
 from .errors import ProtocolViolationError, response_error
 
@@ -79,6 +79,11 @@ class SubscriberProtocol:
             self.patterns.pop(pattern, None)
         return encode([b"PUNSUBSCRIBE", *map(_name, patterns)])
 
+    def auth(self, password: str) -> bytes:
+        """AUTH, first on a new connection (its +OK is consumed on the way;
+        a refusal is raised by ``next_message``)."""
+        return encode([b"AUTH", password.encode("utf-8", "surrogateescape")])
+
     def resubscribe(self) -> bytes:
         """A new connection (a new node): everything subscribed so far."""
         self._reader = ReplyReader()
@@ -109,6 +114,8 @@ class SubscriberProtocol:
                 return None
             if isinstance(reply, ReplyError):
                 raise response_error(reply.code, reply.message)
+            if isinstance(reply, Status):
+                continue  # AUTH's +OK
             if not isinstance(reply, list) or not reply or not isinstance(reply[0], bytes):
                 raise ProtocolViolationError(f"unexpected reply on a subscription: {reply!r}")
             kind = reply[0].lower()

@@ -1098,17 +1098,44 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
     if now - q.needjobs_bcast_ms > bcast_delay:
         q.needjobs_bcast_ms = now
         q.needjobs_bcast_attempt = min(q.needjobs_bcast_attempt + 1, 16)
+        q.needjobs_told.clear()
         # Every member, leaving ones included (like the original): a leaving
         # node gives its queued jobs away when asked, and nobody else would
         # ever fetch them.
         for peer in node.cluster.members():
             node.effects.send(peer.node_id, bus.NeedJobs(name, 1))
+    else:
+        # A peer that linked (restarted) since that broadcast never heard
+        # our consumers wait: asked now, once, it tells us when it has jobs
+        # (HAVEJOBS), instead of after our broadcast back-off, up to
+        # NEEDJOBS_BCAST_MAX_MS (simulator seed 722689: a job queued on a
+        # restarted node waited 3.4 s while another node's consumers
+        # waited, asking only the node that had answered them before).
+        for node_id in _unasked_peers(node, q):
+            q.needjobs_told[node_id] = now
+            node.effects.send(node_id, bus.NeedJobs(name, 1))
     adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
     if responders and (reached_zero or now - q.needjobs_adhoc_ms > adhoc_delay):
         q.needjobs_adhoc_ms = now
         q.needjobs_adhoc_attempt = min(q.needjobs_adhoc_attempt + 1, 16)
         for node_id in responders:
             node.effects.send(node_id, bus.NeedJobs(name, to_fetch))
+
+
+def _unasked_peers(node: JobHost, q: Queue) -> list[str]:
+    """Peers whose link came up since the queue's last NEEDJOBS broadcast,
+    not asked for its jobs since."""
+    since = q.needjobs_bcast_ms
+    told = q.needjobs_told
+    nodes = node.cluster.nodes
+    return [
+        node_id
+        for node_id, linked in node.linked_at.items()
+        if linked > since
+        and told.get(node_id, 0) < linked
+        and (peer := nodes.get(node_id)) is not None
+        and not peer.flags & NOT_REACHABLE
+    ]
 
 
 def _to_fetch(rate: int, responders: int) -> int:
@@ -1124,11 +1151,15 @@ def ask_again_for_waiting_queues(node: JobHost, peers: Iterable[str]) -> None:
     restarted forgot who asked it for jobs (it tells the nodes that did as
     soon as it has some: HAVEJOBS), and ours would otherwise ask again only
     at its broadcast back-off, up to NEEDJOBS_BCAST_MAX_MS later."""
+    now = node.now_ms()
+    for peer in peers:
+        node.linked_at[peer] = now
     if node.leaving:
         return
     waiting = sorted(name for name, q in node.queues.items() if q.waiters and not q.jobs)
     for peer in peers:
         for name in waiting:
+            node.queues[name].needjobs_told[peer] = now
             node.effects.send(peer, bus.NeedJobs(name, 1))
 
 
@@ -1210,6 +1241,8 @@ def needjobs_due(node: JobHost, name: str) -> int | None:
         return None
     bcast_delay = min(NEEDJOBS_BCAST_MIN_MS << q.needjobs_bcast_attempt, NEEDJOBS_BCAST_MAX_MS)
     due = q.needjobs_bcast_ms + bcast_delay + 1
+    if node.linked_at and _unasked_peers(node, q):
+        return node.now_ms()  # a peer linked since the broadcast: ask it now
     if q.needjobs_responders:
         adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
         due = min(due, q.needjobs_adhoc_ms + adhoc_delay + 1)

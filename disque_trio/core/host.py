@@ -58,6 +58,7 @@ class JobHost(Protocol):
     answered_queued: set[str]
     answered_queued_before: set[str]
     interest: dict[str, dict[str, tuple[int, int]]]
+    linked_at: dict[str, int]
 
     def now_ms(self) -> int: ...
 

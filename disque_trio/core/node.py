@@ -226,6 +226,10 @@ class Node:
         # HAVEJOBS to it). A job queued here with no consumer of ours
         # waiting tells them at once (clusterjobs.tell_interested).
         self.interest: dict[str, dict[str, tuple[int, int]]] = {}
+        # Node id -> when (ms) its link last came up: a peer that (re)linked
+        # since a queue's last NEEDJOBS broadcast has not heard that our
+        # consumers wait on it (clusterjobs.need_jobs asks it once).
+        self.linked_at: dict[str, int] = {}
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here. An
         # observer that leaves during a notification replaces the list (a
@@ -818,7 +822,7 @@ class Node:
             return None
         job = self.jobs[job_id]
         job.state = STATE_ACTIVE
-        job.flags |= FLAG_DELIVERED | FLAG_HANDED
+        job.flags |= FLAG_DELIVERED
         q.jobs_out += 1
         return job
 
@@ -827,6 +831,7 @@ class Node:
         job = self.take_oldest(q)
         if job is None:
             return None
+        job.flags |= FLAG_HANDED  # to a client (not to a node: NEEDJOBS)
         q.atime = self.now_ms() // 1000
         if job.retry and len(job.nodes_delivered) > 1:
             self.delivered_untold[job.id] = None

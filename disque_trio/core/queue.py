@@ -68,6 +68,7 @@ class Queue:
         "needjobs_bcast_attempt",
         "needjobs_bcast_ms",
         "needjobs_responders",
+        "needjobs_told",
         "pause",
         "waiters",
         "wake_pending",
@@ -97,6 +98,9 @@ class Queue:
         self.needjobs_adhoc_ms = 0
         self.needjobs_adhoc_attempt = 0
         self.needjobs_responders: dict[str, int] = {}
+        # Peers that linked since the last broadcast and were asked on
+        # their own (clusterjobs.need_jobs): node id -> ms.
+        self.needjobs_told: dict[str, int] = {}
         # Import rate estimate: jobs received from other nodes in the current
         # and the previous window of about one second.
         self.import_current_ms = now_ms

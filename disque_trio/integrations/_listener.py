@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 from ..client import DisqueError, Message
 from ..client.pubsub import SubscriberProtocol
-from ..protocol.resp import encode
 from ._common import SharedClient
 
 log = logging.getLogger("disque_trio.integrations")
@@ -148,16 +147,7 @@ class Listener:
         if address is None:
             raise DisqueError("no node to listen on")
         sock = socket.create_connection(address, timeout=self._connect_timeout)
-        try:
-            if self._password is not None:
-                sock.sendall(encode([b"AUTH", self._password.encode()]))
-                reply = sock.recv(4096)
-                if not reply.startswith(b"+OK"):
-                    raise DisqueError(f"AUTH refused: {reply[:80]!r}")
-            sock.settimeout(READ_TIMEOUT_S)
-        except BaseException:
-            sock.close()
-            raise
+        sock.settimeout(READ_TIMEOUT_S)
         return sock
 
     def _run(self) -> None:
@@ -185,7 +175,10 @@ class Listener:
                     self._connected_once = True
                     self._sock = sock
                     attempt = 0
-                    self._send(self._proto.resubscribe())
+                    hello = self._proto.resubscribe()  # resets the reader first
+                    if self._password is not None:
+                        hello = self._proto.auth(self._password) + hello
+                    self._send(hello)
                 continue
             try:
                 data = sock.recv(65536)

@@ -314,3 +314,40 @@ def test_async_subscription_under_trio(node: NodeProcess) -> None:
 
     got = trio.run(main)
     assert got[0] == Message("c1", b"hello") and got[-1] == Message("p.x", b"pattern", "p.*")
+
+
+def test_the_adapters_listener_with_a_password(node_factory: object) -> None:
+    """The integrations' listener thread (disque_trio.integrations._listener):
+    AUTH, a confirmed subscription, messages to its handler, a new
+    connection after its node restarts."""
+    from disque_trio.client import Client, Message
+    from disque_trio.integrations._common import SharedClient
+    from disque_trio.integrations._listener import Listener
+
+    node = node_factory("--requirepass", "s3cret")  # type: ignore[operator]
+    url = f"disque://:s3cret@127.0.0.1:{node.port}"
+    got: list[Message] = []
+    shared = SharedClient(lambda: Client(url))
+    listener = Listener(shared, got.append, password="s3cret")
+    try:
+        listener.subscribe("ch")
+        listener.subscribe("p.*", pattern=True)
+        with Client(url) as c:
+            assert c.publish("ch", b"one") == 1
+            assert c.publish("p.x", b"two") == 1
+        wait_for(lambda: len(got) == 2, what="both messages")
+        assert got == [Message("ch", b"one"), Message("p.x", b"two", "p.*")]
+        node.stop()
+        node.start()
+        with Client(url) as c:
+
+            def heard() -> bool:
+                c.publish("ch", b"again")
+                time.sleep(0.1)
+                return got[-1] == Message("ch", b"again")
+
+            wait_for(heard, timeout=15, what="the listener back on the restarted node")
+        assert listener.reconnects >= 1
+    finally:
+        listener.close()
+        shared.close()

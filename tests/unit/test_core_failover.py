@@ -557,3 +557,36 @@ def test_a_copy_loaded_after_a_restart_answers_for_no_consumer() -> None:
     assert job.flags & FLAG_HANDED
     record = job_record(job)
     assert record.flags & FLAG_DELIVERED and not record.flags & FLAG_HANDED
+
+
+def test_a_peer_that_linked_before_our_consumers_waited_is_asked_once_they_do() -> None:
+    """B's consumers start waiting after A restarted (its link came up
+    while nobody waited here), long after B's last NEEDJOBS broadcast, with
+    C as a source (answered before): A is asked at once, so that it tells B
+    of its next job (HAVEJOBS) instead of B learning at its broadcast
+    back-off, up to 30 s later (simulator seed 722689)."""
+    w = Wired(A_ID, B_ID, C_ID)
+    b = w.nodes[B_ID]
+    run(b, "GETJOB", "NOHANG", "FROM", "q")  # nothing, and a NEEDJOBS broadcast
+    assert b.queue("q").needjobs_bcast_ms == w.clock.ms
+    w.elapse(200)
+    b.queue("q").needjobs_responders[C_ID] = w.clock.ms // 1000
+    b.cluster.link_changed(A_ID, False, w.clock.ms)  # A restarted: linked again
+    b.cluster.link_changed(A_ID, True, w.clock.ms)
+    b.refresh_cluster_view()
+    assert b.linked_at[A_ID] > b.queue("q").needjobs_bcast_ms
+    b.effects.clear()
+    waiter = run(b, "GETJOB", "FROM", "q")
+    assert isinstance(waiter, Waiter)
+    asked = [to for to, m in sent(b) if isinstance(m, bus.NeedJobs)]
+    assert A_ID in asked
+    # Once: the next round asks the sources only, until the next broadcast.
+    b.effects.clear()
+    cj.need_jobs(b, "q")
+    assert A_ID not in [to for to, m in sent(b) if isinstance(m, bus.NeedJobs)]
+    # A job queued on A now is announced to B at once.
+    w.pump()
+    added = run(w.nodes[A_ID], "ADDJOB", "q", "x", 0, "REPLICATE", 1)
+    assert isinstance(added, str)
+    told = [to for to, m in sent(w.nodes[A_ID]) if isinstance(m, bus.HaveJobs)]
+    assert told == [B_ID]
