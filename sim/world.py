@@ -201,6 +201,9 @@ TTL_SLACK_MS = 3000
 # A copy registered this soon after held-back bytes reached its node came
 # with them.
 HELD_BACK_RECENT_S = 0.1
+# A copy registered this soon after its node's stall (a slow fsync) ended
+# came from bytes that waited in its socket meanwhile.
+STALL_RECENT_S = 0.5
 SAMPLE_S = 0.25
 HOLDERS_SETTLE_S = 0.3
 COLLECT_SETTLE_S = 1.0
@@ -440,6 +443,7 @@ class World:
         self._stashed: list[tuple[trio.lowlevel.Task, trio.lowlevel.Task]] = []
         self._owners: dict[trio.lowlevel.Task, trio.lowlevel.Task | None] = {}
         self.stalled_until: dict[int, float] = {}  # node index -> its last stall's end
+        self.stalled_from: dict[int, float] = {}  # node index -> its last stall's start
         # Node index -> the bus protocol version it plays (an older release),
         # until its upgrade (sim/faults.py).
         old = plan.old_version
@@ -673,6 +677,7 @@ class World:
             stall[0] = max(stall[0], until)
             return
         self.stalled_until[node.index] = math.inf
+        self.stalled_from[node.index] = trio.current_time()
         others = [n.port for n in self.nodes if n is not node]
         key = self.net.add_rule("stall", [node.port], [*others, None])
         self.stalls[root] = [until, key, node.index]
@@ -1138,6 +1143,18 @@ class World:
                         # A copy from bytes a fault held back: its TTL (sent
                         # as what was left of it) runs that much longer.
                         self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), late)
+                stall_end = self.stalled_until.get(node.index, -math.inf)
+                if (
+                    node.handling in (bus.ReplJob, bus.YourJobs)
+                    and trio.current_time() - stall_end <= STALL_RECENT_S
+                ):
+                    # Read from its socket once a slow fsync let it run
+                    # again: the copy's TTL, sent as what was left of it,
+                    # runs as much longer as the message waited there
+                    # (seed 724981: a TTL 3 job delivered 5.45 s after its
+                    # ADDJOB, its REPLJOB read after a 3.8 s stall).
+                    waited = stall_end - self.stalled_from.get(node.index, stall_end)
+                    self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), waited)
                 if job.body is None and job.state == JobState.ACKED and not loading:
                     self.probes["dummy-ack-created"] += 1
                 self.holders.setdefault(job.id, set()).add(name)
@@ -1690,6 +1707,10 @@ class World:
                 self.nodes[i].name for i in waiting if self._fed_blocked(self.nodes[i], queue)
             ]
             job = node.server.node.jobs.get(job_id)
+            if any(x > t for x in self.queued_at.get(job_id, ())):
+                # Queued again since (moved, delivered and back at its
+                # RETRY: seed 724998): not the same stay in the queue.
+                continue
             self.probes["federation-prompt-checked"] += 1
             if still and job is not None and job.state == JobState.QUEUED:
                 self._violate(

@@ -225,6 +225,13 @@ class NodeServer:
         self.shutdown_requested = False
         self._fsync_at_exit = True
         self._rewrite_at_exit = False
+        # Set once the exit's last write began: what arrives after it (a
+        # peer's frame read in the same scheduler pass as the cancellation)
+        # is not taken in, or the node would hold at its end what its file
+        # does not (simulator seed 724138: a job moved to it by YOURJOBS
+        # then, not in its AOF after a controlled restart; its giver keeps
+        # its copy, as for any message lost).
+        self._exiting = False
         self.finished = trio.Event()  # set when run() returns
         self._next_client_id = 0
         self._nursery: trio.Nursery | None = None
@@ -459,6 +466,7 @@ class NodeServer:
         # controlled restart (aof-enqueue-jobs-once), with RETRY 0 never to
         # be queued again (simulator seed 32 of the explorer's controlled
         # restarts, issue 58).
+        self._exiting = True
         self.aof.write_now(force=True)
         if self._rewrite_at_exit and self.aof.state == "on":
             try:
@@ -774,6 +782,8 @@ class NodeServer:
     def _dispatch(self, sender: str, msg: object) -> None:
         """A bus message arrived from a known node (or a QUEUED from one
         that passed the handshake and is not in the table yet)."""
+        if self._exiting:
+            return
         table = self.node.cluster
         if isinstance(msg, bus.Heartbeat):
             table.on_heartbeat(msg, self.env.clock.wall_ms())
