@@ -28,6 +28,7 @@ reject, no requeue                     ``<queue>:dead`` (the worker's dead
                                        letter JSON), then ACKJOB
 unacknowledged at channel close        ENQUEUE (queued again at once)
 visibility timeout                     RETRY (``visibility_timeout``)
+a message's ``expiration``             TTL (whole seconds, rounded up)
 queue length, purge                    QLEN summed over the nodes; ACKJOB of
                                        the jobs JSCAN finds queued
 =====================================  =====================================
@@ -194,6 +195,23 @@ BROADCAST_TAG = "b:"
 def _glob_escape(text: str) -> str:
     """``text`` as a PSUBSCRIBE pattern that matches only itself."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def expiration_ttl(message: dict[str, Any]) -> int | None:
+    """The whole seconds of the message's ``expiration`` property (kombu's
+    ``publish(expiration=...)``, AMQP's per-message TTL, milliseconds as
+    text), rounded up, at least 1; None without one (or one unreadable)."""
+    properties = message.get("properties")
+    value = properties.get("expiration") if isinstance(properties, dict) else None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not ms >= 0 or ms == float("inf"):
+        return None
+    return max(1, min(MAX_SECONDS, -(-int(ms) // 1000)))
 
 
 def _job_id(delivery_tag: str) -> str:
@@ -371,6 +389,10 @@ class Channel(virtual.Channel):
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         settings = self.settings
         delay = eta_delay(message, datetime.now(UTC)) if settings.delayed_delivery else 0
+        ttl = settings.ttl
+        expires = expiration_ttl(message)
+        if expires is not None:
+            ttl = min(ttl, expires)  # not delivered once it expired: the job's TTL
         body = dumps(message)
         with self.transport.shared() as client:
             client.add_job(
@@ -378,7 +400,7 @@ class Channel(virtual.Channel):
                 body,
                 replicate=settings.replicate,
                 retry=settings.visibility_timeout,
-                ttl=min(MAX_SECONDS, settings.ttl + delay),
+                ttl=min(MAX_SECONDS, ttl + delay),
                 delay=delay or None,
                 asynchronous=settings.asynchronous,
             )

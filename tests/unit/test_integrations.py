@@ -268,3 +268,18 @@ def test_dramatiq_retry_past_the_ttl_is_a_new_job() -> None:
     assert b"disque_job_id" not in body and b'"retries":1' in body
     assert returned.options[JOB_ID] == "D-00000000-new" and not message.retried
     broker.acks.close()
+
+
+def test_celery_a_message_expiration_becomes_the_jobs_ttl() -> None:
+    from disque_trio.integrations.celery import expiration_ttl
+
+    def message(value: object) -> dict[str, object]:
+        return {"properties": {"expiration": value}}
+
+    assert expiration_ttl(message("2000")) == 2
+    assert expiration_ttl(message("2001")) == 3  # rounded up: never delivered late
+    assert expiration_ttl(message("0")) == 1
+    assert expiration_ttl(message(1500)) == 2
+    for bad in (None, "soon", "-5", "nan", True, [1]):
+        assert expiration_ttl(message(bad)) is None
+    assert expiration_ttl({}) is None
