@@ -195,7 +195,23 @@ def test_cluster_wide_and_a_node_killed(node_factory: object) -> None:
         ps.close()
 
 
-def test_a_subscriber_that_does_not_read_is_dropped(node: NodeProcess) -> None:
+def metrics(port: int) -> dict[str, float]:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return {
+        name: float(value)
+        for name, value in re.findall(r"^(disque_pubsub_[^ ]+) (\S+)$", text, re.M)
+    }
+
+
+def test_a_subscriber_that_does_not_read_is_dropped(node_factory: object) -> None:
+    from ..helpers import free_port
+
+    web = free_port()
+    node: NodeProcess = node_factory("--web-port", str(web))  # type: ignore[operator]
     r = conn(node)
     r.config_set("pubsub-output-buffer-limit", "256kb 0 0")
     assert r.config_get("pubsub-output-buffer-limit") == {
@@ -229,6 +245,11 @@ def test_a_subscriber_that_does_not_read_is_dropped(node: NodeProcess) -> None:
     slow.close()
     assert "pubsub-output-buffer-limit" in node.output()
     assert r.ping()
+    exported = metrics(web)
+    assert exported["disque_pubsub_dropped_clients_total"] == 1
+    assert exported["disque_pubsub_subscribers"] == 1
+    assert exported['disque_pubsub_messages_total{way="published"}'] == 400
+    assert exported["disque_pubsub_channels"] == 1
     fast.close()
 
 
