@@ -1098,6 +1098,7 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
     if now - q.needjobs_bcast_ms > bcast_delay:
         q.needjobs_bcast_ms = now
         q.needjobs_bcast_attempt = min(q.needjobs_bcast_attempt + 1, 16)
+        q.needjobs_bcast_seq = node.link_seq
         q.needjobs_told.clear()
         # Every member, leaving ones included (like the original): a leaving
         # node gives its queued jobs away when asked, and nobody else would
@@ -1112,7 +1113,7 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
         # restarted node waited 3.4 s while another node's consumers
         # waited, asking only the node that had answered them before).
         for node_id in _unasked_peers(node, q):
-            q.needjobs_told[node_id] = now
+            q.needjobs_told[node_id] = node.linked_at[node_id]
             node.effects.send(node_id, bus.NeedJobs(name, 1))
     adhoc_delay = min(NEEDJOBS_ADHOC_MIN_MS << q.needjobs_adhoc_attempt, NEEDJOBS_ADHOC_MAX_MS)
     if responders and (reached_zero or now - q.needjobs_adhoc_ms > adhoc_delay):
@@ -1125,7 +1126,7 @@ def need_jobs(node: JobHost, name: str, reached_zero: bool = False) -> None:
 def _unasked_peers(node: JobHost, q: Queue) -> list[str]:
     """Peers whose link came up since the queue's last NEEDJOBS broadcast,
     not asked for its jobs since."""
-    since = q.needjobs_bcast_ms
+    since = q.needjobs_bcast_seq
     told = q.needjobs_told
     nodes = node.cluster.nodes
     return [
@@ -1151,15 +1152,15 @@ def ask_again_for_waiting_queues(node: JobHost, peers: Iterable[str]) -> None:
     restarted forgot who asked it for jobs (it tells the nodes that did as
     soon as it has some: HAVEJOBS), and ours would otherwise ask again only
     at its broadcast back-off, up to NEEDJOBS_BCAST_MAX_MS later."""
-    now = node.now_ms()
     for peer in peers:
-        node.linked_at[peer] = now
+        node.link_seq += 1
+        node.linked_at[peer] = node.link_seq
     if node.leaving:
         return
     waiting = sorted(name for name, q in node.queues.items() if q.waiters and not q.jobs)
     for peer in peers:
         for name in waiting:
-            node.queues[name].needjobs_told[peer] = now
+            node.queues[name].needjobs_told[peer] = node.linked_at[peer]
             node.effects.send(peer, bus.NeedJobs(name, 1))
 
 

@@ -59,6 +59,7 @@ class JobHost(Protocol):
     answered_queued_before: set[str]
     interest: dict[str, dict[str, tuple[int, int]]]
     linked_at: dict[str, int]
+    link_seq: int
 
     def now_ms(self) -> int: ...
 

@@ -226,10 +226,13 @@ class Node:
         # HAVEJOBS to it). A job queued here with no consumer of ours
         # waiting tells them at once (clusterjobs.tell_interested).
         self.interest: dict[str, dict[str, tuple[int, int]]] = {}
-        # Node id -> when (ms) its link last came up: a peer that (re)linked
-        # since a queue's last NEEDJOBS broadcast has not heard that our
-        # consumers wait on it (clusterjobs.need_jobs asks it once).
+        # Node id -> the number of its link's last coming up (link_seq, a
+        # count, not a time: a clock that steps back must not make a peer
+        # look unasked for ever): a peer that (re)linked since a queue's
+        # last NEEDJOBS broadcast has not heard that our consumers wait on
+        # it (clusterjobs.need_jobs asks it once).
         self.linked_at: dict[str, int] = {}
+        self.link_seq = 0
         # Called with (event, job) on job lifecycle events; the simulator's
         # white-box checkers and the WebSocket job streams hook in here. An
         # observer that leaves during a notification replaces the list (a

@@ -67,6 +67,7 @@ class Queue:
         "needjobs_adhoc_ms",
         "needjobs_bcast_attempt",
         "needjobs_bcast_ms",
+        "needjobs_bcast_seq",
         "needjobs_responders",
         "needjobs_told",
         "pause",
@@ -98,8 +99,10 @@ class Queue:
         self.needjobs_adhoc_ms = 0
         self.needjobs_adhoc_attempt = 0
         self.needjobs_responders: dict[str, int] = {}
-        # Peers that linked since the last broadcast and were asked on
-        # their own (clusterjobs.need_jobs): node id -> ms.
+        # The node's link_seq at the last broadcast, and the peers that
+        # linked since and were asked on their own (clusterjobs.need_jobs):
+        # node id -> the link_seq of that link.
+        self.needjobs_bcast_seq = 0
         self.needjobs_told: dict[str, int] = {}
         # Import rate estimate: jobs received from other nodes in the current
         # and the previous window of about one second.
