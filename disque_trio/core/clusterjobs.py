@@ -839,6 +839,7 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     elif (
         job.state == STATE_ACTIVE
         and job.flags & FLAG_HANDED
+        and not job.flags & FLAG_DELAYED
         and job.retry
         and job.qtime > node.now_ms()
     ):
@@ -877,6 +878,10 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         # so this copy waits as well; the sender queues the job.
         node.dequeue(job)
         node.probe("postpone-caused-dequeue", job)
+    # A client asked for a delay: whatever a consumer of ours had is given
+    # back (seed 730332: a WILLQUEUE answered DELIVERED for a job NACKed
+    # with a DELAY held its requeue a RETRY past the delay).
+    job.flags &= ~FLAG_HANDED
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         now = node.now_ms()

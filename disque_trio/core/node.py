@@ -796,7 +796,7 @@ class Node:
             job.deliveries += 1
             flags = bus.FLAG_INCR_DELIV
         now = self.now_ms()
-        job.flags |= FLAG_DELAYED
+        job.flags = (job.flags | FLAG_DELAYED) & ~FLAG_HANDED  # given back by its consumer
         if job.retry:
             job.flags |= FLAG_BCAST_WILLQUEUE  # holders may object first (acked)
         job.qtime = self.shared_int(now + delay_ms)

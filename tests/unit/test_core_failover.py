@@ -598,3 +598,27 @@ def test_a_peer_that_linked_before_our_consumers_waited_is_asked_once_they_do() 
     assert isinstance(added, str)
     told = [to for to, m in sent(w.nodes[A_ID]) if isinstance(m, bus.HaveJobs)]
     assert told == [B_ID]
+
+
+def test_a_job_given_back_with_a_delay_is_not_answered_delivered() -> None:
+    """NACK DELAY here, or a POSTPONE from the holder a client asked: the
+    consumer no longer has it, and a WILLQUEUE must not push the sender's
+    requeue a RETRY past the delay (simulator seed 730332)."""
+    w, _ = _three_with_jobs(1)
+    a = w.nodes[A_ID]
+    [entry] = get(a, "q")
+    job_id = entry[1]
+    assert run(a, "NACK", job_id, "DELAY", 1) == 1
+    a.effects.clear()
+    cj.receive(a, B_ID, bus.WillQueue(job_id))
+    answers = [m for to, m in sent(a) if to == B_ID]
+    assert not any(isinstance(m, bus.Delivered) for m in answers)
+    assert any(isinstance(m, bus.Postpone) for m in answers)
+    # A POSTPONE from another holder (its client asked there) clears it too.
+    w2, _ = _three_with_jobs(1)
+    a2 = w2.nodes[A_ID]
+    [entry2] = get(a2, "q")
+    cj.receive(a2, C_ID, bus.Postpone(entry2[1], 1000, bus.FLAG_INCR_NACKS))
+    a2.effects.clear()
+    cj.receive(a2, B_ID, bus.WillQueue(entry2[1]))
+    assert not any(isinstance(m, bus.Delivered) for _, m in sent(a2))
