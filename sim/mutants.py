@@ -415,10 +415,23 @@ def working_no_postpone() -> contextlib.AbstractContextManager[None]:
     return command("working", working)
 
 
-def working_not_broadcast() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _unanswered_for_consumers() -> Iterator[None]:
+    """Since 47601fb the node whose consumer has a job answers another
+    holder's WILLQUEUE with DELIVERED: a second line of defence that hides
+    the mutants below from every check (that holder no longer re-queues at
+    its RETRY). They take it away as well, so that what they break is
+    judged again: the holders never told a consumer has the job."""
+    with patched(cj, "_tell_one_delivered", lambda node, job, node_id: None):
+        yield
+
+
+@contextlib.contextmanager
+def working_not_broadcast() -> Iterator[None]:
     """WORKING postpones the local re-queue only: the other holders are not
-    told and re-queue at their RETRY."""
-    return patched(cj, "broadcast_working", lambda node, job: None)
+    told and re-queue at their RETRY (nor answered DELIVERED: above)."""
+    with patched(cj, "broadcast_working", lambda node, job: None), _unanswered_for_consumers():
+        yield
 
 
 def pfail_never_set() -> contextlib.AbstractContextManager[None]:
@@ -588,10 +601,12 @@ def postpone_keeps_timer() -> contextlib.AbstractContextManager[None]:
     return handler(bus.Postpone, on_postpone)
 
 
-def postpone_skips_queued() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def postpone_skips_queued() -> Iterator[None]:
     """POSTPONE is handled for active copies only: a copy queued there
-    (a QUEUED lost, a holder that re-queued at its RETRY) stays queued and
-    goes to the next consumer before the delay (nack-delay-told)."""
+    (a QUEUED lost, a holder that re-queued at its RETRY: its WILLQUEUE
+    unanswered, see _unanswered_for_consumers) stays queued and goes to the
+    next consumer before the delay (nack-delay-told)."""
     original = cj._on_postpone
 
     def on_postpone(node: Node, sender: str, msg: bus.Postpone) -> None:
@@ -600,7 +615,8 @@ def postpone_skips_queued() -> contextlib.AbstractContextManager[None]:
             return
         original(node, sender, msg)
 
-    return handler(bus.Postpone, on_postpone)
+    with handler(bus.Postpone, on_postpone), _unanswered_for_consumers():
+        yield
 
 
 def delay_timer_not_rescheduled() -> contextlib.AbstractContextManager[None]:

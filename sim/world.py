@@ -1707,12 +1707,15 @@ class World:
                 self.nodes[i].name for i in waiting if self._fed_blocked(self.nodes[i], queue)
             ]
             job = node.server.node.jobs.get(job_id)
-            if any(x > t for x in self.queued_at.get(job_id, ())):
-                # Queued again since (moved, delivered and back at its
-                # RETRY: seed 724998): not the same stay in the queue.
-                continue
             self.probes["federation-prompt-checked"] += 1
-            if still and job is not None and job.state == JobState.QUEUED:
+            if (
+                still
+                and job is not None
+                and job.state == JobState.QUEUED
+                # Queued again since (moved, delivered and back at its
+                # RETRY: seed 724998) is not the same stay in the queue.
+                and not any(x > t for x in self.queued_at.get(job_id, ()))
+            ):
                 self._violate(
                     f"federation-prompt: {job_id} queued on {node.name} at t={t:.2f}, "
                     f"still there at t={now:.2f} while {still} had clients blocked on "
