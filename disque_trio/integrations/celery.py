@@ -490,21 +490,27 @@ class Channel(virtual.Channel):
             return box.popleft()
         while True:
             client = self._fetch_client()
-            jobs = client.get_jobs(queue, nohang=True)
-            if jobs:
+            # The node this process publishes to first: a GETJOB NOHANG on
+            # another node that finds nothing asks the others for jobs
+            # (NEEDJOBS), and what was just put could be on its way there
+            # when asked for (1 in 10 missed that way).
+            jobs = self._get_where_published(queue, client)
+            if not jobs:
+                jobs = client.get_jobs(queue, nohang=True)
+                if not jobs:
+                    raise Empty()
                 track_delivered(self.transport.acks, client, jobs)
-            elif not (jobs := self._get_where_published(queue, client)):
-                raise Empty()
             payload = self._payload(jobs[0])
             if payload is not None:
                 return payload
 
     def _get_where_published(self, queue: str, fetcher: Client) -> list[Job]:
-        """GETJOB NOHANG found nothing on the fetcher's node: ask the node
-        this process publishes to, where what it just put is queued (a
-        job is queued on the node that added it; federation would move it
-        only to a consumer that waits). ``SimpleQueue.put()`` then
-        ``get_nowait()`` on three nodes missed the message 7 times in 10."""
+        """GETJOB NOHANG on the node this process publishes to, if not the
+        fetcher's: what it just put is queued there (a job is queued on the
+        node that added it; federation moves it only to a consumer that
+        waits). ``SimpleQueue.put()`` then ``get_nowait()`` on three nodes
+        missed the message 7 times in 10 when only the fetcher's node was
+        asked."""
         with self.transport.shared() as client:
             here = client.current_node
             if here is None or here == fetcher.current_node:
