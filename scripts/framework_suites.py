@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -117,10 +118,24 @@ class test_DisqueFailover(BaseFailover):
 '''
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A free port whose derived ones (web +1000, bus +10000) are free too,
+    below the kernel's range for outgoing connections."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 30_000)
+        if all(_bindable(p) for p in (port, port + 1000, port + 10000)):
+            return port
+    raise SystemExit("no free port triple found")
 
 
 def pinned(package: str) -> str:
