@@ -147,33 +147,28 @@ class PubSub:
         received it (a client subscribed both ways counts twice, as in
         Redis)."""
         count = 0
-        frames: dict[int, bytes] = {}  # protocol -> encoded message
         subs = self.channels.get(channel)
         if subs:
-            reply = Push(("message", channel, message))
-            for sub in list(subs.values()):
-                proto = sub.client.proto
-                frame = frames.get(proto)
-                if frame is None:
-                    frame = frames[proto] = _encode(reply, proto)
-                self.push(sub, frame)
-                count += 1
+            count += self._fan_out(subs, Push(("message", channel, message)))
         if self.patterns:
             name = channel.decode("utf-8", "surrogateescape")
             for pattern, (regex, psubs) in list(self.patterns.items()):
-                if regex.fullmatch(name) is None:
-                    continue
-                reply = Push(("pmessage", pattern, channel, message))
-                pframes: dict[int, bytes] = {}
-                for sub in list(psubs.values()):
-                    proto = sub.client.proto
-                    frame = pframes.get(proto)
-                    if frame is None:
-                        frame = pframes[proto] = _encode(reply, proto)
-                    self.push(sub, frame)
-                    count += 1
+                if regex.fullmatch(name) is not None:
+                    count += self._fan_out(psubs, Push(("pmessage", pattern, channel, message)))
         self.delivered += count
         return count
+
+    def _fan_out(self, subs: dict[int, Subscriber], reply: Push) -> int:
+        """``reply`` to each subscriber, encoded once per protocol."""
+        frames: dict[int, bytes] = {}
+        targets = list(subs.values())
+        for sub in targets:
+            proto = sub.client.proto
+            frame = frames.get(proto)
+            if frame is None:
+                frame = frames[proto] = _encode(reply, proto)
+            self.push(sub, frame)
+        return len(targets)
 
     def push(self, sub: Subscriber, data: bytes) -> None:
         """Queue bytes for a subscriber's connection, within its limits."""
@@ -279,61 +274,44 @@ class Several(tuple):  # type: ignore[type-arg]
     __slots__ = ()
 
 
-def _confirmations(
-    hub: PubSub,
-    sub: Subscriber,
+def _subscription_command(
     kind: str,
-    names: Iterable[bytes],
-    change: Callable[[Subscriber, bytes], None],
-) -> Several:
-    """Apply ``change`` (hub.subscribe, ...) to each name, with its
-    confirmation; none named (UNSUBSCRIBE of nothing left), one for none.
-    Messages for this connection wait until these are written
-    (``Subscriber.hold``)."""
-    sub.hold = True
-    out: list[Push] = []
-    for name in names:
-        change(sub, name)
-        out.append(Push((kind, name, sub.count())))
-    if not out:
-        out.append(Push((kind, None, sub.count())))
-    return Several(out)
+    change: Callable[[PubSub], Callable[[Subscriber, bytes], None]],
+    every: Callable[[Subscriber], Iterable[bytes]] | None = None,
+) -> Callable[[Context, list[bytes]], Reply]:
+    """(P)SUBSCRIBE and (P)UNSUBSCRIBE: ``change`` (hub.subscribe, ...)
+    applied to each name, each confirmed with a message of its own; with no
+    name, ``every`` names the subscriber's set to take (UNSUBSCRIBE: all),
+    and none left is confirmed once. Messages for this connection wait
+    until these are written (``Subscriber.hold``)."""
+    name = kind.upper()
+
+    def handler(ctx: Context, argv: list[bytes]) -> Reply:
+        if (refused := _refuse_websocket(ctx, name)) is not None:
+            return refused
+        hub = _hub(ctx)
+        sub = hub.subscriber(ctx.client)
+        apply = change(hub)
+        sub.hold = True
+        out: list[Push] = []
+        for item in argv[1:] or (list(every(sub)) if every else []):
+            apply(sub, item)
+            out.append(Push((kind, item, sub.count())))
+        if not out:
+            out.append(Push((kind, None, sub.count())))
+        return Several(out)
+
+    return handler
 
 
-def subscribe(ctx: Context, argv: list[bytes]) -> Reply:
-    """SUBSCRIBE channel [channel ...]"""
-    if (refused := _refuse_websocket(ctx, "SUBSCRIBE")) is not None:
-        return refused
-    hub = _hub(ctx)
-    return _confirmations(hub, hub.subscriber(ctx.client), "subscribe", argv[1:], hub.subscribe)
-
-
-def psubscribe(ctx: Context, argv: list[bytes]) -> Reply:
-    """PSUBSCRIBE pattern [pattern ...]"""
-    if (refused := _refuse_websocket(ctx, "PSUBSCRIBE")) is not None:
-        return refused
-    hub = _hub(ctx)
-    return _confirmations(hub, hub.subscriber(ctx.client), "psubscribe", argv[1:], hub.psubscribe)
-
-
-def unsubscribe(ctx: Context, argv: list[bytes]) -> Reply:
-    """UNSUBSCRIBE [channel ...]: none named, all of them."""
-    if (refused := _refuse_websocket(ctx, "UNSUBSCRIBE")) is not None:
-        return refused
-    hub = _hub(ctx)
-    sub = hub.subscriber(ctx.client)
-    names = argv[1:] or list(sub.channels)
-    return _confirmations(hub, sub, "unsubscribe", names, hub.unsubscribe)
-
-
-def punsubscribe(ctx: Context, argv: list[bytes]) -> Reply:
-    """PUNSUBSCRIBE [pattern ...]: none named, all of them."""
-    if (refused := _refuse_websocket(ctx, "PUNSUBSCRIBE")) is not None:
-        return refused
-    hub = _hub(ctx)
-    sub = hub.subscriber(ctx.client)
-    names = argv[1:] or list(sub.patterns)
-    return _confirmations(hub, sub, "punsubscribe", names, hub.punsubscribe)
+subscribe = _subscription_command("subscribe", lambda hub: hub.subscribe)
+psubscribe = _subscription_command("psubscribe", lambda hub: hub.psubscribe)
+unsubscribe = _subscription_command(
+    "unsubscribe", lambda hub: hub.unsubscribe, lambda sub: sub.channels
+)
+punsubscribe = _subscription_command(
+    "punsubscribe", lambda hub: hub.punsubscribe, lambda sub: sub.patterns
+)
 
 
 def publish(ctx: Context, argv: list[bytes]) -> Reply:
