@@ -1018,17 +1018,7 @@ class World:
                 # BUGGIFY (sim/buggify.py): a NEEDJOBS answer crossing the
                 # acks, NACKs and DELAYs sent meanwhile.
                 later = self.plan.slow_yourjobs / 10
-                # Its TTL was sent as what was left: it lives that much
-                # longer, and longer still if a fault held its bytes back
-                # just now (the registration's own test of that comes too
-                # late after the release).
-                held = self.net.held_back.get(node.port)
-                if held is not None and trio.current_time() - held[0] <= HELD_BACK_RECENT_S:
-                    later_total = later + held[1]
-                else:
-                    later_total = later
-                for data in msg.jobs:
-                    self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), later_total)
+                self._carried_late(node, msg, later)
                 self.probes["slow-yourjobs"] += 1
                 self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
                 return
@@ -1047,6 +1037,7 @@ class World:
                 # Delivered once, later: after frames sent after it.
                 later = self.chaos_rng.uniform(0.05, 1.0)
                 self.trace.record(node.name, "chaos", {"ev": "late", "msg": kind})
+                self._carried_late(node, msg, later)
                 self._nursery.start_soon(self._late, node, deliver, later, sender, msg)
                 return
             deliver(sender, msg)
@@ -1055,6 +1046,37 @@ class World:
                 deliver(sender, msg)
 
         return chaotic
+
+    def _waited_in_socket(self, node: SimNode) -> float:
+        """How long the bus bytes ``node`` reads now may have waited before
+        it read them: held back by a net fault just now, or in its socket
+        while a slow fsync stalled it (its reads right after the stall)."""
+        now = trio.current_time()
+        waited = 0.0
+        held = self.net.held_back.get(node.port)
+        if held is not None and now - held[0] <= HELD_BACK_RECENT_S:
+            waited = held[1]
+        stall_end = self.stalled_until.get(node.index, -math.inf)
+        if now - stall_end <= STALL_RECENT_S:
+            waited = max(waited, stall_end - self.stalled_from.get(node.index, stall_end))
+        return waited
+
+    def _carried_late(self, node: SimNode, msg: object, later: float) -> None:
+        """A REPLJOB or YOURJOBS read now reaches the node ``later`` seconds
+        on. The TTL of each copy it carries was sent as what was left of
+        it: the copy lives as much longer as the bytes waited, before the
+        reading and after it (the registration's own test of the wait
+        before comes too late: seed 742409, a REPLJOB read as a 4 s stall
+        ended, then held back 0.9 s by bus chaos)."""
+        if isinstance(msg, bus.ReplJob):
+            carried: tuple[Any, ...] = (msg.job,)
+        elif isinstance(msg, bus.YourJobs):
+            carried = msg.jobs
+        else:
+            return
+        total = later + self._waited_in_socket(node)
+        for data in carried:
+            self.held_back[data.id] = max(self.held_back.get(data.id, 0.0), total)
 
     def _confirmation(
         self, node: SimNode, server: NodeServer, sender: str, job_id: str
@@ -1136,25 +1158,16 @@ class World:
                         f"({node.handling.__name__}) after its TTL ran out there"
                     )
                 node.seen_at[job.id] = -1e9 if loading else trio.current_time()
-                held = self.net.held_back.get(node.port)
-                if held is not None and node.handling in (bus.ReplJob, bus.YourJobs):
-                    held_at, late = held
-                    if trio.current_time() - held_at <= HELD_BACK_RECENT_S:
-                        # A copy from bytes a fault held back: its TTL (sent
-                        # as what was left of it) runs that much longer.
-                        self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), late)
-                stall_end = self.stalled_until.get(node.index, -math.inf)
-                if (
-                    node.handling in (bus.ReplJob, bus.YourJobs)
-                    and trio.current_time() - stall_end <= STALL_RECENT_S
-                ):
-                    # Read from its socket once a slow fsync let it run
-                    # again: the copy's TTL, sent as what was left of it,
-                    # runs as much longer as the message waited there
-                    # (seed 724981: a TTL 3 job delivered 5.45 s after its
-                    # ADDJOB, its REPLJOB read after a 3.8 s stall).
-                    waited = stall_end - self.stalled_from.get(node.index, stall_end)
-                    self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), waited)
+                if node.handling in (bus.ReplJob, bus.YourJobs):
+                    # A copy from bytes a net fault held back, or read from
+                    # its socket once a slow fsync let it run again: its
+                    # TTL, sent as what was left of it, runs as much longer
+                    # as the message waited (seed 724981: a TTL 3 job
+                    # delivered 5.45 s after its ADDJOB, its REPLJOB read
+                    # after a 3.8 s stall).
+                    waited = self._waited_in_socket(node)
+                    if waited > 0:
+                        self.held_back[job.id] = max(self.held_back.get(job.id, 0.0), waited)
                 if job.body is None and job.state == JobState.ACKED and not loading:
                     self.probes["dummy-ack-created"] += 1
                 self.holders.setdefault(job.id, set()).add(name)
