@@ -808,6 +808,12 @@ class World:
         node.up = False
         node.crashed_at = trio.current_time()
         node.handle.alive = False
+        # Its tasks held in a stall are let go to be cancelled, and run on
+        # to their next checkpoint with what they were given: what they do
+        # there is not the node's (seed 743245: a YOURJOBS read and
+        # registered by a node killed in a slow fsync, so never read at
+        # all, was counted as a copy it held).
+        node.server.node.observers.clear()
         kept = node.disk.crash(torn)
         if wipe:
             node.disk.wipe()
@@ -1013,7 +1019,14 @@ class World:
                         f"(REPLICATE {job.repl}) with {len(confirmed)} nodes confirmed"
                     )
 
+        handle = node.handle
+
         def chaotic(sender: str, msg: object) -> None:
+            if handle is not None and not handle.alive:
+                # Read by a task of a killed incarnation, released from a
+                # stall to be cancelled: the process is gone, it reads no
+                # more (seed 743245).
+                return
             if self.plan.slow_yourjobs and type(msg) is bus.YourJobs and self._nursery is not None:
                 # BUGGIFY (sim/buggify.py): a NEEDJOBS answer crossing the
                 # acks, NACKs and DELAYs sent meanwhile.
