@@ -384,8 +384,10 @@ def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
     the one chosen cannot, one of them queues it a second later and the
     next ones hear its QUEUED before their turn, not all at once (simulator
     seed 232603168: two stood by for a holder that had not flagged the
-    loss, and both queued the job when their stand-by ended). Each holder decides alone, and two that see the cluster
-    differently both queue it: the QUEUED rule then keeps one."""
+    loss, and both queued the job when their stand-by ended). A leaving
+    holder queues it last, after every other one's stand-by. Each holder
+    decides alone, and two that see the cluster differently both queue it:
+    the QUEUED rule then keeps one."""
     at = now
     delay_end = job.ctime // 1_000_000 + job.delay * 1000
     if job.delay and delay_end > now:
@@ -406,7 +408,11 @@ def take_over(node: JobHost, job: Job, lost: str, now: int) -> None:
     ]
     ranked = sorted(candidates, key=lambda h: _id_mix(h, job.id), reverse=True)
     chosen = ranked[0] if ranked else me
-    rank = ranked.index(me) if me in ranked else max(1, len(ranked))
+    # A leaving node comes after every holder it sees, by one stagger more
+    # than a holder not yet told it leaves can rank itself (that one counts
+    # it among the candidates: simulator seed 753342, both ranked second,
+    # stood by a second, and queued the job together).
+    rank = ranked.index(me) if me in ranked else len(ranked) + 1
     job.flags |= FLAG_ANNOUNCE
     if chosen == me:
         node.probe("failover-taken", job)

@@ -337,6 +337,30 @@ def test_survivors_standing_by_for_one_that_cannot_queue_the_job_one_at_a_time()
     assert all(b.jobs[job_id].state == JobState.ACTIVE for job_id in ids)
 
 
+def test_a_leaving_holder_stands_by_after_one_not_told_it_leaves() -> None:
+    """Three holders; C leaves, and B has not heard so when A is lost. For a
+    job B ranks C first, B stands by a second; C, leaving, ranks itself
+    after B, one stagger later: B queues it and C hears its QUEUED first
+    (simulator seed 753342: both ranked second and queued it together)."""
+    w, ids = _three_with_jobs(30)
+    b, c = w.nodes[B_ID], w.nodes[C_ID]
+    _leaving(c)
+    assert not b.cluster.nodes[C_ID].flags & LEAVING
+    w.lose(A_ID)
+    for_c = [job_id for job_id in ids if cj._id_mix(C_ID, job_id) > cj._id_mix(B_ID, job_id)]
+    assert for_c  # B waits for C for some
+    for job_id in for_c:
+        b_at, c_at = b.jobs[job_id].qtime, c.jobs[job_id].qtime
+        assert c_at - b_at >= cj.FAILOVER_STAGGER_MS, (job_id, b_at, c_at)
+        assert c_at - w.clock.ms <= 2000
+    for _ in range(25):
+        w.elapse(100)
+        queued = w.queued_on()
+        for job_id in ids:
+            assert not (job_id in queued[B_ID] and job_id in queued[C_ID]), job_id
+    assert sorted(w.queued_on()[B_ID]) == sorted(ids)
+
+
 def test_a_delayed_job_of_a_lost_node_is_queued_at_the_end_of_its_delay() -> None:
     w, ids = _three_with_jobs(4, "DELAY", 5)
     w.elapse(1000)
