@@ -31,6 +31,8 @@ a worker alive              WORKING for the jobs it holds past half their
                             RETRY: a worker that dies gives them back
                             after RETRY (Redis: its heartbeat times out)
 ``join``, ``flush``         JSCAN on every node; ACKJOB of what is queued
+                            (``join`` raises a failed message's error, as
+                            Dramatiq's StubBroker does)
 ==========================  ===============================================
 """
 
@@ -40,7 +42,7 @@ import logging
 import threading
 import time
 import traceback
-from collections import deque
+from collections import defaultdict, deque
 from typing import Any
 
 from dramatiq.broker import Broker, Consumer, MessageProxy
@@ -83,6 +85,14 @@ class DisqueMessageProxy(MessageProxy):
         self.job_id = job.id
         self.settled = False  # acked, nacked, requeued or retried in place
         self.retried = False  # NACK DELAY sent: the following ack is a no-op
+        self.buried = False  # failed for good: its error is kept (join's fail_fast)
+
+    def clear_exception(self) -> None:
+        """The worker drops a handled message's error (a reference cycle);
+        one that failed for good keeps it, as the StubBroker's do, for
+        ``join`` to raise (the broker keeps a few: DEAD_LETTERS_KEPT)."""
+        if not self.buried:
+            super().clear_exception()
 
 
 class DisqueBroker(Broker):
@@ -108,7 +118,16 @@ class DisqueBroker(Broker):
         the next one, so that jobs arriving one by one come a few per
         GETJOB (0.005 s; 0: never wait).
       client_options: keyword arguments of ``disque_trio.client.Client``.
+
+    For tests, as Dramatiq's ``StubBroker``: ``join`` waits for a queue to
+    empty, and raises the error of a message of that queue this process
+    failed for good (``fail_fast``, by default ``fail_fast_default``,
+    True); ``dead_letters_by_queue`` keeps the last
+    ``DEAD_LETTERS_KEPT`` such messages per queue (their dead letters are
+    in the cluster, ``<queue>:dead``); ``flush`` forgets them.
     """
+
+    DEAD_LETTERS_KEPT = 10
 
     def __init__(
         self,
@@ -140,6 +159,10 @@ class DisqueBroker(Broker):
         self.dead_letter_ttl = dead_letter_ttl
         self.linger = linger
         self.client_options = dict(client_options or {})
+        self.fail_fast_default = True
+        self.dead_letters_by_queue: defaultdict[str, deque[MessageProxy]] = defaultdict(
+            lambda: deque(maxlen=self.DEAD_LETTERS_KEPT)
+        )
         self.shared = SharedClient(self.new_client)
         self.acks = Acknowledger(
             self.new_client,
@@ -227,26 +250,46 @@ class DisqueBroker(Broker):
     def flush(self, queue_name: str) -> None:
         """Acknowledge every job queued in the queue, on every node."""
         purge_queue(self.shared, queue_name, options=self.client_options)
+        self.dead_letters_by_queue.pop(queue_name, None)
+
+    @property
+    def dead_letters(self) -> list[MessageProxy]:
+        """The messages this process failed for good (the last
+        ``DEAD_LETTERS_KEPT`` of each queue)."""
+        return [m for messages in self.dead_letters_by_queue.values() for m in messages]
 
     def flush_all(self) -> None:
         for queue_name in self.queues:
             self.flush(queue_name)
 
-    def join(self, queue_name: str, *, interval: int = 100, timeout: int | None = None) -> None:
+    def join(
+        self,
+        queue_name: str,
+        *,
+        interval: int = 100,
+        timeout: int | None = None,
+        fail_fast: bool | None = None,
+    ) -> None:
         """Wait until no job of the queue is queued, being handled or
         waiting for a delay on any node (JSCAN; acknowledgements still in
         this process are sent first). Meant for tests, as Dramatiq's
-        ``join``. Raises QueueJoinTimeout after ``timeout`` milliseconds."""
+        ``join``. Raises QueueJoinTimeout after ``timeout`` milliseconds;
+        then, with ``fail_fast`` (None: ``fail_fast_default``), the error
+        of the first message of the queue this process failed for good."""
         deadline = None if timeout is None else time.monotonic() + timeout / 1000
         states = ["wait-repl", "queued", "active"]
         while True:
             self.acks.flush(5.0)
             left = count_jobs(self.shared, queue_name, states, options=self.client_options)
             if left == 0:
-                return
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 raise QueueJoinTimeout(queue_name)  # type: ignore[no-untyped-call]
             time.sleep(interval / 1000)
+        if self.fail_fast_default if fail_fast is None else fail_fast:
+            for message in self.dead_letters_by_queue.get(queue_name, ()):
+                error = message._exception or Exception("the message failed (no error kept)")
+                raise error from None
 
     def close(self) -> None:
         """Send the acknowledgements still waiting, close the clients."""
@@ -258,6 +301,8 @@ class DisqueBroker(Broker):
     def bury(self, message: DisqueMessageProxy) -> None:
         """The message failed for good: its dead letter (when enabled),
         then ACKJOB. A dead letter that cannot be added: NACK instead."""
+        message.buried = True
+        self.dead_letters_by_queue[message.queue_name].append(message)
         if self.dead_letter:
             error = message._exception
             letter = DeadLetter(
@@ -365,8 +410,11 @@ class _DisqueConsumer(Consumer):
             bad.stuff_exception(e)
             self.broker.bury(bad)
             return None
-        retries = message.options.get("retries", 0)
-        message.options["retries"] = (retries if isinstance(retries, int) else 0) + job.nacks
+        if job.nacks:
+            # Retries NACKed in place: the message sent is the one received
+            # otherwise (Dramatiq's own tests compare them whole).
+            retries = message.options.get("retries", 0)
+            message.options["retries"] = (retries if isinstance(retries, int) else 0) + job.nacks
         message.options[JOB_ID] = job.id
         return DisqueMessageProxy(message, job)
 

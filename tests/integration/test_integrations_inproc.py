@@ -80,6 +80,88 @@ def test_dramatiq_join_and_flush(node: NodeProcess) -> None:
 @pytest.mark.skipif(
     importlib.util.find_spec("kombu") is None, reason="kombu is not installed ('.[test]')"
 )
+def test_kombu_expiration_is_the_jobs_ttl_but_not_for_a_celery_task_that_expires(
+    node: NodeProcess,
+) -> None:
+    """A message's expiration is its job's TTL, so the cluster drops it
+    then; a Celery task sent with ``expires`` (which sets the expiration
+    too) keeps the transport's TTL: its worker must see it to revoke it and
+    store REVOKED, or whoever waits on its result waits for ever."""
+    from kombu import Connection, Exchange, Queue
+
+    import disque_trio.integrations.celery  # noqa: F401  (the disque:// scheme)
+
+    queue = Queue("eq", Exchange("eq", type="direct"), routing_key="eq")
+    with Connection(f"disque://127.0.0.1:{node.port}") as conn:
+        producer = conn.Producer()
+        producer.publish(
+            {"plain": 1}, exchange=queue.exchange, routing_key="eq", declare=[queue], expiration=5
+        )
+        producer.publish(
+            {"task": 1},
+            exchange=queue.exchange,
+            routing_key="eq",
+            declare=[queue],
+            expiration=5,
+            headers={"task": "t.add", "id": "x", "expires": "2026-12-07T00:00:05+00:00"},
+        )
+    with Client(f"127.0.0.1:{node.port}") as c:
+        ttls = sorted(c.show(job_id).ttl for job_id in c.jscan(queue="eq"))
+    assert len(ttls) == 2
+    assert ttls[0] <= 5  # the plain message: its expiration
+    assert ttls[1] > 3600  # the task: the transport's TTL (a day by default)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("dramatiq") is None, reason="dramatiq is not installed ('.[test]')"
+)
+def test_dramatiq_join_raises_a_failed_messages_error_and_messages_come_unchanged(
+    node: NodeProcess,
+) -> None:
+    """As Dramatiq's StubBroker: ``join`` raises the error of a message of
+    the queue that failed for good (not with ``fail_fast=False``, and not
+    after ``flush``), and the message a worker gets is the one ``send()``
+    returned (Dramatiq's own tests compare them)."""
+    import dramatiq
+    from dramatiq.middleware import CurrentMessage
+
+    from disque_trio.integrations.dramatiq import DisqueBroker
+
+    broker = DisqueBroker(f"disque://127.0.0.1:{node.port}", retry=5)
+    broker.add_middleware(CurrentMessage())
+    got: list[Any] = []
+
+    class Boom(Exception):
+        pass
+
+    @dramatiq.actor(broker=broker, queue_name="fq", max_retries=0)
+    def fail(n: int) -> None:
+        got.append(CurrentMessage.get_current_message()._message)
+        if n:
+            raise Boom(n)
+
+    worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    try:
+        sent = fail.send(0)
+        broker.join("fq", timeout=10_000)  # nothing failed: returns
+        worker.join()
+        assert got == [sent]
+        fail.send(7)
+        with pytest.raises(Boom):
+            broker.join("fq", timeout=10_000)
+        broker.join("fq", timeout=10_000, fail_fast=False)
+        assert [str(m._exception) for m in broker.dead_letters] == ["7"]
+        broker.flush("fq")
+        broker.join("fq", timeout=10_000)  # forgotten with the queue's jobs
+    finally:
+        worker.stop()
+        broker.close()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("kombu") is None, reason="kombu is not installed ('.[test]')"
+)
 def test_kombu_get_nowait_finds_what_it_just_put_on_three_nodes(node_factory: object) -> None:
     """SimpleQueue.put() then get_nowait(): the job is queued on the node
     the process published to, which need not be the one its channel
