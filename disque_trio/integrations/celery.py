@@ -460,6 +460,13 @@ class Channel(virtual.Channel):
         self._ran_dry = 0 < len(jobs) < count
         held = [job for job in jobs if job.queue not in self._noack_queues]
         track_delivered(self.transport.acks, client, held)
+        if jobs:
+            # Broadcasts the listener took while GETJOB waited go first: a
+            # revoke published before the task it names is handled before
+            # the task comes (Celery's test_revoked_by_headers_simple_canvas).
+            for channel in cast(list[Channel], self.connection.channels):
+                if channel.inbox:
+                    channel.deliver_broadcasts()
         for job in jobs:
             payload = self._payload(job)
             if payload is None:

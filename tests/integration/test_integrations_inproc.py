@@ -113,6 +113,54 @@ def test_kombu_expiration_is_the_jobs_ttl_but_not_for_a_celery_task_that_expires
 
 
 @pytest.mark.skipif(
+    importlib.util.find_spec("kombu") is None, reason="kombu is not installed ('.[test]')"
+)
+def test_kombu_a_broadcast_that_came_while_getjob_waited_goes_before_its_jobs(
+    node: NodeProcess,
+) -> None:
+    """A revoke published before the task it names, read by the listener
+    while GETJOB waited, reaches the consumer before the task does."""
+    import json
+
+    from kombu import Connection, Exchange, Queue
+
+    import disque_trio.integrations.celery  # noqa: F401  (the disque:// scheme)
+
+    jobs = Queue("oq", Exchange("oq", type="direct"), routing_key="oq")
+    broadcasts = Queue("obq", Exchange("obc", type="fanout"))
+    got: list[Any] = []
+    with Connection(f"disque://127.0.0.1:{node.port}") as conn:
+        channel = conn.default_channel
+
+        def take(body: Any, message: Any) -> None:
+            got.append(body)
+            message.ack()
+
+        with conn.Consumer([jobs, broadcasts], callbacks=[take], channel=channel):
+            client = channel._fetch_client()
+            real = client.get_jobs
+
+            def get_jobs(*args: Any, **kwargs: Any) -> Any:
+                fetched = real(*args, **kwargs)
+                if fetched:  # what the listener thread does meanwhile
+                    revoke = channel.prepare_message(
+                        json.dumps({"revoke": 1}), 0, "application/json", "utf-8", {}, {}
+                    )
+                    channel.take_broadcast(revoke, "obq")
+                return fetched
+
+            client.get_jobs = get_jobs  # type: ignore[method-assign]
+            conn.Producer().publish(
+                {"task": 1}, exchange=jobs.exchange, routing_key="oq", declare=[jobs]
+            )
+            for _ in range(20):
+                if len(got) == 2:
+                    break
+                conn.drain_events(timeout=1)
+    assert got == [{"revoke": 1}, {"task": 1}]
+
+
+@pytest.mark.skipif(
     importlib.util.find_spec("dramatiq") is None, reason="dramatiq is not installed ('.[test]')"
 )
 def test_dramatiq_join_raises_a_failed_messages_error_and_messages_come_unchanged(
