@@ -633,7 +633,7 @@ def _on_repljob(node: JobHost, sender: str, msg: bus.ReplJob) -> None:
             # for its copies, seed 158947) missed the ack. As for WILLQUEUE:
             # SETACK 0, it acks the job (its client gets the ID) and
             # collects it. Answered whatever our state.
-            _answer_deleted(node, sender, data.id)
+            answer_deleted(node, sender, data.id)
             return
         if node.leaving or node.memory_level() > 0:
             return  # no new copies here: the sender will try another node
@@ -723,7 +723,7 @@ def tell_acked(node: JobHost, peer: str, job_id: str) -> None:
     node.effects.send(peer, bus.SetAck(job_id, 0))
 
 
-def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
+def answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
     """A holder announces a job acked and deleted here lately: it missed the
     ack (its DELJOB after FASTACK or collection was lost, or we did not list
     it). SETACK without a holder count: it acks and collects it itself."""
@@ -737,7 +737,7 @@ def _answer_deleted(node: JobHost, sender: str, job_id: str) -> None:
 def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
-        _answer_deleted(node, sender, msg.job_id)
+        answer_deleted(node, sender, msg.job_id)
         return
     if job.state == STATE_ACKED:
         node.effects.send(sender, bus.SetAck(job.id, len(job.nodes_delivered)))
@@ -812,7 +812,7 @@ def _learned_holder(node: JobHost, job: Job, sender: str) -> None:
 def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
-        _answer_deleted(node, sender, msg.job_id)
+        answer_deleted(node, sender, msg.job_id)
         return
     known = sender in job.nodes_delivered
     if job.state in (STATE_ACTIVE, STATE_QUEUED) and not known:
@@ -861,7 +861,7 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
     job = node.jobs.get(msg.job_id)
     if job is None:
         if msg.job_id in node.deleted_ids:
-            _answer_deleted(node, sender, msg.job_id)
+            answer_deleted(node, sender, msg.job_id)
         else:
             remember_postpone(node, sender, msg)
         return
@@ -1314,11 +1314,18 @@ def _on_needjobs(node: JobHost, sender: str, msg: bus.NeedJobs) -> None:
     # delivered 8.34 s after its ADDJOB).
     moved = [j for j in jobs if j.retry == 0]
     copied = [j for j in jobs if j.retry] if moved else jobs
+    # The holders still in their handshake here travel too: a RETRY 0 job
+    # is forgotten here as it moves, and with it the one record of them
+    # (simulator seed 761608: a copy an ADDJOB on a leaving node sent to a
+    # node cut off one way arrived after the job was acked on the node it
+    # moved to, which never heard of that holder; the copy stayed there,
+    # acked nowhere, until its TTL).
     if copied:
-        answer = bus.YourJobs(tuple(job_data(j, now) for j in copied))
+        answer = bus.YourJobs(tuple(job_data(j, now, pending_of(node, j.id)) for j in copied))
         node.effects.send(sender, answer, rest_of_second(now))
     if moved:
-        node.effects.send(sender, bus.YourJobs(tuple(job_data(j, now) for j in moved)))
+        answer = bus.YourJobs(tuple(job_data(j, now, pending_of(node, j.id)) for j in moved))
+        node.effects.send(sender, answer)
     for job in jobs:
         if job.retry == 0:
             node.hand_over(job, follow=True)  # at most once: it now lives there only
@@ -1341,7 +1348,7 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             # after the broadcast back-off (up to 30 s), which a few such
             # stale copies at the head of its queue would otherwise stretch
             # while its live jobs wait (simulator seed 71).
-            _answer_deleted(node, sender, data.id)
+            answer_deleted(node, sender, data.id)
             _count_responder(node, sender, data.queue, now)
             continue
         if job is None and data.id in node.deleted_expired:
@@ -1359,7 +1366,7 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
             continue
         if job is None and data.id in node.deleted_refused:
             # Its ADDJOB here was answered -NOREPL (replication_timed_out).
-            _answer_deleted(node, sender, data.id)
+            answer_deleted(node, sender, data.id)
             _count_responder(node, sender, data.queue, now)
             continue
         if job is None:

@@ -440,7 +440,17 @@ class Node:
             self.pending_since.pop(peer_id, None)
             for job_id in sorted(job_ids):
                 job = self.jobs.get(job_id)
-                if job is None or job.state not in (STATE_ACTIVE, STATE_QUEUED, STATE_ACKED):
+                if job is None:
+                    # Acked and collected here before it answered (or
+                    # refused): a copy it holds, or takes late, is acked
+                    # nowhere else (simulator seed 761608: an ADDJOB on a
+                    # leaving node copied to a node cut off one way; the job
+                    # moved here by YOURJOBS, was acked and collected, and
+                    # that copy stayed until its TTL). Told, it acks and
+                    # collects it, or refuses the late copy.
+                    cj.answer_deleted(self, peer_id, job_id)
+                    continue
+                if job.state not in (STATE_ACTIVE, STATE_QUEUED, STATE_ACKED):
                     continue
                 if job.is_dummy_ack:
                     continue  # asks every node anyway

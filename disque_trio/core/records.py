@@ -98,9 +98,11 @@ def wire_ttl(job: Job, now: int) -> int:
     return max(1, job.etime - now // 1000)
 
 
-def job_data(job: Job, now: int) -> bus.JobData:
+def job_data(job: Job, now: int, pending: tuple[str, ...] = ()) -> bus.JobData:
     """A job as it travels: TTL left instead of an absolute expire time,
-    because node clocks are not synchronised."""
+    because node clocks are not synchronised. ``pending``: its pending
+    holders here (pending_of), listed too when the job is given away."""
+    holders = tuple(dict.fromkeys((*job.nodes_delivered, *pending))) if pending else None
     return bus.JobData(
         job.id,
         job.queue,
@@ -112,7 +114,7 @@ def job_data(job: Job, now: int) -> bus.JobData:
         job.retry,
         job.nacks,
         job.deliveries,
-        job.nodes_delivered,
+        job.nodes_delivered if holders is None else holders,
     )
 
 

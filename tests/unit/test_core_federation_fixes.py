@@ -1517,3 +1517,47 @@ def test_a_setack_from_a_listed_holder_is_still_answered_by_counts() -> None:
     node.effects.clear()
     cj.receive(node, OTHER_ID, bus.SetAck(job_id, 2))
     assert sent(node) == [(OTHER_ID, bus.GotAck(job_id, True))]
+
+
+def test_a_holder_that_answers_after_the_collection_hears_the_ack() -> None:
+    # Seed 761608: a copy an ADDJOB on a leaving node sent to a node cut off
+    # one way (its handshake here not through) arrived after the job, moved
+    # here by YOURJOBS, was acked and collected on its one known holder's
+    # GOTACK: acked nowhere else, that copy stayed until its TTL. Now the
+    # holder hears SETACK (no count: it collects its copy itself) once it
+    # answers.
+    node, job_id = _moved_here_with_third_in_its_handshake()
+    [delivered] = get(node, "q")
+    assert run(node, "ACKJOB", delivered[1]) == 1
+    cj.receive(node, OTHER_ID, bus.GotAck(job_id, True))
+    assert job_id not in node.jobs and job_id in node.deleted_acked
+    assert node.pending_holders == {THIRD_ID: {job_id}}
+    node.effects.clear()
+    node.cluster.link_changed(THIRD_ID, True, node.now_ms())  # it answered
+    node.refresh_cluster_view()
+    assert not node.pending_holders
+    assert (THIRD_ID, bus.SetAck(job_id, 0)) in sent(node)
+
+
+@pytest.mark.parametrize("retry", [0, 60])
+def test_a_job_given_away_by_yourjobs_lists_its_pending_holders(retry: int) -> None:
+    """A RETRY 0 job is forgotten here as it moves, and with it the one
+    record of a holder still in its handshake here: the YOURJOBS lists it,
+    for the receiver to tell of the ack. A copied job's list carries it
+    too."""
+    node, _ = make_node()
+    node.cluster.add(OTHER_ID, "127.0.0.1", 7712, 17712)
+    node.cluster.nodes[OTHER_ID].link_up = True
+    node.refresh_cluster_view()
+    job_id = run(node, "ADDJOB", "q", "body", 0, "RETRY", retry, "REPLICATE", 1)
+    assert isinstance(job_id, str) and job(node, job_id).state == JobState.QUEUED
+    node.pending_holders[THIRD_ID] = {job_id}
+    node.effects.clear()
+    cj.receive(node, OTHER_ID, bus.NeedJobs("q", 1))
+    [answer] = [m for to, m in sent(node) if to == OTHER_ID and isinstance(m, bus.YourJobs)]
+    [data] = answer.jobs
+    assert data.id == job_id and THIRD_ID in data.nodes_delivered
+    if retry:
+        assert THIRD_ID not in job(node, job_id).nodes_delivered  # still pending here
+    else:
+        assert job_id not in node.jobs  # moved: it lives there only
