@@ -776,6 +776,21 @@ def _on_delivered(node: JobHost, sender: str, msg: bus.Delivered) -> None:
     again now. Anything else is what WORKING does."""
     job = node.jobs.get(msg.job_id)
     if (
+        job is not None
+        and job.state == STATE_ACTIVE
+        and job.flags & FLAG_DELAYED
+        and sender in job.nodes_delivered
+        and (postpone := postpone_left(job, node.now_ms())) is not None
+    ):
+        # Our client gave the job back with a delay: the delivery told
+        # came before (a client gives back only what it got), most often
+        # on another node than the one its NACK went to. The sender hears
+        # the delay again; ours stands. Taken as WORKING, it pushed the
+        # requeue a RETRY past the delay: Dramatiq's retry with a 1 s
+        # back-off, on three nodes, came after the RETRY of 60 s.
+        node.effects.send(sender, postpone)
+        return
+    if (
         job is None
         or job.state != STATE_ACTIVE
         or job.flags & FLAG_DELAYED
@@ -886,8 +901,10 @@ def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         node.probe("postpone-caused-dequeue", job)
     # A client asked for a delay: whatever a consumer of ours had is given
     # back (seed 730332: a WILLQUEUE answered DELIVERED for a job NACKed
-    # with a DELAY held its requeue a RETRY past the delay).
+    # with a DELAY held its requeue a RETRY past the delay), and its
+    # delivery is news no more (the next cron would tell it DELIVERED).
     job.flags &= ~FLAG_HANDED
+    node.delivered_untold.pop(job.id, None)
     if job.retry:
         job.flags |= FLAG_BCAST_WILLQUEUE
         now = node.now_ms()

@@ -55,6 +55,7 @@ class JobHost(Protocol):
     postpones_heard: dict[str, tuple[int, int, str]]
     pending_holders: dict[str, set[str]]
     pending_since: dict[str, int]
+    delivered_untold: dict[str, None]
     answered_queued: set[str]
     answered_queued_before: set[str]
     interest: dict[str, dict[str, tuple[int, int]]]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from disque_trio.core import clusterjobs as cj
 from disque_trio.core.cluster import FAIL, LEAVING
 from disque_trio.core.job import JobState
@@ -646,3 +648,32 @@ def test_a_job_given_back_with_a_delay_is_not_answered_delivered() -> None:
     a2.effects.clear()
     cj.receive(a2, B_ID, bus.WillQueue(entry2[1]))
     assert not any(isinstance(m, bus.Delivered) for _, m in sent(a2))
+
+
+@pytest.mark.parametrize("crossed", [False, True])
+def test_a_nack_delay_on_another_node_than_the_delivering_one_keeps_its_delay(
+    crossed: bool,
+) -> None:
+    """A job delivered by A and given back with NACK DELAY 1 through B (a
+    client's connection to another node): A's DELIVERED, sent at its next
+    cron, or already on its way when B's POSTPONE reached A (``crossed``),
+    must not push B's requeue a RETRY past the delay (Dramatiq's retries on
+    three nodes came after the RETRY, not the 1 s back-off)."""
+    w, [job_id] = _three_with_jobs(1)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    [entry] = get(a, "q")
+    assert entry[1] == job_id
+    if crossed:
+        a.tell_deliveries()  # sent before it heard the POSTPONE
+        told = sent(a)
+        a.effects.clear()
+    assert run(b, "NACK", job_id, "DELAY", 1) == 1
+    w.pump()
+    if crossed:
+        for to, msg in told:
+            cj.receive(w.nodes[to], A_ID, msg)
+            settle(w.nodes[to])
+        w.pump()
+    w.elapse(1500)
+    queued = w.queued_on()
+    assert [n for n, ids in queued.items() if job_id in ids] == [B_ID]
