@@ -973,8 +973,18 @@ def remember_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:
         return
     now = node.now_ms()
     heard = node.postpones_heard
-    heard.pop(msg.job_id, None)
-    heard[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
+    before = heard.pop(msg.job_id, None)
+    if (
+        msg.flags & bus.FLAG_RELAYED
+        and before is not None
+        and not before[1] & bus.FLAG_RELAYED
+        and before[0] > now
+    ):
+        # A relay of the delay its owner told us of already: the owner,
+        # which queues the job at its end, stays the one remembered.
+        heard[msg.job_id] = (max(before[0], now + msg.delay_ms), before[1], before[2])
+    else:
+        heard[msg.job_id] = (now + msg.delay_ms, msg.flags, sender)
     while heard:
         oldest, (until, _, _) = next(iter(heard.items()))
         if len(heard) <= POSTPONES_HEARD_MAX and until > now:
@@ -997,9 +1007,18 @@ def _apply_postpone_heard(node: JobHost, job: Job, now: int) -> bool:
     return True
 
 
-def _postponed_elsewhere(node: JobHost, job_id: str, now: int) -> bool:
+def _postponed_elsewhere(node: JobHost, job_id: str, now: int, sender: str) -> bool:
+    """A client's delay told by POSTPONE still runs, on another node than
+    ``sender``. The node that owns it queues the job at its end: its
+    YOURJOBS, read after its POSTPONE (one link keeps its order), comes
+    from that queueing. Taken for a copy from the delay, it left the job
+    active on every holder, queued nowhere, until its RETRY (a relayed
+    POSTPONE, a few ms late, outlived the owner's: Dramatiq's retries on
+    three nodes waited 60 s instead of their back-off)."""
     heard = node.postpones_heard.get(job_id)
-    return heard is not None and heard[0] > now
+    if heard is None or heard[0] <= now:
+        return False
+    return heard[2] != sender or bool(heard[1] & bus.FLAG_RELAYED)
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
@@ -1417,7 +1436,7 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
                 # delay). The sender holds its copy past it.
                 node.effects.send(sender, again)
                 continue
-            if job.state == STATE_ACTIVE and _postponed_elsewhere(node, job.id, now):
+            if job.state == STATE_ACTIVE and _postponed_elsewhere(node, job.id, now, sender):
                 # Standing by for another holder's client delay (remember_postpone).
                 node.probe("yourjobs-during-postpone", job)
                 continue

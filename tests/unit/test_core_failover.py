@@ -677,3 +677,35 @@ def test_a_nack_delay_on_another_node_than_the_delivering_one_keeps_its_delay(
     w.elapse(1500)
     queued = w.queued_on()
     assert [n for n, ids in queued.items() if job_id in ids] == [B_ID]
+
+
+@pytest.mark.parametrize("relayed_after", [False, True])
+def test_the_delay_owners_yourjobs_at_its_end_is_queued_by_a_holder_standing_by(
+    relayed_after: bool,
+) -> None:
+    """B stands by for a NACK DELAY 1 asked on A, told by A and relayed by C
+    a few ms later. At the delay's end A queues the job and gives it to B
+    by YOURJOBS: B queues it. Taken for a copy from the delay (the relayed
+    POSTPONE ends 3 ms after A's), it stayed active on every holder and
+    queued nowhere until its RETRY (Dramatiq's retries on three nodes)."""
+    w, [job_id] = _three_with_jobs(1)
+    a, b = w.nodes[A_ID], w.nodes[B_ID]
+    cj.receive(b, A_ID, bus.Postpone(job_id, 1000, bus.FLAG_INCR_NACKS))
+    if relayed_after:
+        w.clock.ms += 3
+        cj.receive(b, C_ID, bus.Postpone(job_id, 1000, bus.FLAG_RELAYED))
+        w.clock.ms += 997
+    else:
+        w.clock.ms += 1000
+    data = cj.job_data(a.jobs[job_id], w.clock.ms)
+    cj.receive(b, A_ID, bus.YourJobs((data,)))
+    settle(b)
+    assert b.jobs[job_id].state == JobState.QUEUED
+    # From a third holder, within the delay, it still stands by.
+    w2, [job2] = _three_with_jobs(1)
+    a2, b2 = w2.nodes[A_ID], w2.nodes[B_ID]
+    cj.receive(b2, A_ID, bus.Postpone(job2, 1000, bus.FLAG_INCR_NACKS))
+    w2.clock.ms += 500
+    cj.receive(b2, C_ID, bus.YourJobs((cj.job_data(a2.jobs[job2], w2.clock.ms),)))
+    settle(b2)
+    assert b2.jobs[job2].state == JobState.ACTIVE
