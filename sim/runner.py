@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from disque_trio.core.clusterjobs import REFUSED_BUS_VERSION
 from disque_trio.core.job import JobState
 
 from . import buggify
@@ -52,6 +53,15 @@ class Outcome:
     def speed(self) -> float:
         """Simulated seconds per wall second."""
         return self.world.virtual_seconds / max(1e-9, self.world.wall_seconds)
+
+
+def before_refused(plan: Plan) -> frozenset[int]:
+    """The node playing a release before REFUSED (bus protocol 6), if any:
+    it reads a refused ADDJOB's DELJOB as an ack (check_waitjob)."""
+    old = plan.old_version
+    if old is None or old[1] >= REFUSED_BUS_VERSION:
+        return frozenset()
+    return frozenset({old[0]})
 
 
 def allowance_s(world: World) -> float:
@@ -160,7 +170,11 @@ def execute(plan: Plan, world_cls: type[World] = World, **config: Any) -> Outcom
         )
         + check_retry0_refused(workload.history)
         + check_waitjob(
-            workload.history, world.calm, allowance_s(world), 2 * plan.latency_ms / 1000
+            workload.history,
+            world.calm,
+            allowance_s(world),
+            2 * plan.latency_ms / 1000,
+            before_refused(plan),
         )
     )
     violations = report.violations + world.violations + end_checks(world, workload) + timing
