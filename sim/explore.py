@@ -1475,6 +1475,10 @@ class Explorer:
                 stat = fields(await self.call(i, "QSTAT", f"xm{i}"))
                 if stat.get("len", 0) and text(stat.get("pause")) in ("none", "in"):
                     got = await self.call(i, "GETJOB", "NOHANG", "FROM", f"xm{i}")
+                    if isinstance(got, ReplyError) and got.code == "MISCONF":
+                        # Its disk filled since the blocking call (seed
+                        # 773997): judged by disk-answered, as above.
+                        continue
                     if node.incarnation == incarnation and node.server.node.leaving:
                         self.probe("leaving-served-queued")
                         if not rows(got):
