@@ -482,9 +482,18 @@ class NodeServer:
             self._nursery.cancel_scope.cancel()
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
-        """Run a background task (CLUSTER MEET, BGREWRITEAOF)."""
-        if self._background is not None:
-            self._background.start_soon(fn, *args)
+        """Run a background task (CLUSTER MEET, BGREWRITEAOF); none once the
+        node is stopping. Its background nursery closes as the stop begins,
+        and the cron, cancelled in the same pass, may still tick once and
+        start the automatic AOF rewrite: the stop then failed with
+        "Nursery is closed to new arrivals" (simulator seed 773936)."""
+        nursery = self._background
+        if nursery is None:
+            return
+        try:
+            nursery.start_soon(fn, *args)
+        except RuntimeError:
+            log.debug("not started, the node is stopping: %s", getattr(fn, "__name__", fn))
 
     async def _tls_client(self, stream: trio.abc.Stream) -> trio.abc.Stream | None:
         return await self.tls_accept(stream, "TLS client")

@@ -665,3 +665,27 @@ async def test_a_run_of_addjobs_whose_copies_came_back_is_answered_in_one_write(
                 assert await _read_reply(ours, reader) == Status("OK")
         assert writes == [b"+OK\r\n" * 4]
         await ours.aclose()
+
+
+async def test_a_background_task_asked_for_as_the_node_stops_is_dropped() -> None:
+    """The cron, cancelled in the same pass as the background nursery
+    closed, may tick once more and start the automatic AOF rewrite: not
+    started, and the stop goes on (simulator seed 773936: it failed with
+    "Nursery is closed to new arrivals")."""
+    from disque_trio.server.node import NodeServer
+
+    server = NodeServer.__new__(NodeServer)
+    async with trio.open_nursery() as nursery:
+        server._background = nursery
+    ran: list[int] = []
+
+    async def rewrite() -> None:
+        ran.append(1)
+
+    server.spawn(rewrite)
+    await trio.sleep(0)
+    assert ran == []
+    async with trio.open_nursery() as nursery:  # while it runs, it starts
+        server._background = nursery
+        server.spawn(rewrite)
+    assert ran == [1]
