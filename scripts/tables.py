@@ -290,6 +290,37 @@ def _tcl_suite() -> str:
     )
 
 
+def _framework_suites() -> str:
+    """The frameworks' own suites on Disque nodes: per suite and cluster
+    size, every recorded run (scripts/framework_suites.py --record)."""
+    rows = []
+    for e in _jsonl(RESULTS / "framework-suites.jsonl"):
+        counts = e["counts"]
+        suite = e["suite"] + (f" ({e['files']})" if e.get("files") else "")
+        ran = sum(counts.get(k, 0) for k in ("passed", "failed", "error", "skipped"))
+        rows.append(
+            [
+                suite,
+                e["nodes"],
+                e["date"],
+                e["commit"],
+                counts.get("passed", 0),
+                counts.get("failed", 0) + counts.get("error", 0),
+                counts.get("skipped", 0),
+                ran,
+                e["seconds"],
+            ]
+        )
+    return (
+        "*`python scripts/framework_suites.py --record bench/results/framework-suites.jsonl`; "
+        "each run on nodes started for it. Data: `bench/results/framework-suites.jsonl`.*\n\n"
+        + _table(
+            ["suite", "nodes", "date", "commit", "passed", "failed", "skipped", "run", "seconds"],
+            rows,
+        )
+    )
+
+
 def _sweeps() -> list[dict[str, Any]]:
     return _jsonl(SWEEPS)
 
@@ -462,6 +493,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "consume-cost": lambda: _result("consume-cost"),
     "chatter": _chatter,
     "tcl-suite": _tcl_suite,
+    "framework-suites": _framework_suites,
     "sim-speed": _sim_speed,
     "sweep-summary": _sweep_summary,
     "sweep-log": _sweep_log,
