@@ -1158,6 +1158,15 @@ def _decode_payload(payload: bytearray) -> Message | list[Message]:
     return msg
 
 
+def _text_hint(buf: bytearray) -> str:
+    """What to say of a length header that reads as text: a client (RESP:
+    "PING", "*1\r\n"; HTTP: "GET ") talking to the bus port."""
+    head = bytes(buf[:_HEADER_LEN])
+    if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        return f"; it reads as text ({head!r}): not cluster bus traffic, a client on the bus port?"
+    return ""
+
+
 class FrameDecoder:
     """Turns a byte stream into messages, sans I/O (like h11's receive_data).
 
@@ -1210,7 +1219,7 @@ class FrameDecoder:
             return None
         length = int.from_bytes(buf[:_HEADER_LEN], "big")
         if length > self._max_frame:
-            raise BusError(f"frame of {length} bytes exceeds {self._max_frame}")
+            raise BusError(f"frame of {length} bytes exceeds {self._max_frame}{_text_hint(buf)}")
         end = _HEADER_LEN + length
         if len(buf) < end:
             return None

@@ -501,6 +501,14 @@ def test_an_oversized_length_is_refused_before_the_frame_arrives(
     assert "exceeds" in refused(header, max_frame)
 
 
+@pytest.mark.parametrize("text", [b"PING\r\n", b"*1\r\n$4\r\nPING\r\n", b"GET / HTTP/1.1\r\n"])
+def test_a_client_on_the_bus_port_is_named_as_such(text: bytes) -> None:
+    # Plain RESP or HTTP sent to the bus port read as a huge length
+    # ("PING" is 1346981447): the error says what it probably is.
+    error = refused(text, MAX_FRAME)
+    assert "exceeds" in error and "a client on the bus port?" in error
+
+
 def test_a_frame_at_the_limit_is_accepted() -> None:
     frame = encode_frame(GotJob(JOB_ID))
     assert decode_all([frame], max_frame=len(frame) - 4) == [GotJob(JOB_ID)]
