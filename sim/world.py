@@ -843,7 +843,16 @@ class World:
                 # explorer's controlled restart) restarted it meanwhile: two
                 # starts raced for its ports (seed 3245).
                 return
+            before = node.server.node.node_id
             await self._start_node(i)
+        if node.server.node.node_id != before and before not in node.old_ids:
+            # A new identity without a wipe: its nodes.conf was never
+            # written (the disk failed since the wipe that made the old
+            # one). The old ID is gone for good, as a wiped one: the
+            # operator forgets it (seed 780155: acks waited for ever for
+            # the GOTACK of an ID no node would answer for again).
+            node.old_ids.append(before)
+            self.trace.record(node.name, "node", {"ev": "replaced", "old": before[:8]})
         # A job whose TTL ran out while the node was down is rightly not
         # loaded back (the same rule as the AOF load and the expiry timer).
         now = node.server.node.now_ms()
