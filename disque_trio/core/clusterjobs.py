@@ -1007,18 +1007,21 @@ def _apply_postpone_heard(node: JobHost, job: Job, now: int) -> bool:
     return True
 
 
-def _postponed_elsewhere(node: JobHost, job_id: str, now: int, sender: str) -> bool:
-    """A client's delay told by POSTPONE still runs, on another node than
-    ``sender``. The node that owns it queues the job at its end: its
-    YOURJOBS, read after its POSTPONE (one link keeps its order), comes
-    from that queueing. Taken for a copy from the delay, it left the job
-    active on every holder, queued nowhere, until its RETRY (a relayed
-    POSTPONE, a few ms late, outlived the owner's: Dramatiq's retries on
-    three nodes waited 60 s instead of their back-off)."""
-    heard = node.postpones_heard.get(job_id)
+def _postponed_elsewhere(node: JobHost, job: Job, now: int, sender: str, nacks: int) -> bool:
+    """A client's delay told by POSTPONE still runs, but for a YOURJOBS
+    from the node that owns it, sent once it knew of it (``nacks``, the
+    count it sent, has the NACK our copy counted): the owner queues the job
+    at the delay's end, and that YOURJOBS comes from that queueing. Taken
+    for a copy from the delay, it left the job active on every holder,
+    queued nowhere, until its RETRY (a relayed POSTPONE, a few ms late,
+    outlived the owner's: Dramatiq's retries on three nodes waited 60 s
+    instead of their back-off). One written before the POSTPONE and
+    overtaken by it stands by (simulator seed 458330)."""
+    heard = node.postpones_heard.get(job.id)
     if heard is None or heard[0] <= now:
         return False
-    return heard[2] != sender or bool(heard[1] & bus.FLAG_RELAYED)
+    owner = heard[2] == sender and not heard[1] & bus.FLAG_RELAYED
+    return not (owner and nacks >= job.nacks)
 
 
 def _on_setack(node: JobHost, sender: str, msg: bus.SetAck) -> None:
@@ -1436,7 +1439,9 @@ def _on_yourjobs(node: JobHost, sender: str, msg: bus.YourJobs) -> None:
                 # delay). The sender holds its copy past it.
                 node.effects.send(sender, again)
                 continue
-            if job.state == STATE_ACTIVE and _postponed_elsewhere(node, job.id, now, sender):
+            if job.state == STATE_ACTIVE and _postponed_elsewhere(
+                node, job, now, sender, data.nacks
+            ):
                 # Standing by for another holder's client delay (remember_postpone).
                 node.probe("yourjobs-during-postpone", job)
                 continue

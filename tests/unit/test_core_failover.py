@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from disque_trio.core import clusterjobs as cj
@@ -697,7 +698,8 @@ def test_the_delay_owners_yourjobs_at_its_end_is_queued_by_a_holder_standing_by(
         w.clock.ms += 997
     else:
         w.clock.ms += 1000
-    data = cj.job_data(a.jobs[job_id], w.clock.ms)
+    # A counted the NACK its client sent before its POSTPONE went.
+    data = attrs.evolve(cj.job_data(a.jobs[job_id], w.clock.ms), nacks=1)
     cj.receive(b, A_ID, bus.YourJobs((data,)))
     settle(b)
     assert b.jobs[job_id].state == JobState.QUEUED
