@@ -241,12 +241,16 @@ def _redis_or_skip(client):
         pytest.skip("No connection to Redis server.")
 
 
-@pytest.fixture
-def redis_result_backend():
-    backend = res_backends.RedisBackend(url=os.environ.get("DRAMATIQ_REDIS_URL"))
+def _redis_backend(backends):
+    backend = backends.RedisBackend(url=os.environ.get("DRAMATIQ_REDIS_URL"))
     _redis_or_skip(backend.client)
     backend.client.flushall()
     return backend
+
+
+@pytest.fixture
+def redis_result_backend():
+    return _redis_backend(res_backends)
 
 
 @pytest.fixture
@@ -266,10 +270,7 @@ def result_backend(request):
 
 @pytest.fixture
 def redis_rate_limiter_backend():
-    backend = rl_backends.RedisBackend(url=os.environ.get("DRAMATIQ_REDIS_URL"))
-    _redis_or_skip(backend.client)
-    backend.client.flushall()
-    return backend
+    return _redis_backend(rl_backends)
 
 
 @pytest.fixture
