@@ -1,3 +1,3 @@
 """disque-trio: the Disque distributed job queue, rebuilt on Trio."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

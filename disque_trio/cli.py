@@ -26,6 +26,7 @@ import trio
 import trio_websocket
 
 from . import checkaof
+from .about import OPERATOR_FILES, commit, operator_file
 from .config import CLUSTER_PORT_OFFSET, Config, ConfigError, parse_argv
 from .env import Env, LockedError, real_env
 from .server.aof import AofLoadError
@@ -41,6 +42,7 @@ Usage: disque-trio [/path/to/disque.conf] [--directive value ...]
        disque-trio worker MODULE:ATTRIBUTE [--nodes URL] [options]   (--help for them)
        disque-trio cluster create HOST:PORT HOST:PORT [...] [--password P]
        disque-trio cluster status HOST:PORT [--password P]
+       disque-trio sample-config | sample-unit | sample-alerts
        disque-trio --version
        disque-trio --help
 
@@ -52,6 +54,11 @@ Examples:
        disque-trio ws ws://127.0.0.1:8711/ws QSTAT myqueue
        disque-trio worker myapp.tasks:worker --nodes disque://127.0.0.1:7711
        disque-trio cluster create 127.0.0.1:7711 127.0.0.1:7712 127.0.0.1:7713
+       disque-trio sample-config > /etc/disque-trio/7711.conf
+
+The sample commands print the operator's files this release ships: a
+commented configuration, a systemd unit (disque-trio@.service) and
+Prometheus alert rules.
 """
 WS_USAGE = "Usage: disque-trio ws [--auth PASSWORD] URL COMMAND [ARG ...]"
 WS_CONNECT_TIMEOUT_S = 10.0
@@ -75,8 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return worker_main(args[1:])
     if args and args[0] in ("-v", "--version"):
-        print(f"disque-trio v={PACKAGE_VERSION} (Disque {VERSION} compatible)")
+        print(
+            f"disque-trio {PACKAGE_VERSION} (commit {commit()[:12]}, Disque {VERSION} compatible)"
+        )
         return 0
+    if args and args[0].startswith("sample-") and args[0][len("sample-") :] in OPERATOR_FILES:
+        return sample_file(args[0][len("sample-") :], args[1:])
     try:
         path, overrides = parse_argv(args)
         config = Config.load(path, overrides)
@@ -110,6 +121,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if pidfile is not None:
             pidfile.remove()
+    return 0
+
+
+def sample_file(kind: str, args: list[str]) -> int:
+    """``disque-trio sample-config`` (and -unit, -alerts): print one of the
+    operator's files, as this release ships it, to standard output."""
+    if args:
+        print(f"Usage: disque-trio sample-{kind}  (prints to standard output)", file=sys.stderr)
+        return 2
+    try:
+        text = operator_file(kind)
+    except OSError as e:
+        print(f"{OPERATOR_FILES[kind]} is not in this install: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
     return 0
 
 

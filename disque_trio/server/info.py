@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .version import PACKAGE_VERSION, VERSION
+from .version import PACKAGE_VERSION, VERSION, git_sha1
 
 if TYPE_CHECKING:
     from .host import ServerHost
@@ -24,7 +24,7 @@ def _server(s: ServerHost) -> list[tuple[str, object]]:
     return [
         ("disque_version", VERSION),
         ("disque_trio_version", PACKAGE_VERSION),
-        ("disque_git_sha1", "00000000"),
+        ("disque_git_sha1", git_sha1()),
         ("disque_git_dirty", 0),
         ("os", f"{uname.system} {uname.release} {uname.machine}"),
         ("arch_bits", 64 if sys.maxsize > 2**32 else 32),

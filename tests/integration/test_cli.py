@@ -362,8 +362,31 @@ def test_config_file_and_rewrite(tmp_path: Path, node_factory: object) -> None:
 
 
 def test_version_and_help(tmp_path: Path) -> None:
-    assert "disque-trio" in run_cli("--version", cwd=tmp_path).stdout
+    from disque_trio import __version__
+    from disque_trio.about import commit
+
+    version = run_cli("--version", cwd=tmp_path).stdout
+    assert version == (
+        f"disque-trio {__version__} (commit {commit()[:12]}, Disque 1.0-rc1 compatible)\n"
+    )
     assert "Usage" in run_cli("--help", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize(
+    "kind,name",
+    [
+        ("config", "disque.conf"),
+        ("unit", "disque-trio.service"),
+        ("alerts", "prometheus-alerts.yml"),
+    ],
+)
+def test_sample_files_print_the_operator_files(tmp_path: Path, kind: str, name: str) -> None:
+    done = run_cli(f"sample-{kind}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (ROOT / "docs" / name).read_text()
+    extra = run_cli(f"sample-{kind}", "out.conf", cwd=tmp_path)
+    assert extra.returncode == 2 and "prints to standard output" in extra.stderr
+    assert not (tmp_path / "out.conf").exists()
 
 
 def test_ws_failure_lines() -> None:

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+import attrs
 import pytest
 
 from disque_trio.client import Client, DisqueError, NoReplError, ResponseError
@@ -205,3 +206,52 @@ def test_a_three_node_cluster_is_upgraded_one_node_at_a_time_under_traffic(
     assert len(traffic.added) > 300
     assert lost == set()
     assert traffic.refused == []
+
+
+def _aof_records(path: Any) -> list[Any]:
+    from disque_trio.protocol import aof
+
+    return [record for _, _, (_, record) in aof.records(path.read_bytes())]
+
+
+def test_each_release_reads_the_aof_of_the_other(node_factory: Any, previous_release: str) -> None:
+    """docs/operations.md, "Which releases work together": the release
+    before writes an AOF this release loads (an upgrade in place), and
+    this release's AOF, with the field 0.2.0 added to a job's record
+    (its pending holders), loads on the release before (a downgrade)."""
+    from disque_trio.protocol import aof
+
+    node: NodeProcess = node_factory(
+        "--appendonly", "yes", "--appendfsync", "always", python=previous_release
+    )
+    with _direct(node) as c:
+        kept = [c.add_job("aof", f"old {i}", replicate=1, retry=30) for i in range(3)]
+        acked = c.add_job("aof", "acked", replicate=1, retry=30)
+        assert c.ack_job(acked) == 1
+    node.kill(signal.SIGKILL)
+
+    node.python = sys.executable  # the upgrade: same dir, this release
+    node.start()
+    with _direct(node) as c:
+        assert [c.show(j) is not None for j in kept] == [True] * 3
+        assert c.show(acked) is None
+        kept.append(c.add_job("aof", "new", replicate=1, retry=30))
+    node.kill(signal.SIGKILL)
+
+    # A record as this release writes it for a job with a pending holder
+    # (a node still in its handshake when the job was copied here).
+    path = node.workdir / "disque.aof"
+    last = [r for r in _aof_records(path) if isinstance(r, aof.JobRecord) and r.id == kept[-1]][-1]
+    # A body of its own shows this record, not the one before it, is read.
+    with_pending = attrs.evolve(last, pending=("f" * 40,), body=b"new, one holder pending")
+    with path.open("ab") as f:
+        f.write(aof.loadjob(with_pending))
+    assert with_pending in _aof_records(path)
+
+    node.python = previous_release  # the downgrade
+    node.start()
+    with _direct(node) as c:
+        shown = [c.show(j) for j in kept]
+        assert [s is not None for s in shown] == [True] * 4, shown
+        assert shown[-1] is not None and shown[-1].body == b"new, one holder pending"
+        assert c.show(acked) is None

@@ -47,3 +47,31 @@ def test_constraints_pin_every_dependency_inside_its_range() -> None:
         pinned = pins.get(canonicalize_name(req.name))
         assert pinned is not None, f"{req.name} is not in constraints.txt"
         assert req.specifier.contains(pinned), f"{req.name}=={pinned} is outside {req}"
+
+
+def test_the_build_backend_has_a_tested_upper_bound_and_reads_pep_639() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (backend,) = [Requirement(r) for r in pyproject["build-system"]["requires"]]
+    assert backend.name == "setuptools"
+    # PEP 639's license expression needs setuptools 77; an upper bound keeps
+    # a new major release of the backend from changing what gets built.
+    assert backend.specifier.contains("77.0.3") and not backend.specifier.contains("76.1.0")
+    assert any(spec.operator == "<" for spec in backend.specifier)
+    project = pyproject["project"]
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+
+
+def test_the_release_has_one_source() -> None:
+    """pyproject.toml reads the version from disque_trio/__init__.py, and
+    CHANGELOG.md has an entry for it."""
+    import disque_trio
+    from disque_trio.server.version import PACKAGE_VERSION
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"]
+    assert pyproject["project"]["dynamic"] == ["version"]
+    dynamic = pyproject["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "disque_trio.__version__"}
+    assert disque_trio.__version__ == PACKAGE_VERSION
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## [{disque_trio.__version__}] - " in changelog
