@@ -21,7 +21,8 @@ class Metrics:
             import prometheus_client as prom
         except ImportError:  # pragma: no cover - depends on the install
             raise RuntimeError(
-                "metrics need prometheus_client: pip install 'disque-trio[worker]'"
+                "metrics need prometheus_client, the extra 'worker' (from a clone:"
+                " pip install -c constraints.txt -e '.[worker]')"
             ) from None
         self.registry = registry if registry is not None else prom.CollectorRegistry()
         self.prom = prom
