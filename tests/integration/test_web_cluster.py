@@ -241,9 +241,11 @@ async def test_jobs_not_copies_and_jobs_waiting_to_come_back() -> None:
         for n in range(3):
             await b.result("ADDJOB", "thumbs", f"t{n}", 0, "REPLICATE", 1)
         data = await cluster_event(
-            a, lambda d: all_counted(d) and d["totals"]["jobs"]["total"] == 2 * 2 + 3 + 3
+            a, lambda d: all_counted(d) and d["totals"]["distinct_jobs"] == 6
         )
-        assert data["totals"]["distinct_jobs"] == 6
+        # 2 x 2 copies + 3 + 3 x 1, or more: an ADDJOB whose copy is slow
+        # to confirm adds one more node.
+        assert data["totals"]["jobs"]["total"] >= 10
         assert sum(n["figures"]["jobs_counted"] for n in data["nodes"]) == 6
         assert data["totals"]["requeue"] is None
 
