@@ -30,7 +30,10 @@ holders that the sender handed it to a consumer: no fail-over for it, and
 no re-queue before RETRY from then (a cheaper WORKING, sent for every
 delivery). PUBLISH (111, ours, version 9) carries a client's PUBLISH to
 the subscribers of every other node (at most once: a node that is not
-linked misses it). ``body`` is
+linked misses it). NODEFIGURES (112, ours, version 10) answers GETSTATS
+on a link of version 10 or later: NODESTATS's figures, and what lets the
+asker count jobs rather than copies and show the jobs that wait to be
+queued again (server/jobcensus.py). ``body`` is
 the message's attrs fields as a positional array, nested classes as nested
 arrays. Field names are not on the wire, so adding, removing or reordering a
 field changes the protocol: bump ``PROTOCOL_VERSION`` when doing so.
@@ -107,6 +110,7 @@ from .limits import MAX_INT64, MAX_JOB_SECONDS
 __all__ = [
     "BATCHABLE",
     "BATCH_MAX",
+    "FIGURES_VERSION",
     "FLAG_INCR_DELIV",
     "FLAG_INCR_NACKS",
     "FLAG_RELAYED",
@@ -149,6 +153,7 @@ __all__ = [
     "Message",
     "MsgType",
     "NeedJobs",
+    "NodeFigures",
     "NodeId",
     "NodeStats",
     "Pause",
@@ -158,6 +163,7 @@ __all__ = [
     "Postpone",
     "Publish",
     "QueueLength",
+    "QueueRequeue",
     "Queued",
     "Refused",
     "ReplJob",
@@ -176,9 +182,10 @@ __all__ = [
 # PROTOCOL_VERSION (3: BATCH frames; 4: POSTPONE; 5: GETSTATS, NODESTATS,
 # FINDJOB, JOBCOPY for the cluster dashboard; 6: REFUSED; 7: a POSTPONE
 # relayed by a holder, FLAG_RELAYED; 8: HAVEJOBS, DELIVERED, and the
-# sender's incarnation in a heartbeat's flags; 9: PUBLISH). Two nodes speak
-# the highest both know (``negotiate``): a cluster is upgraded node by node.
-PROTOCOL_VERSION: Final = 9
+# sender's incarnation in a heartbeat's flags; 9: PUBLISH; 10: NODEFIGURES).
+# Two nodes speak the highest both know (``negotiate``): a cluster is
+# upgraded node by node.
+PROTOCOL_VERSION: Final = 10
 MIN_PROTOCOL_VERSION: Final = 3
 MAX_FRAME: Final = 64 * 1024 * 1024
 
@@ -227,6 +234,7 @@ INCARNATION_SHIFT: Final = 24
 INCARNATION_BITS: Final = 32
 HAVEJOBS_VERSION: Final = 8
 PUBLISH_VERSION: Final = 9
+FIGURES_VERSION: Final = 10
 
 # The shapes core/ids.py makes (protocol/ imports nothing of the node).
 _NODE_ID_LEN: Final = 40
@@ -270,6 +278,7 @@ class MsgType(enum.IntEnum):
     HAVEJOBS = 109  # ours: you asked for jobs of this queue; I have some now
     DELIVERED = 110  # ours: a consumer of mine has this job (no fail-over for it)
     PUBLISH = 111  # ours: a client's PUBLISH, for the subscribers here
+    NODEFIGURES = 112  # ours: GETSTATS answered, with the job census (version 10)
 
 
 # Field types with a wire rule beyond their Python type. Annotated keeps them
@@ -586,6 +595,36 @@ class NodeStats:
 
 
 @attrs.frozen
+class QueueRequeue:
+    """One queue of a NODEFIGURES: the jobs of it that the sender counts
+    (see ``NodeFigures.jobs``) and that wait to be queued again, after
+    their RETRY or a client's delay, and how long until the first is due."""
+
+    name: str
+    jobs: int
+    next_ms: int  # from when the answer was made; 0: due now
+
+
+@attrs.frozen
+class NodeFigures:
+    """GETSTATS answered on a link of protocol 10 or later (NODESTATS on
+    one that speaks less): the sender's figures, plus its job census
+    (server/jobcensus.py). ``jobs``: the jobs the sender counts for the
+    cluster, each job being counted by one of its holders, so that the
+    asker adds these up to jobs where the figures' own counts add up to
+    copies. ``requeue`` lists the queues with jobs that wait to be queued
+    again (a bounded number, the most such jobs first); ``omitted_requeue``
+    are those of the others."""
+
+    TYPE: ClassVar[MsgType] = MsgType.NODEFIGURES
+
+    stats: NodeStats
+    jobs: int
+    requeue: tuple[QueueRequeue, ...]
+    omitted_requeue: int
+
+
+@attrs.frozen
 class FindJob:
     """Tell me about your copy of this job (JOBCOPY)."""
 
@@ -654,6 +693,7 @@ Message: TypeAlias = (
     | Postpone
     | GetStats
     | NodeStats
+    | NodeFigures
     | FindJob
     | JobCopy
     | Publish
@@ -1022,6 +1062,7 @@ SINCE_VERSION: Final[MappingProxyType[type[Message], int]] = MappingProxyType(
         HaveJobs: HAVEJOBS_VERSION,
         Delivered: HAVEJOBS_VERSION,
         Publish: PUBLISH_VERSION,
+        NodeFigures: FIGURES_VERSION,
     }
 )
 

@@ -10,8 +10,19 @@ so the unit tests give every case directly.
 A node's state and link always come from the serving node's table, never
 from the node itself: a node that is down cannot say so, and the table
 marks it PFAIL within ``cluster-node-timeout`` (then FAIL, when a majority
-agrees). Its figures are shown only while they are fresh (``FRESH_MS``) and
-our link to it is up; otherwise the row says why there are none.
+agrees). Until then a node whose link is down is ``unreachable``, not
+``ok``: the link drops at once when a process dies, and a state that said
+ok beside it would say what nobody knows. Its figures are shown only while
+they are fresh (``FRESH_MS``) and our link to it is up; otherwise the row
+says why there are none.
+
+Copies and jobs: each node's figures count the copies it holds, so their
+sum counts a job with three copies three times. The nodes of bus protocol
+10 also say how many jobs they count for the cluster (``jobcensus.py``:
+each job is counted by one of its holders), and the totals add those up
+to the jobs (``distinct_jobs``), unknown while a node with figures sent
+none (an older release). The jobs waiting to be queued again (``requeue``)
+are counted the same way, per queue, with the earliest time one is due.
 """
 
 from __future__ import annotations
@@ -44,6 +55,8 @@ NOT_KNOWN = "not in the cluster table"  # a job's holder this node does not know
 
 # Flags in the order they decide a node's one-word state.
 _STATE_ORDER = ("fail", "pfail", "leaving", "handshake", "noaddr")
+# The state of a node none of those flags apply to, whose link is down.
+LINK_DOWN = "unreachable"
 
 
 @attrs.frozen
@@ -60,17 +73,30 @@ class Member:
 
 @attrs.frozen
 class Heard:
-    """A node's last NODESTATS and when it arrived (wall ms, here)."""
+    """A node's last answer to GETSTATS and when it arrived (wall ms,
+    here). ``jobs`` and ``requeue`` (its job census) come with NODEFIGURES:
+    None and () from a node that answers NODESTATS (bus protocol 5 to 9)."""
 
     stats: bus.NodeStats
     at_ms: int
+    jobs: int | None = None  # the jobs it counts for the cluster
+    requeue: tuple[bus.QueueRequeue, ...] = ()  # next_ms from at_ms
+    omitted_requeue: int = 0
+
+    @classmethod
+    def of(cls, msg: bus.NodeStats | bus.NodeFigures, at_ms: int) -> Heard:
+        if isinstance(msg, bus.NodeStats):
+            return cls(msg, at_ms)
+        return cls(msg.stats, at_ms, msg.jobs, msg.requeue, msg.omitted_requeue)
 
 
-def state_of(flags: Iterable[str]) -> str:
+def state_of(flags: Iterable[str], link: str = "self") -> str:
     """One word for a node: ``fail``, ``pfail``, ``leaving``,
-    ``handshake``, ``noaddr``, else ``ok``."""
+    ``handshake``, ``noaddr`` (the first of its flags in that order), else
+    ``unreachable`` when our ``link`` to it is down, else ``ok``."""
     have = set(flags)
-    return next((name for name in _STATE_ORDER if name in have), "ok")
+    state = next((name for name in _STATE_ORDER if name in have), "ok")
+    return LINK_DOWN if state == "ok" and link == "disconnected" else state
 
 
 def missing_figures(
@@ -90,8 +116,10 @@ def missing_figures(
     return ASKING if heard is None else None
 
 
-def figures_json(stats: bus.NodeStats) -> dict[str, Any]:
-    """A node's figures in the event (the names of the ``stats`` event)."""
+def figures_json(heard: Heard, now_ms: int) -> dict[str, Any]:
+    """A node's figures in the event (the names of the ``stats`` event),
+    and its census: ``jobs_counted``, ``requeue`` (None before NODEFIGURES)."""
+    stats = heard.stats
     jobs = {
         "queued": stats.queued,
         "active": stats.active,
@@ -99,16 +127,32 @@ def figures_json(stats: bus.NodeStats) -> dict[str, Any]:
         "wait_repl": stats.wait_repl,
     }
     waiting = sum(q.length for q in stats.lengths) + stats.omitted_jobs
+    requeue = None
+    if heard.jobs is not None:
+        due = [heard.at_ms + q.next_ms for q in heard.requeue]
+        count = sum(q.jobs for q in heard.requeue) + heard.omitted_requeue
+        requeue = requeue_json(count, min(due, default=None), now_ms)
     return {
         "uptime": stats.uptime,
         "used_memory": stats.used_memory,
         "clients": stats.clients,
         "ops_per_sec": stats.ops_per_sec,
         "jobs": {"total": sum(jobs.values()), **jobs},
+        "jobs_counted": heard.jobs,
         "queues": stats.queues,
         "waiting": waiting,
+        "requeue": requeue,
         "aof": {"state": stats.aof, "size": stats.aof_size},
     }
+
+
+def requeue_json(jobs: int, due_ms: int | None, now_ms: int) -> dict[str, Any] | None:
+    """Jobs waiting to be queued again and in how long the first one is
+    due (null when unknown: its queue was not listed), or None for none."""
+    if not jobs:
+        return None
+    next_in = None if due_ms is None else max(0, due_ms - now_ms)
+    return {"jobs": jobs, "next_in_ms": next_in}
 
 
 def node_row(
@@ -119,13 +163,13 @@ def node_row(
     return {
         "id": member.node_id,
         "addr": member.addr,
-        "state": state_of(member.flags),
+        "state": state_of(member.flags, member.link),
         "flags": list(member.flags),
         "link": member.link,
         "myself": member.link == "self",
         "last_pong": member.last_pong,
         "bus_version": member.bus_version,
-        "figures": None if shown is None else figures_json(shown.stats),
+        "figures": None if shown is None else figures_json(shown, now_ms),
         "figures_age_ms": None if shown is None else max(0, now_ms - shown.at_ms),
         "no_figures": missing,
     }
@@ -137,35 +181,53 @@ def ordered(members: Iterable[Member]) -> list[Member]:
 
 
 def sum_queues(
-    figures: Mapping[str, bus.NodeStats], limit: int = EVENT_MAX_QUEUES
+    figures: Mapping[str, Heard], now_ms: int, limit: int = EVENT_MAX_QUEUES
 ) -> dict[str, Any]:
     """The union of the queues the nodes listed: per node lengths and the
-    total, the longest ``limit`` first (ties by name). ``omitted_jobs``
-    counts the jobs of queues not listed (by a node, or here), so that the
-    totals and it add up to every job waiting on these nodes."""
+    total, and the jobs waiting to be queued again (``requeue``, counted
+    once per job, with the earliest due); the ``limit`` with the most jobs
+    queued or waiting first (ties by name). ``omitted_jobs`` counts the
+    jobs queued in queues not listed (by a node, or here), so that the
+    totals and it add up to every job queued on these nodes;
+    ``omitted_requeue`` likewise."""
     lengths: dict[str, dict[str, int]] = {}
-    unlisted = 0  # jobs of queues the nodes did not list
-    for node_id, stats in figures.items():
+    waits: dict[str, tuple[int, int]] = {}  # name -> jobs, earliest due (wall ms here)
+    unlisted = unlisted_requeue = 0  # jobs of queues the nodes did not list
+    for node_id, heard in figures.items():
+        stats = heard.stats
         unlisted += stats.omitted_jobs
+        unlisted_requeue += heard.omitted_requeue
         for q in stats.lengths:
             lengths.setdefault(q.name, {})[node_id] = q.length
-    totals = sorted(((sum(n.values()), name) for name, n in lengths.items()), key=_longest)
-    listed = sum(total for total, _ in totals)
-    omitted = unlisted + sum(total for total, _ in totals[limit:])
-    rows = [
-        {"name": text_json(name), "total": total, "lengths": lengths[name]}
-        for total, name in totals[:limit]
-    ]
+        for w in heard.requeue:
+            due = heard.at_ms + w.next_ms
+            jobs, first = waits.get(w.name, (0, due))
+            waits[w.name] = (jobs + w.jobs, min(first, due))
+    names = lengths.keys() | waits.keys()
+    totals = {name: sum(lengths.get(name, {}).values()) for name in names}
+    ranked = sorted(names, key=lambda n: (-(totals[n] + waits.get(n, (0, 0))[0]), n))
+    shown, cut = ranked[:limit], ranked[limit:]
+    rows = []
+    for name in shown:
+        jobs, due = waits.get(name, (0, 0))
+        rows.append(
+            {
+                "name": text_json(name),
+                "total": totals[name],
+                "lengths": lengths.get(name, {}),
+                "requeue": requeue_json(jobs, due, now_ms),
+            }
+        )
+    listed = sum(totals.values())
+    listed_requeue = sum(jobs for jobs, _ in waits.values())
     return {
         "rows": rows,
         "nodes": sorted(figures),
         "total": listed + unlisted,
-        "omitted_jobs": omitted,
+        "omitted_jobs": unlisted + sum(totals[n] for n in cut),
+        "requeue": listed_requeue + unlisted_requeue,
+        "omitted_requeue": unlisted_requeue + sum(waits.get(n, (0, 0))[0] for n in cut),
     }
-
-
-def _longest(item: tuple[int, str]) -> tuple[int, str]:
-    return (-item[0], item[1])
 
 
 def cluster_event(
@@ -182,17 +244,25 @@ def cluster_event(
     rows = [
         node_row(m, heard.get(m.node_id), now_ms, asked.get(m.node_id)) for m in ordered(members)
     ]
-    shown = {r["id"]: heard[r["id"]].stats for r in rows if r["figures"] is not None}
+    shown = {r["id"]: heard[r["id"]] for r in rows if r["figures"] is not None}
     jobs = [r["figures"]["jobs"] for r in rows if r["figures"] is not None]
+    counted = [h.jobs for h in shown.values()]
+    queues = sum_queues(shown, now_ms)
+    due = [r["requeue"]["next_in_ms"] for r in queues["rows"] if r["requeue"] is not None]
+    first_due = now_ms + min(due) if due else None
     return {
         "time": now_ms,
         "nodes": rows,
-        "queues": sum_queues(shown),
+        "queues": queues,
         "totals": {
             "nodes": len(rows),
             "failing": sum(r["state"] in ("pfail", "fail") for r in rows),
+            "unreachable": sum(r["state"] == LINK_DOWN for r in rows),
             "with_figures": len(shown),
             "jobs": {k: sum(j[k] for j in jobs) for k in ("total", *_JOB_STATES)},
+            # Unknown while a node with figures sent no census.
+            "distinct_jobs": None if None in counted else sum(c or 0 for c in counted),
+            "requeue": requeue_json(queues["requeue"], first_due, now_ms),
             "used_memory": sum(r["figures"]["used_memory"] for r in rows if r["figures"]),
         },
     }
@@ -295,7 +365,7 @@ def lookup_result(
         row: dict[str, Any] = {
             "node": node_id,
             "addr": member.addr if member else None,
-            "node_state": state_of(member.flags) if member else None,
+            "node_state": state_of(member.flags, member.link) if member else None,
             "myself": member is not None and member.link == "self",
         }
         if isinstance(outcome, str):

@@ -5,10 +5,14 @@ Theory of operation
 -------------------
 The browser talks to the node that served the page only (one origin, one
 password). That node asks the others over the bus, with messages of bus
-protocol 5 (``protocol/bus.py``):
+protocol 5 and 10 (``protocol/bus.py``):
 
-- ``GETSTATS`` -> ``NODESTATS``: a node's figures (jobs by state, queues and
-  their lengths, memory, clients, AOF state). While a WebSocket session
+- ``GETSTATS`` -> ``NODEFIGURES`` (``NODESTATS`` from a node whose link
+  speaks bus protocol 5 to 9): a node's figures (jobs by state, queues and
+  their lengths, memory, clients, AOF state), and with NODEFIGURES its job
+  census (``jobcensus.py``): the jobs it counts for the cluster, so that
+  the sum counts jobs and not copies, and per queue the jobs waiting to be
+  queued again after a RETRY or a delay. While a WebSocket session
   subscribes to the ``cluster`` topic, the events hub calls :meth:`ask`
   once a second: a GETSTATS to every node our link to is up, answered
   whenever it comes. The hub's next tick publishes what has arrived
@@ -25,20 +29,22 @@ already, they are authenticated by ``cluster-secret`` (and TLS) rather
 than by ``requirepass``, which may differ from node to node, and the
 failure detector already knows which nodes can be asked. A node of an
 older release (its link speaks bus protocol 4 or less) is never sent these
-messages: its row says "older release".
+messages: its row says "older release". One of bus protocol 5 to 9 sends
+figures without the census: the cluster's count of jobs is then unknown.
 
 Answering is the same on every node, web port or not: :meth:`on_message`
-takes the four messages from ``NodeServer._dispatch``. It reads the node
-and changes nothing. What one answer costs is bounded: the census of jobs
-by state is cached (``observe.NodeView``), at most ``STATS_QUEUES`` queue
-names travel, and our own NODESTATS is reused for ``OWN_STATS_REUSE_S``
-however many nodes ask.
+takes the five messages from ``NodeServer._dispatch``. It reads the node
+and changes nothing. What one answer costs is bounded: the census of the
+jobs is cached (``observe.NodeView``), at most ``STATS_QUEUES`` queue
+names travel in each of its two lists, and our own answer is reused for
+``OWN_STATS_REUSE_S`` however many nodes ask.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 import trio
@@ -46,12 +52,14 @@ import trio
 from ..core.cluster import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL
 from ..core.ids import is_valid_job_id
 from ..protocol import bus
-from . import clustersnap
+from . import clustersnap, jobcensus
 from .clustersnap import Heard, Member
 
 if TYPE_CHECKING:
     from .host import ServerHost
     from .observe import NodeView
+
+_T = TypeVar("_T")
 
 # A job lookup waits this long for the nodes it asked. A node that is down
 # is not asked (its link is down); this bounds a node that hangs.
@@ -61,7 +69,8 @@ FIND_TIMEOUT_S: Final = 2.0
 MAX_LOOKUPS: Final = 32
 # A NODESTATS lists this many queues at most, the longest, and their names
 # add up to NAMES_MAX_BYTES at most: an answer stays a small frame whatever
-# the queues are called. The jobs of the others travel as a count.
+# the queues are called. The jobs of the others travel as a count. So do a
+# NODEFIGURES's queues with jobs waiting to be queued again, the most first.
 STATS_QUEUES: Final = 200
 NAMES_MAX_BYTES: Final = 64 * 1024
 OWN_STATS_REUSE_S: Final = 0.5
@@ -104,23 +113,30 @@ class ClusterView:
     def __init__(self, server: ServerHost, view: NodeView) -> None:
         self.server = server
         self.view = view
-        self.heard: dict[str, Heard] = {}  # node id -> its last NODESTATS
+        self.heard: dict[str, Heard] = {}  # node id -> its last answer
         # Node id -> when it was first asked (wall ms) since someone watches:
         # one that never answers is shown so, not as being asked for ever.
         self.asked: dict[str, int] = {}
         self.lookups: dict[int, _Lookup] = {}  # request -> lookup waiting
         self._request = 0  # numbers GETSTATS rounds and lookups
-        self._own: tuple[float, bus.NodeStats] | None = None
+        self._own: tuple[float, bus.NodeFigures] | None = None
         self._asked = -math.inf  # trio time of the last GETSTATS round
 
     # ------------------------------------------------------------ answering
 
     def on_message(self, sender: str, msg: object) -> None:
-        """One of GETSTATS, NODESTATS, FINDJOB, JOBCOPY from a known node."""
+        """One of GETSTATS, NODESTATS, NODEFIGURES, FINDJOB, JOBCOPY from a
+        known node."""
         if isinstance(msg, bus.GetStats):
-            self._send(sender, attrs.evolve(self.own_stats(), request=msg.request))
-        elif isinstance(msg, bus.NodeStats):
-            self.heard[sender] = Heard(msg, self.server.env.clock.wall_ms())
+            own = self.own_figures()
+            stats = attrs.evolve(own.stats, request=msg.request)
+            peer = self.server.node.cluster.nodes.get(sender)
+            if peer is not None and peer.bus_version >= bus.FIGURES_VERSION:
+                self._send(sender, attrs.evolve(own, stats=stats))
+            else:
+                self._send(sender, stats)  # a release before NODEFIGURES
+        elif isinstance(msg, bus.NodeStats | bus.NodeFigures):
+            self.heard[sender] = Heard.of(msg, self.server.env.clock.wall_ms())
         elif isinstance(msg, bus.FindJob):
             self._send(sender, clustersnap.job_copy(self.server.node, msg.request, msg.job_id))
         elif isinstance(msg, bus.JobCopy):
@@ -134,22 +150,20 @@ class ClusterView:
         self.server.bus.send(node_id, msg)
         self.server.bus.flush()
 
-    def own_stats(self) -> bus.NodeStats:
-        """This node's figures as a NODESTATS (request 0), reused for a
-        moment when several nodes ask at once."""
+    def own_figures(self) -> bus.NodeFigures:
+        """This node's figures and job census as a NODEFIGURES (request 0),
+        reused for a moment when several nodes ask at once."""
         now = trio.current_time()
         if self._own is not None and now - self._own[0] < OWN_STATS_REUSE_S:
             return self._own[1]
         server = self.server
-        counts = self.view.job_counts()
+        census = self.view.census()
+        counts = census.states
         queues = self.view.queues(STATS_QUEUES)
-        listed: list[bus.QueueLength] = []
-        room = NAMES_MAX_BYTES
-        for q in sorted(queues, key=lambda q: -len(q.jobs)):
-            room -= len(q.name.encode("utf-8", "surrogateescape"))
-            if room < 0:
-                break
-            listed.append(bus.QueueLength(q.name, len(q.jobs)))
+        listed = [
+            bus.QueueLength(q.name, len(q.jobs))
+            for q in _named_within(sorted(queues, key=lambda q: -len(q.jobs)), lambda q: q.name)
+        ]
         waiting = sum(len(q.jobs) for q in server.node.queues.values())
         stats = bus.NodeStats(
             0,
@@ -167,8 +181,21 @@ class ClusterView:
             _aof_state(server),
             server.aof.current_size,
         )
-        self._own = (now, stats)
-        return stats
+        node_now = server.node.now_ms()
+        longest = jobcensus.longest(census.counted, STATS_QUEUES)
+        requeue = [
+            bus.QueueRequeue(name, r.jobs, max(0, r.next_ms - node_now))
+            for name, r in _named_within(longest, lambda item: item[0])
+        ]
+        all_requeue = sum(r.jobs for r in census.counted.values())
+        figures = bus.NodeFigures(
+            stats,
+            census.jobs,
+            tuple(requeue),
+            all_requeue - sum(r.jobs for r in requeue),
+        )
+        self._own = (now, figures)
+        return figures
 
     # ------------------------------------------------------------- gathering
 
@@ -219,7 +246,7 @@ class ClusterView:
         now, the others' are the latest that arrived."""
         now = self.server.env.clock.wall_ms()
         heard = dict(self.heard)
-        heard[self.server.node.node_id] = Heard(self.own_stats(), now)
+        heard[self.server.node.node_id] = Heard.of(self.own_figures(), now)
         return clustersnap.cluster_event(now, self.members(), heard, self.asked)
 
     def forget(self) -> None:
@@ -259,6 +286,19 @@ class ClusterView:
         return clustersnap.lookup_result(job_id, members, outcomes_all)
 
 
+def _named_within(items: Iterable[_T], name: Callable[[_T], str]) -> list[_T]:
+    """The first items, in order, while their names add up to
+    NAMES_MAX_BYTES at most (as the bus encodes them)."""
+    kept = []
+    room = NAMES_MAX_BYTES
+    for item in items:
+        room -= len(name(item).encode("utf-8", "surrogateescape"))
+        if room < 0:
+            break
+        kept.append(item)
+    return kept
+
+
 def _aof_state(server: ServerHost) -> str:
     aof = server.aof
     if aof.state == "off":
@@ -271,4 +311,10 @@ def _aof_state(server: ServerHost) -> str:
 
 
 # The bus messages handled here (NodeServer._dispatch routes them).
-MESSAGES: Final[tuple[type, ...]] = (bus.GetStats, bus.NodeStats, bus.FindJob, bus.JobCopy)
+MESSAGES: Final[tuple[type, ...]] = (
+    bus.GetStats,
+    bus.NodeStats,
+    bus.NodeFigures,
+    bus.FindJob,
+    bus.JobCopy,
+)

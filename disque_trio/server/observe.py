@@ -1,11 +1,16 @@
 """What the web side shows of a node: the stats and nodes snapshots that the
 WebSocket streams, and the figures /metrics exports.
 
-Everything here reads the node and changes nothing. The one costly figure is
-the count of jobs by state (the core keeps no such counters: a job's state
-is set in many places), so it is a census over every job, cached for a time
-that grows with the number of jobs: at a million jobs a census costs tens of
-milliseconds of the event loop, taken once every few seconds at most.
+Everything here reads the node and changes nothing. The costly figures
+come from looking at every job (the core keeps no such counters: a job's
+state is set in many places): the count of jobs by state, for /metrics,
+and the dashboard's census (jobcensus.py: by state too, the jobs this
+node counts for the cluster, the jobs waiting to be queued again). Each is
+reused for a time that grows with the number of jobs, so that its share of
+the event loop stays small: at a million jobs the count by state takes
+about 60 ms and is reused for 5 s, the census 300 ms (a quarter of the
+jobs waiting, ``bench/bench_census.py`` on a loaded 2-core VM), reused for
+11 s. A fresh census serves the count by state too.
 """
 
 from __future__ import annotations
@@ -13,27 +18,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.cluster import FAIL, PFAIL
-from ..core.job import JobState
 from ..protocol.wsjson import text_json
+from . import jobcensus
+from .jobcensus import Census, Requeue
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
     from .host import ServerHost
 
-# A census is reused for 1 s plus 1 s per 250,000 jobs.
+# The count by state is reused for 1 s plus 1 s per 250,000 jobs, the
+# dashboard's census (about 5 times as costly) for 1 s plus 1 s per 100,000.
 CENSUS_MIN_AGE_MS = 1000
 CENSUS_JOBS_PER_S = 250_000
+FULL_CENSUS_JOBS_PER_S = 100_000
 # The stats event lists at most this many queues (the longest ones); a node
 # with more queues than a page can show still sends a bounded message.
 STATS_MAX_QUEUES = 1000
-
-_STATE_KEYS = {
-    JobState.WAIT_REPL: "wait_repl",
-    JobState.ACTIVE: "active",
-    JobState.QUEUED: "queued",
-    JobState.ACKED: "acked",
-}
-STATE_NAMES = tuple(_STATE_KEYS.values())
 # CLUSTER NODES says "fail?"; JSON readers get a name without punctuation.
 _FLAG_JSON = {"fail?": "pfail"}
 
@@ -43,30 +43,72 @@ class NodeView:
 
     def __init__(self, server: ServerHost) -> None:
         self.server = server
-        self._census: dict[str, int] = dict.fromkeys(STATE_NAMES, 0)
-        self._census_ms: int | None = None
+        self._census: Census | None = None
+        self._census_ms = 0
+        self._states: dict[str, int] = {}
+        self._states_ms: int | None = None
+
+    def _fresh(self, since_ms: int | None, jobs_per_s: int) -> bool:
+        if since_ms is None:
+            return False
+        age = self.server.env.clock.wall_ms() - since_ms
+        held = len(self.server.node.jobs)
+        return 0 <= age < CENSUS_MIN_AGE_MS + held * 1000 // jobs_per_s
+
+    def census(self) -> Census:
+        """A recent census of the node's jobs (jobcensus.py), for the
+        dashboard."""
+        if self._census is None or not self._fresh(self._census_ms, FULL_CENSUS_JOBS_PER_S):
+            node = self.server.node
+            self._census = jobcensus.take(node, jobcensus.can_answer(node))
+            self._census_ms = self.server.env.clock.wall_ms()
+        return self._census
 
     def job_counts(self) -> dict[str, int]:
-        """Jobs held by state (``total`` too), from a recent census."""
-        node = self.server.node
-        now = self.server.env.clock.wall_ms()
-        max_age = CENSUS_MIN_AGE_MS + len(node.jobs) * 1000 // CENSUS_JOBS_PER_S
-        if self._census_ms is None or not 0 <= now - self._census_ms < max_age:
-            counts = dict.fromkeys(STATE_NAMES, 0)
-            by_state = dict.fromkeys(JobState, 0)
-            for job in node.jobs.values():
-                by_state[job.state] += 1
-            for state, n in by_state.items():
-                counts[_STATE_KEYS[state]] = n
-            self._census, self._census_ms = counts, now
-        return {"total": sum(self._census.values()), **self._census}
+        """Jobs held by state (``total`` too): from the census while it is
+        fresh (someone watches the dashboard), else from a recent count."""
+        if self._census is not None and self._fresh(self._census_ms, FULL_CENSUS_JOBS_PER_S):
+            states = self._census.states
+        else:
+            if not self._fresh(self._states_ms, CENSUS_JOBS_PER_S):
+                by_state = [0, 0, 0, 0]  # indexed by JobState (an IntEnum)
+                for job in self.server.node.jobs.values():
+                    by_state[job.state] += 1
+                self._states = jobcensus.states_json(by_state)
+                self._states_ms = self.server.env.clock.wall_ms()
+            states = self._states
+        return {"total": sum(states.values()), **states}
 
-    def queue_row(self, q: Queue, now_ms: int) -> dict[str, Any]:
-        """One queue as QSTAT describes it, with JSON-friendly keys."""
+    def queue_row(self, q: Queue, now_ms: int, requeue: Requeue | None = None) -> dict[str, Any]:
+        """One queue as QSTAT describes it, with JSON-friendly keys, and
+        the copies of its jobs that wait here to be queued again."""
         row = q.stat(now_ms)
         del row["import-from"]
         row["name"] = text_json(q.name)
-        return {key.replace("-", "_"): value for key, value in row.items()}
+        row = {key.replace("-", "_"): value for key, value in row.items()}
+        row["requeue"] = requeue_json(requeue, now_ms)
+        return row
+
+    def queue_rows(self, now_ms: int, limit: int = STATS_MAX_QUEUES) -> list[dict[str, Any]]:
+        """The ``stats`` event's queues, by name: the node's ``limit``
+        longest, and while there is room, the queues this node has no queue
+        of but holds jobs of that wait here to be queued again (a consumer
+        of another node has them, or their queue here was collected), those
+        with the most such jobs. Those rows have no age or idle time."""
+        waiting = self.census().mine
+        named = [
+            (q.name, self.queue_row(q, now_ms, waiting.get(q.name))) for q in self.queues(limit)
+        ]
+        room = limit - len(named)
+        if room > 0:
+            have = self.server.node.queues
+            others = {name: r for name, r in waiting.items() if name not in have}
+            named += [
+                (name, _held_only_row(name, requeue, now_ms))
+                for name, requeue in jobcensus.longest(others, room)
+            ]
+            named.sort(key=lambda item: item[0])
+        return [row for _, row in named]
 
     def queues(self, limit: int | None = None) -> list[Queue]:
         """The node's queues by name; with a limit, the longest ones."""
@@ -82,6 +124,7 @@ class NodeView:
         server = self.server
         now = server.node.now_ms()  # the node's time: queue figures are kept in it
         aof = server.aof
+        census = self.census()
         return {
             "time": now,
             "node_id": server.node.node_id,
@@ -89,8 +132,8 @@ class NodeView:
             "clients": len(server.clients),
             "blocked_clients": server.node.stats.blocked_clients,
             "used_memory": server.used_memory(),
-            "jobs": self.job_counts(),
-            "queues": [self.queue_row(q, now) for q in self.queues(STATS_MAX_QUEUES)],
+            "jobs": {"total": census.total, **census.states},
+            "queues": self.queue_rows(now),
             "ops_per_sec": server.ops_per_sec(),
             "aof": {"enabled": aof.state != "off", "size": aof.current_size},
         }
@@ -119,3 +162,28 @@ class NodeView:
 
     def failing_nodes(self) -> int:
         return sum(1 for n in self.server.node.cluster.nodes.values() if n.flags & (PFAIL | FAIL))
+
+
+def requeue_json(requeue: Requeue | None, now_ms: int) -> dict[str, int] | None:
+    """Jobs waiting to be queued again, and in how long the first is
+    (0: due now); None when there are none."""
+    if requeue is None or not requeue.jobs:
+        return None
+    return {"jobs": requeue.jobs, "next_in_ms": max(0, requeue.next_ms - now_ms)}
+
+
+def _held_only_row(name: str, requeue: Requeue, now_ms: int) -> dict[str, Any]:
+    """A ``stats`` queue row for jobs held here of a queue this node has
+    not (or no longer): nothing queued, nothing measured."""
+    return {
+        "name": text_json(name),
+        "len": 0,
+        "age": None,
+        "idle": None,
+        "blocked": 0,
+        "import_rate": 0,
+        "jobs_in": 0,
+        "jobs_out": 0,
+        "pause": "none",
+        "requeue": requeue_json(requeue, now_ms),
+    }

@@ -91,6 +91,30 @@
     return m + "m " + (s % 60) + "s";
   }
 
+  // Jobs waiting to be queued again ({jobs, next_in_ms}): "3 waiting ·
+  // next back in 42s", or in a narrow column "3 · back in 42s";
+  // next_in_ms is null when the node that has the first one did not list
+  // its queue (too many queues).
+  function fmtRequeue(r, short = false, noun = " waiting") {
+    if (!r || typeof r.jobs !== "number") return null;
+    const waiting = fmtInt(r.jobs) + (short ? "" : noun);
+    if (typeof r.next_in_ms !== "number") return waiting;
+    const next = r.next_in_ms < 1000 ? "due now" : (short ? "back in " : "next back in ") +
+      fmtDuration(r.next_in_ms / 1000);
+    return waiting + " · " + next;
+  }
+
+  // A cell for a Waiting column: the short form, the long one as its title.
+  function fillRequeue(cell, r) {
+    const short = fmtRequeue(r, true);
+    setText(cell, short === null ? "—" : short);
+    cell.title = short === null ? REQUEUE_TITLE : fmtRequeue(r) + " · " + REQUEUE_TITLE;
+    cell.classList.toggle("muted", short === null);
+  }
+
+  const REQUEUE_TITLE = "delivered and not acknowledged, or given back with a delay: " +
+    "queued again when their RETRY or the delay runs out";
+
   function fmtRate(r) {
     if (r === null) return "–";
     return r >= 100 ? numberFormat.format(Math.round(r)) : r.toFixed(1);
@@ -441,6 +465,7 @@
       name: el("button", { className: "qname", type: "button", title: "Browse and follow this queue" }, name),
       meta: el("span", { className: "qmeta" }),
       len: el("span", { className: "len" }),
+      requeue: el("td", { className: "requeue", dataset: { field: "requeue" } }),
       blocked: el("td", { className: "num" }),
       inSpark: svg("svg", { class: "spark in", viewBox: "0 0 120 24", preserveAspectRatio: "none" }),
       inNum: el("span", { className: "rate-num" }),
@@ -470,6 +495,7 @@
     const row = el("tr", { dataset: { queue: name } },
       el("td", null, cells.name, cells.meta),
       el("td", { className: "num" }, cells.len),
+      cells.requeue,
       cells.blocked,
       el("td", null, el("div", { className: "rate" }, cells.inSpark, cells.inNum)),
       el("td", null, el("div", { className: "rate" }, cells.outSpark, cells.outNum)),
@@ -499,8 +525,12 @@
 
   function fillQueueRow(entry, q) {
     const c = entry.cells;
-    setText(c.meta, "age " + fmtDuration(q.age) + " · idle " + fmtDuration(q.idle));
+    // A queue this node has no queue of, listed for the copies of its jobs
+    // that wait here to be queued again, has no age.
+    setText(c.meta, typeof q.age === "number" ? "age " + fmtDuration(q.age) + " · idle " + fmtDuration(q.idle)
+      : "no queue here · copies of its jobs");
     setText(c.len, fmtInt(q.len));
+    fillRequeue(c.requeue, q.requeue);
     setText(c.blocked, fmtInt(q.blocked));
     const max = Math.max(1, ...entry.inRates, ...entry.outRates);
     drawSpark(c.inSpark, entry.inRates, max, "in");
@@ -840,8 +870,12 @@
     if (self) setText("node-addr", self.addr || "");
   }
 
+  // "unreachable": our link to it is down and it is not (yet) PFAIL: a
+  // killed node is so for up to cluster-node-timeout, never "ok".
   const STATE_LOOK = { ok: ["ok", "badge-ok"], pfail: ["PFAIL", "badge-warn"], fail: ["FAIL", "badge-bad"],
-    leaving: ["LEAVING", "badge-warn"], handshake: ["handshake", "badge-warn"], noaddr: ["no address", "badge-warn"] };
+    leaving: ["LEAVING", "badge-warn"], handshake: ["handshake", "badge-warn"], noaddr: ["no address", "badge-warn"],
+    unreachable: ["unreachable", "badge-warn"] };
+  const STATE_TITLE = { unreachable: "link down, not marked PFAIL yet (within cluster-node-timeout)" };
   const LINK_LOOK = { self: "badge-neutral", connected: "badge-ok", disconnected: "badge-bad" };
   const AOF_LOOK = { off: "badge-neutral", on: "badge-ok", rewriting: "badge-warn",
     "wait-rewrite": "badge-warn", failing: "badge-bad" };
@@ -857,9 +891,11 @@
     if (!d || !Array.isArray(d.nodes)) return;
     $("cluster-body").replaceChildren(...d.nodes.map((n) => clusterRow(n, d.time)));
     const failing = d.nodes.filter(isDown).length;
+    const unreachable = d.nodes.filter((n) => n.state === "unreachable").length;
     setText("cluster-count", "(" + d.nodes.length + (d.nodes.length === 1 ? " node" : " nodes") +
-      (failing ? " · " + failing + " failing" : "") + ")");
+      (failing ? " · " + failing + " failing" : "") + (unreachable ? " · " + unreachable + " unreachable" : "") + ")");
     $("cluster-count").classList.toggle("bad", failing > 0);
+    $("cluster-count").classList.toggle("warn", failing === 0 && unreachable > 0);
     clusterTotals(d);
     clusterQueues(d.queues || {}, d.nodes);
   }
@@ -867,9 +903,12 @@
   function clusterRow(n, now) {
     const f = n.figures;
     const state = STATE_LOOK[n.state] || [String(n.state), "badge-neutral"];
+    const counted = typeof f?.jobs_counted === "number"
+      ? " · counts " + fmtInt(f.jobs_counted) + " of the cluster's jobs" : "";
+    const waiting = f ? fmtRequeue(f.requeue) : null;
     const cells = f ? [
-      el("td", { className: "num", title: jobBreakdown(f.jobs) }, fmtInt(f.jobs.total)),
-      el("td", { className: "num" }, fmtInt(f.jobs.queued)),
+      el("td", { className: "num", title: "copies held: " + jobBreakdown(f.jobs) + counted }, fmtInt(f.jobs.total)),
+      el("td", { className: "num", title: waiting === null ? "" : waiting + " (counted here)" }, fmtInt(f.jobs.queued)),
       el("td", { className: "num" }, fmtInt(f.queues)),
       el("td", { className: "num" }, fmtBytes(f.used_memory)),
       el("td", { title: f.aof.state === "off" ? "" : fmtBytes(f.aof.size) },
@@ -877,13 +916,14 @@
     ] : [0, 1, 2, 3, 4].map((i) => el("td", { className: i < 4 ? "num" : "" }, dash()));
     const age = f ? (n.figures_age_ms < 1500 ? "live" : fmtDuration(n.figures_age_ms / 1000) + " old") : null;
     const why = NO_FIGURES[n.no_figures] || display(n.no_figures);
-    const look = isDown(n) ? "node-down" : n.state === "ok" ? "" : "node-warn";
+    const look = isDown(n) ? "node-down" : n.state === "ok" ? "" :
+      n.state === "unreachable" ? "node-warn node-unreachable" : "node-warn";
     return el("tr", { className: look, dataset: { node: String(n.id), state: String(n.state) } },
       el("td", null, el("code", { title: String(n.id) }, shortId(n.id)),
         n.myself ? el("span", { className: "tag" }, "this node") : null),
       el("td", null, el("code", null, display(n.addr))),
-      el("td", null, badge(state[0], state[1])),
-      el("td", null, badge(display(n.link), LINK_LOOK[n.link] || "badge-neutral")),
+      el("td", { title: STATE_TITLE[n.state] || "", dataset: { field: "state" } }, badge(state[0], state[1])),
+      el("td", { dataset: { field: "link" } }, badge(display(n.link), LINK_LOOK[n.link] || "badge-neutral")),
       ...cells,
       el("td", { className: "num" }, n.myself ? "—" : ago(n.last_pong, now)),
       el("td", { dataset: { field: "figures" } }, f ? el("span", { className: "muted" }, age)
@@ -895,13 +935,24 @@
       " · wait-repl " + fmtInt(j.wait_repl);
   }
 
+  // Each node counts the copies it holds; the jobs are counted once each
+  // (by one of their holders, clustersnap.py): "14 jobs · 28 copies".
   function clusterTotals(d) {
     const t = d.totals || {};
     const jobs = t.jobs || {};
     const label = "Cluster · figures from " + fmtInt(t.with_figures) + " of " + fmtInt(t.nodes) + " nodes";
+    const distinct = typeof t.distinct_jobs === "number"
+      ? [el("b", { dataset: { field: "distinct" } }, fmtInt(t.distinct_jobs)), " jobs · "]
+      : [el("span", { className: "muted", title: "a node of an older release does not count its jobs" },
+        "jobs unknown"), " · "];
+    const one = t.requeue && t.requeue.jobs === 1;
+    const waiting = fmtRequeue(t.requeue, false, one ? " job waiting for its RETRY or a delay"
+      : " jobs waiting for their RETRY or a delay");
     $("cluster-foot").replaceChildren(el("tr", null,
-      el("td", { colSpan: 4 }, label),
-      el("td", { className: "num", title: jobBreakdown(jobs) }, fmtInt(jobs.total)),
+      el("td", { colSpan: 4 }, label, waiting === null ? null
+        : el("span", { className: "sub", title: REQUEUE_TITLE, dataset: { field: "requeue" } }, waiting)),
+      el("td", { className: "num nowrap", title: "copies: " + jobBreakdown(jobs), dataset: { field: "jobs" } },
+        ...distinct, el("span", { dataset: { field: "copies" } }, fmtInt(jobs.total) + " copies")),
       el("td", { className: "num" }, fmtInt(jobs.queued)),
       el("td", null), el("td", { className: "num" }, fmtBytes(t.used_memory)),
       el("td", { colSpan: 3 })));
@@ -913,20 +964,30 @@
     const rows = Array.isArray(q.rows) ? q.rows : [];
     const counted = new Set(Array.isArray(q.nodes) ? q.nodes : []);
     $("cqueues-head").replaceChildren(el("th", null, "Queue"), el("th", { className: "num" }, "Total"),
+      el("th", { title: REQUEUE_TITLE }, "Waiting"),
       ...nodes.map((n) => el("th", { className: "num nodecol" + (counted.has(n.id) ? "" : " uncounted"),
         title: n.addr + (counted.has(n.id) ? "" : " · not counted") }, shortId(n.id))));
     $("cqueues-body").replaceChildren(...rows.map((r) => el("tr", { dataset: { queue: display(r.name) } },
       el("td", null, el("span", { className: "qlabel" }, display(r.name))),
       el("td", { className: "num total" }, fmtInt(r.total)),
+      requeueCell(r.requeue),
       ...nodes.map((n) => el("td", { className: "num" + (counted.has(n.id) ? "" : " uncounted"), dataset: { node: n.id } },
         counted.has(n.id) ? fmtInt((r.lengths || {})[n.id] || 0) : "–")))));
     $("cqueues-empty").hidden = rows.length > 0;
-    setText("cqueues-count", rows.length ? "(" + rows.length + ", " + fmtInt(q.total) + " jobs waiting)" : "");
+    setText("cqueues-count", rows.length ? "(" + rows.length + " · " + fmtInt(q.total) + " jobs queued" +
+      (q.requeue ? " · " + fmtInt(q.requeue) + " waiting" : "") + ")" : "");
     const missing = nodes.filter((n) => !counted.has(n.id)).map((n) => n.addr);
     let note = "summed over " + counted.size + " of " + nodes.length + " nodes";
     if (missing.length) note += " · not counted: " + missing.join(", ");
     if (q.omitted_jobs) note += " · " + fmtInt(q.omitted_jobs) + " jobs in queues not listed";
+    if (q.omitted_requeue) note += " · " + fmtInt(q.omitted_requeue) + " waiting in queues not listed";
     setText("cqueues-note", note);
+  }
+
+  function requeueCell(r) {
+    const cell = el("td", { className: "requeue", dataset: { field: "requeue" } });
+    fillRequeue(cell, r);
+    return cell;
   }
 
   function ago(ms, now) {

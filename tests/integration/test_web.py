@@ -356,7 +356,9 @@ async def test_stats_and_nodes_events() -> None:
             "pause",
             "age",
             "idle",
+            "requeue",
         }
+        assert q1["requeue"] is None  # nothing waits to be queued again
         nodes = await c.event("nodes")
         assert nodes == [
             {
@@ -384,6 +386,39 @@ async def test_stats_and_nodes_events() -> None:
             while True:
                 message = await c.recv()
                 assert "event" not in message
+
+
+async def test_stats_show_the_jobs_waiting_to_be_queued_again() -> None:
+    """A job handed to a consumer and not acknowledged is in no queue: its
+    queue's row says it waits for its RETRY, and when it comes back; so
+    does one added with a DELAY."""
+    async with web_node() as node, node.ws() as c:
+        job_id = await c.result("ADDJOB", "q1", "a", 0, "RETRY", 30)
+        await c.result("ADDJOB", "q1", "b", 0, "RETRY", 30)
+        await c.result("GETJOB", "COUNT", 2, "FROM", "q1")
+        await c.result("ADDJOB", "later", "c", 0, "DELAY", 50, "RETRY", 60)
+        await c.send(subscribe=["stats"])
+        await c.recv()
+        stats = await c.event("stats")
+        assert stats["jobs"]["active"] == 3 and stats["jobs"]["queued"] == 0
+        rows = {q["name"]: q for q in stats["queues"]}
+        assert [q["name"] for q in stats["queues"]] == ["later", "q1"]  # by name
+        q1 = rows["q1"]
+        assert q1["len"] == 0 and q1["requeue"]["jobs"] == 2
+        # RETRY 30 from the delivery, give or take the core's time error.
+        assert 25_000 <= q1["requeue"]["next_in_ms"] <= 30_500
+        later = rows["later"]
+        assert later["requeue"]["jobs"] == 1 and 45_000 <= later["requeue"]["next_in_ms"] <= 50_000
+        assert later["len"] == 0
+        # Given back (NACK): queued again, waiting for nothing. The length
+        # is read live, the census is reused for a second: a later event.
+        await c.result("NACK", job_id)
+        with trio.fail_after(WAIT_S):
+            while True:
+                q1 = next(q for q in (await c.event("stats"))["queues"] if q["name"] == "q1")
+                if q1["requeue"]["jobs"] == 1:
+                    break
+        assert q1["len"] == 1
 
 
 def _add_job_for_a_full_outbox(node: WebNode) -> None:

@@ -21,6 +21,7 @@ import trio_websocket
 from disque_trio.client import Client
 from disque_trio.server import clustersnap, clusterview
 
+from ..helpers import memory_cluster
 from .conftest import NodeProcess, form_cluster
 from .test_web import WsClient, basic, http_request, web_cluster, ws_handshake
 
@@ -220,3 +221,95 @@ async def test_a_node_that_never_answers_holds_up_nothing(monkeypatch: pytest.Mo
             statuses = {copy["node"]: copy["status"] for copy in result["copies"]}
             assert statuses[b_id] == "no answer"
         assert not a.server.web.cluster.lookups  # nothing left waiting
+
+
+async def test_jobs_not_copies_and_jobs_waiting_to_come_back() -> None:
+    """In one process (the bus over memory streams), three nodes: the
+    totals count jobs beside copies; jobs handed to a consumer, or given
+    back with a DELAY, are shown waiting to be queued again, once each,
+    with the time the first comes back."""
+    async with web_cluster(3) as nodes, nodes[0].ws() as a, nodes[1].ws() as b:
+        for port in (7712, 7713):
+            assert await a.result("CLUSTER", "MEET", "127.0.0.1", port) == "OK"
+        ids = [n.server.node.node_id for n in nodes]
+        await a.send(subscribe=["cluster"])
+        await a.recv()
+        await cluster_event(a, lambda d: len(d["nodes"]) == 3 and all_counted(d))
+        for n in range(2):
+            await a.result("ADDJOB", "mail", f"a{n}", 0, "REPLICATE", 2, "RETRY", 60)
+        shared = await b.result("ADDJOB", "mail", "b", 0, "REPLICATE", 3, "RETRY", 60)
+        for n in range(3):
+            await b.result("ADDJOB", "thumbs", f"t{n}", 0, "REPLICATE", 1)
+        data = await cluster_event(
+            a, lambda d: all_counted(d) and d["totals"]["distinct_jobs"] == 6
+        )
+        # 2 x 2 copies + 3 + 3 x 1, or more: an ADDJOB whose copy is slow
+        # to confirm adds one more node.
+        assert data["totals"]["jobs"]["total"] >= 10
+        assert sum(n["figures"]["jobs_counted"] for n in data["nodes"]) == 6
+        assert data["totals"]["requeue"] is None
+
+        # Node a's consumer takes its two jobs and acks neither: each of
+        # their copies waits for the RETRY, each job is counted once.
+        got = await a.result("GETJOB", "NOHANG", "COUNT", 5, "FROM", "mail")
+        assert len(got) == 2
+
+        def mail(d: Any) -> Any:
+            return next((q for q in d["queues"]["rows"] if q["name"] == "mail"), None)
+
+        def waiting(d: Any) -> int:
+            return ((mail(d) or {}).get("requeue") or {}).get("jobs", 0)
+
+        # (Figures, lengths and census are each a second old at most.)
+        data = await cluster_event(a, lambda d: waiting(d) == 2 and mail(d)["total"] == 1)
+        row = mail(data)
+        assert sum(row["lengths"].values()) == 1  # b's job, queued (moved, maybe)
+        assert 50_000 < row["requeue"]["next_in_ms"] <= 60_500
+        assert data["totals"]["distinct_jobs"] == 6
+
+        # b's job (queued on b, or moved to a, whose queue drained and
+        # asked for more), delivered and given back with a DELAY of 30 s:
+        # queued there when the delay ends, the others stand by. Counted once.
+        holder = a if row["lengths"].get(ids[0]) else b
+        got = await holder.result("GETJOB", "NOHANG", "FROM", "mail")
+        assert got[0][1] == shared
+        assert await holder.result("NACK", shared, "DELAY", 30) == 1
+        data = await cluster_event(a, lambda d: waiting(d) == 3 and mail(d)["total"] == 0)
+        row = mail(data)
+        assert 20_000 < row["requeue"]["next_in_ms"] <= 30_500
+        assert data["totals"]["requeue"]["jobs"] == 3
+        assert data["totals"]["distinct_jobs"] == 6
+
+        # The third node holds copies of "mail" jobs only: its own stats
+        # show the ones that wait there to be queued again.
+        async with nodes[2].ws() as c:
+            await c.send(subscribe=["stats"])
+            await c.recv()
+            with trio.fail_after(WAIT_S):
+                while True:
+                    rows = {q["name"]: q for q in (await c.event("stats"))["queues"]}
+                    if "mail" in rows and rows["mail"]["requeue"] is not None:
+                        break
+            assert rows["mail"]["len"] == 0
+
+
+async def test_a_node_of_protocol_9_sends_no_census() -> None:
+    """A node of the release before NODEFIGURES answers NODESTATS: its
+    figures show, the cluster's count of jobs is unknown; and it is
+    answered NODESTATS, which it understands."""
+    async with memory_cluster(2, bus_versions={1: 9}) as nodes:
+        c0 = await nodes[0].client()
+        await c0.call("ADDJOB", "q", "x", 0, "REPLICATE", 2)
+        new, old = (n.server.web.cluster for n in nodes)
+        old_id, new_id = (n.server.node.node_id for n in reversed(nodes))
+        with trio.fail_after(WAIT_S):
+            while old_id not in new.heard or new_id not in old.heard:
+                new.ask()
+                old.ask()
+                await trio.sleep(0.1)
+        data = new.event()
+        figures = {n["id"]: n["figures"] for n in data["nodes"]}
+        assert figures[old_id]["jobs"]["total"] == 1 and figures[old_id]["jobs_counted"] is None
+        assert figures[new_id]["jobs_counted"] is not None
+        assert data["totals"]["distinct_jobs"] is None
+        assert old.heard[new_id].jobs is None  # it was sent NODESTATS

@@ -37,6 +37,7 @@ from disque_trio.protocol.bus import (
     Message,
     MsgType,
     NeedJobs,
+    NodeFigures,
     NodeStats,
     Pause,
     Ping,
@@ -45,6 +46,7 @@ from disque_trio.protocol.bus import (
     Publish,
     Queued,
     QueueLength,
+    QueueRequeue,
     Refused,
     ReplJob,
     SetAck,
@@ -100,6 +102,27 @@ def heartbeat(cls: type[Ping | Pong | Meet]) -> st.SearchStrategy[Message]:
     return st.builds(cls, sender=node_ids, flags=small_uints, gossip=gossip)
 
 
+node_stats = st.builds(
+    NodeStats,
+    request=uints,
+    uptime=uints,
+    used_memory=uints,
+    clients=uints,
+    ops_per_sec=uints,
+    queued=uints,
+    active=uints,
+    acked=uints,
+    wait_repl=uints,
+    queues=uints,
+    lengths=st.lists(st.builds(QueueLength, name=queue_names, length=uints), max_size=5).map(
+        tuple
+    ),
+    omitted_jobs=uints,
+    aof=st.sampled_from(["off", "on", "rewriting", "failing", "wait-rewrite"]),
+    aof_size=uints,
+)
+
+
 STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
     Auth: st.builds(Auth, proof=st.binary(max_size=64)),
     Handshake: st.builds(
@@ -135,24 +158,15 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Message]] = {
         Postpone, job_id=job_ids, delay_ms=uints, flags=st.sampled_from([0, 2, 4])
     ),
     GetStats: st.builds(GetStats, request=uints),
-    NodeStats: st.builds(
-        NodeStats,
-        request=uints,
-        uptime=uints,
-        used_memory=uints,
-        clients=uints,
-        ops_per_sec=uints,
-        queued=uints,
-        active=uints,
-        acked=uints,
-        wait_repl=uints,
-        queues=uints,
-        lengths=st.lists(st.builds(QueueLength, name=queue_names, length=uints), max_size=5).map(
-            tuple
-        ),
-        omitted_jobs=uints,
-        aof=st.sampled_from(["off", "on", "rewriting", "failing", "wait-rewrite"]),
-        aof_size=uints,
+    NodeStats: node_stats,
+    NodeFigures: st.builds(
+        NodeFigures,
+        stats=node_stats,
+        jobs=uints,
+        requeue=st.lists(
+            st.builds(QueueRequeue, name=queue_names, jobs=uints, next_ms=uints), max_size=5
+        ).map(tuple),
+        omitted_requeue=uints,
     ),
     FindJob: st.builds(FindJob, request=uints, job_id=job_ids),
     JobCopy: st.builds(
@@ -695,7 +709,7 @@ def test_handshake_proofs_bind_secret_role_nonces_and_ids() -> None:
 def test_two_nodes_speak_the_highest_version_both_know() -> None:
     assert bus.negotiate(4) == 4
     assert bus.negotiate(3) == 3  # a node of the release before
-    assert bus.negotiate(9) == PROTOCOL_VERSION  # a newer one speaks ours
+    assert bus.negotiate(11) == PROTOCOL_VERSION  # a newer one speaks ours
     assert bus.negotiate(2) is None and bus.negotiate(0) is None
     assert bus.negotiate(4, mine=3) == 3
     assert bus.SINCE_VERSION[Postpone] == 4 and bus.MIN_PROTOCOL_VERSION == 3
@@ -709,7 +723,9 @@ def test_two_nodes_speak_the_highest_version_both_know() -> None:
     # 8: HAVEJOBS, and the sender's incarnation in a heartbeat's flags.
     assert bus.SINCE_VERSION[HaveJobs] == bus.HAVEJOBS_VERSION == 8
     # 9: PUBLISH, a client's pub/sub message for the other nodes' subscribers.
-    assert bus.SINCE_VERSION[Publish] == bus.PUBLISH_VERSION == 9 == PROTOCOL_VERSION
+    assert bus.SINCE_VERSION[Publish] == bus.PUBLISH_VERSION == 9
+    # 10: NODEFIGURES, GETSTATS answered with the job census.
+    assert bus.SINCE_VERSION[NodeFigures] == bus.FIGURES_VERSION == 10 == PROTOCOL_VERSION
 
 
 def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:
@@ -724,3 +740,8 @@ def test_the_dashboard_messages_refuse_what_they_cannot_carry() -> None:
     body = wire_body(stats)
     body[5] = -1
     assert refused(packed([NodeStats.TYPE, body]))
+    figures = NodeFigures(stats, 3, (QueueRequeue("q\udcff", 2, 500),), 0)
+    assert decode_all([encode_frame(figures)]) == [figures]
+    body = wire_body(figures)
+    body[2] = [[b"q", -2, 500]]
+    assert "requeue" in refused(packed([NodeFigures.TYPE, body]))

@@ -29,12 +29,38 @@ def stats(*lengths: tuple[str, int], omitted: int = 0, queued: int = 0) -> bus.N
 MYSELF = member(A, 7711, "myself", link="self")
 
 
+def figures(
+    stats: bus.NodeStats, jobs: int, *requeue: tuple[str, int, int], omitted: int = 0
+) -> bus.NodeFigures:
+    """A NODEFIGURES: ``requeue`` as (queue, jobs, next_ms)."""
+    waits = tuple(bus.QueueRequeue(name, n, next_ms) for name, n, next_ms in requeue)
+    return bus.NodeFigures(stats, jobs, waits, omitted)
+
+
 def test_a_nodes_state_is_its_worst_flag() -> None:
     assert clustersnap.state_of(()) == "ok"
     assert clustersnap.state_of(("myself",)) == "ok"
     assert clustersnap.state_of(("leaving", "pfail")) == "pfail"
     assert clustersnap.state_of(("pfail", "fail")) == "fail"
     assert clustersnap.state_of(("handshake",)) == "handshake"
+
+
+def test_a_node_whose_link_is_down_is_not_ok() -> None:
+    """Killed, a node's link drops at once; PFAIL comes a node timeout
+    later. Meanwhile it is unreachable, not ok beside a link that is down."""
+    assert clustersnap.state_of((), "connected") == "ok"
+    assert clustersnap.state_of((), "disconnected") == "unreachable"
+    assert clustersnap.state_of(("pfail",), "disconnected") == "pfail"
+    assert clustersnap.state_of(("handshake",), "disconnected") == "handshake"
+    assert clustersnap.state_of(("myself",), "self") == "ok"
+    members = [MYSELF, member(B, 7712, link="disconnected"), member(C, 7713)]
+    data = clustersnap.cluster_event(NOW, members, {A: Heard(stats(), NOW)})
+    assert [r["state"] for r in data["nodes"]] == ["ok", "unreachable", "ok"]
+    assert data["nodes"][1]["no_figures"] == "unreachable"
+    assert (data["totals"]["unreachable"], data["totals"]["failing"]) == (1, 0)
+    # A job lookup names the node's state the same way.
+    found = clustersnap.lookup_result(JOB, members, {B: "unreachable"})
+    assert found["copies"][0]["node_state"] == "unreachable"
 
 
 def test_why_a_row_has_no_figures() -> None:
@@ -88,28 +114,90 @@ def test_the_cluster_event() -> None:
     queues = data["queues"]
     assert queues["nodes"] == [A, B]
     assert queues["rows"] == [
-        {"name": "only-a", "total": 4, "lengths": {A: 4}},
-        {"name": "mail", "total": 3, "lengths": {A: 1, B: 2}},
+        {"name": "only-a", "total": 4, "lengths": {A: 4}, "requeue": None},
+        {"name": "mail", "total": 3, "lengths": {A: 1, B: 2}, "requeue": None},
     ]
     assert (queues["total"], queues["omitted_jobs"]) == (10, 3)
     totals = data["totals"]
     assert (totals["nodes"], totals["failing"], totals["with_figures"]) == (4, 1, 2)
     assert totals["jobs"]["total"] == 6 + 3 and totals["used_memory"] == 2000
+    # NODESTATS (bus protocol 5 to 9) carry no census: jobs unknown.
+    assert rows[1]["figures"]["jobs_counted"] is None
+    assert rows[1]["figures"]["requeue"] is None
+    assert totals["distinct_jobs"] is None and totals["requeue"] is None
+
+
+def test_jobs_not_copies_and_jobs_waiting_to_come_back() -> None:
+    """Each node counts the jobs it is the counting holder of; the totals
+    add those up beside the copies. Jobs waiting for their RETRY or a delay
+    are summed per queue, with the earliest due (the times each node sent
+    are from when its answer arrived here)."""
+    members = [MYSELF, member(B, 7712), member(C, 7713)]
+    heard = {
+        # 6 copies, of which A counts 4 jobs; 2 of queue "mail" wait, the
+        # first due 30 s after its answer (made now).
+        A: Heard.of(figures(stats(("mail", 1), queued=5), 4, ("mail", 2, 30_000)), NOW),
+        # 3 copies, 1 job counted; 1 job of "mail" due in 10 s from its
+        # answer a second ago, 1 of "thumbs" (no queue anywhere) in 5 s,
+        # and 2 of queues it did not list.
+        B: Heard.of(
+            figures(stats(queued=2), 1, ("mail", 1, 10_000), ("thumbs", 1, 5_000), omitted=2),
+            NOW - 1000,
+        ),
+        # 1 copy, no job counted (a job whose lowest holder is A).
+        C: Heard.of(figures(stats(queued=0), 0), NOW),
+    }
+    data = clustersnap.cluster_event(NOW, members, heard)
+    totals = data["totals"]
+    assert totals["jobs"]["total"] == 6 + 3 + 1  # copies
+    assert totals["distinct_jobs"] == 5
+    assert totals["requeue"] == {"jobs": 6, "next_in_ms": 4_000}
+    rows = {r["name"]: r for r in data["queues"]["rows"]}
+    assert rows["mail"]["requeue"] == {"jobs": 3, "next_in_ms": 9_000}
+    assert rows["thumbs"] == {
+        "name": "thumbs",
+        "total": 0,
+        "lengths": {},
+        "requeue": {"jobs": 1, "next_in_ms": 4_000},
+    }
+    assert (data["queues"]["requeue"], data["queues"]["omitted_requeue"]) == (6, 2)
+    node_rows = {r["id"]: r["figures"] for r in data["nodes"]}
+    assert node_rows[A]["jobs_counted"] == 4
+    assert node_rows[A]["requeue"] == {"jobs": 2, "next_in_ms": 30_000}
+    assert node_rows[B]["requeue"] == {"jobs": 4, "next_in_ms": 4_000}
+    assert node_rows[C]["jobs_counted"] == 0 and node_rows[C]["requeue"] is None
+    # A due time passed shows as 0, not as a negative wait.
+    early = {A: Heard.of(figures(stats(), 1, ("mail", 1, 500)), NOW - 2000)}
+    late = clustersnap.cluster_event(NOW, [MYSELF], early)
+    assert late["totals"]["requeue"] == {"jobs": 1, "next_in_ms": 0}
+    # One node without a census (an older release) makes the count unknown.
+    heard[C] = Heard(stats(), NOW)
+    assert clustersnap.cluster_event(NOW, members, heard)["totals"]["distinct_jobs"] is None
 
 
 def test_queues_summed_beyond_the_limit_are_counted_as_omitted() -> None:
-    figures = {
-        A: stats(("b", 5), ("a", 5), ("c", 1)),
-        B: stats(("c", 1), ("name\udcff", 2)),
+    heard = {
+        A: Heard(stats(("b", 5), ("a", 5), ("c", 1)), NOW),
+        B: Heard.of(figures(stats(("c", 1), ("name\udcff", 2)), 0, ("d", 3, 0)), NOW),
     }
-    summed = clustersnap.sum_queues(figures, limit=2)
-    # Longest first, ties by name; the rest counted, not listed.
-    assert [r["name"] for r in summed["rows"]] == ["a", "b"]
+    summed = clustersnap.sum_queues(heard, NOW, limit=3)
+    # The most jobs queued or waiting first, ties by name; the rest counted.
+    assert [r["name"] for r in summed["rows"]] == ["a", "b", "d"]
     assert summed["omitted_jobs"] == 2 + 2
     assert summed["total"] == 14
-    every = clustersnap.sum_queues(figures)
+    assert (summed["requeue"], summed["omitted_requeue"]) == (3, 0)
+    cut = clustersnap.sum_queues(heard, NOW, limit=2)
+    assert (cut["total"], cut["omitted_jobs"], cut["omitted_requeue"]) == (14, 4, 3)
+    every = clustersnap.sum_queues(heard, NOW)
     assert {"base64": "bmFtZf8="} in [r["name"] for r in every["rows"]]  # not UTF-8
-    assert clustersnap.sum_queues({}) == {"rows": [], "nodes": [], "total": 0, "omitted_jobs": 0}
+    assert clustersnap.sum_queues({}, NOW) == {
+        "rows": [],
+        "nodes": [],
+        "total": 0,
+        "omitted_jobs": 0,
+        "requeue": 0,
+        "omitted_requeue": 0,
+    }
 
 
 def test_a_nodes_copy_as_a_jobcopy() -> None:
