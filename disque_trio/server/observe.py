@@ -21,6 +21,7 @@ from ..core.cluster import FAIL, PFAIL
 from ..protocol.wsjson import text_json
 from . import jobcensus
 from .jobcensus import Census, Requeue
+from .version import PACKAGE_VERSION, commit
 
 if TYPE_CHECKING:
     from ..core.queue import Queue
@@ -128,6 +129,8 @@ class NodeView:
         return {
             "time": now,
             "node_id": server.node.node_id,
+            "release": PACKAGE_VERSION,
+            "commit": commit(),
             "uptime": server.uptime_s(),
             "clients": len(server.clients),
             "blocked_clients": server.node.stats.blocked_clients,

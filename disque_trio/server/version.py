@@ -6,6 +6,8 @@ from typing import Final
 
 from ..about import RELEASE, commit
 
+__all__ = ["PACKAGE_VERSION", "VERSION", "commit", "git_sha1"]
+
 VERSION: Final = "1.0-rc1"  # the Disque version whose wire behaviour we follow
 PACKAGE_VERSION: Final = RELEASE  # this release (disque_trio/__init__.py)
 

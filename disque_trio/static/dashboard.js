@@ -363,6 +363,11 @@
     setText(nodeId, shortId(d.node_id));
     nodeId.title = d.node_id || "";
     document.title = "Disque · " + shortId(d.node_id);
+    if (d.release) {
+      const release = $("node-release");
+      setText(release, "disque-trio " + d.release);
+      release.title = "release " + d.release + ", commit " + (d.commit || "unknown");
+    }
     setText("stat-uptime", fmtDuration(d.uptime));
     if (typeof d.time === "number" && typeof d.uptime === "number") {
       setText("stat-started", "since " + new Date(d.time - d.uptime * 1000).toLocaleString([], {

@@ -19,6 +19,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
+import disque_trio.about
+
 from .conftest import PASSWORD, WebNode
 
 WAIT_S = 10  # stats arrive once a second; anything slower than this is a bug
@@ -99,6 +101,10 @@ def drive_dashboard(
     wait_for(driver, "the connected state", lambda d: connection_state(d) == "connected")
     node_id = r.execute_command("CLUSTER", "MYID")
     wait_for(driver, "the node id", lambda d: node_id.startswith(css(d, "#node-id").text))
+    # The header names the node's release, and its commit on hover.
+    release = css(driver, "#node-release")
+    assert release.text == f"disque-trio {disque_trio.__version__}"
+    assert disque_trio.about.commit() in (release.get_attribute("title") or "")
 
     # A queue appears live after an ADDJOB on the RESP port.
     r.execute_command("ADDJOB", "orders", "order #1", 0)

@@ -25,6 +25,7 @@ import trio
 import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
+import disque_trio.about
 from disque_trio.server import websocket
 from disque_trio.server.node import NodeServer
 from disque_trio.testing import RespClient
@@ -330,6 +331,8 @@ async def test_stats_and_nodes_events() -> None:
         assert set(stats) == {
             "time",
             "node_id",
+            "release",
+            "commit",
             "uptime",
             "clients",
             "blocked_clients",
@@ -340,6 +343,8 @@ async def test_stats_and_nodes_events() -> None:
             "aof",
         }
         assert stats["node_id"] == node.server.node.node_id
+        assert stats["release"] == disque_trio.__version__
+        assert stats["commit"] == disque_trio.about.commit()
         assert stats["jobs"] == {"total": 2, "queued": 2, "active": 0, "acked": 0, "wait_repl": 0}
         assert stats["clients"] == 1
         assert stats["aof"] == {"enabled": False, "size": 0}
