@@ -16,7 +16,9 @@ sampling monitor (``World.violations``):
 * ``acked-absorbing``: a node (one incarnation) that acked a job never
   queues it again.
 * ``retry0-once``: a RETRY 0 job is queued at most once per registration
-  (per node) and never re-queued after an AOF reload.
+  (per node) and never re-queued after an AOF reload (a YOURJOBS that moves
+  there a job delivered nowhere and never queued there before is its first
+  queueing, not a re-queue: ``World._first_queueing_moved_here``).
 * ``always-no-amnesia``: with ``appendfsync always`` a node restarted after
   a crash (not a wipe) reloads every job it held when it crashed, but for
   those whose TTL ran out while it was down (the load drops them).
@@ -1245,7 +1247,7 @@ class World:
                 if job.retry == 0 and not loading:
                     if job.id in queued:
                         self._violate(f"retry0-once: {name} queued {job.id} twice")
-                    if reloaded_before:
+                    if reloaded_before and not self._first_queueing_moved_here(name, job.id, node):
                         self._violate(f"retry0-once: {name} re-queued {job.id} after reload")
                     queued.add(job.id)
                 if reloaded_before and not loading:
@@ -1259,6 +1261,26 @@ class World:
                 self._nursery.start_soon(self._check_collected, name, job.id)
 
         return observe
+
+    def _first_queueing_moved_here(self, name: str, job_id: str, node: SimNode) -> bool:
+        """retry0-once's one excuse for queueing a RETRY 0 job reloaded from
+        the AOF: a YOURJOBS moved here the one queued copy of a job that no
+        node ever handed to a client, and no incarnation of this node had
+        queued before. That is the job's first queueing here, not a re-queue
+        (core/clusterjobs.py's _on_yourjobs takes it into the copy it holds
+        when that copy never left a queue of ours, simulator seed 6752).
+        Seed 792242: a leaving node replicated a RETRY 0 DELAY 2 job on n1
+        and n3 and ENQUEUEd it on n3; n1 crashed and reloaded its copy (not
+        queued: RETRY 0); at the delay's end n3 queued it and answered n1's
+        NEEDJOBS with it, its only delivery. A reload that queues the job
+        itself, or a YOURJOBS of a job delivered anywhere or queued here
+        before, is still a violation (retry0-once-cluster judges the
+        deliveries cluster-wide)."""
+        if node.handling is not bus.YourJobs or job_id in self.delivered_at:
+            return False
+        return not any(
+            job_id in ids for (other, _), ids in self.queued_once.items() if other == name
+        )
 
     def _observed_flush(self, node: SimNode, flush_all: Callable[[], None]) -> Callable[[], None]:
         def flush() -> None:
