@@ -24,7 +24,10 @@ Rules, one per message:
   sender missed the ack (lost DELJOB): SETACK 0, it collects it itself.
 * QUEUED / WORKING: someone queued it (or a client works on it): push our
   re-queue timer by RETRY; if also queued here, dequeue when the sender wins
-  the per-job comparison of node IDs (always for WORKING).
+  the per-job comparison of node IDs (always for WORKING). A QUEUED counting
+  nothing (a copy moved or announced, not a client's NACK or ENQUEUE) for a
+  job a consumer of ours has, within its RETRY here, is answered DELIVERED:
+  the sender dequeues its copy.
 * SETACK(may-have): acknowledge; GOTACK back when we know no more holders
   than the sender, else collect the job ourselves. For our own ADDJOB still
   waiting for its copies, the client gets its ID, and the job is never
@@ -745,6 +748,21 @@ def _on_queued(node: JobHost, sender: str, msg: bus.Queued | bus.Working) -> Non
     if sender not in job.nodes_delivered:
         _learned_holder(node, job, sender)
     working = isinstance(msg, bus.Working)
+    if isinstance(msg, bus.Queued) and not msg.flags and _handed_within_retry(node, job):
+        # A queued copy announced (counting nothing: moved by YOURJOBS, or
+        # re-announced; a client's NACK or ENQUEUE counts) while a consumer
+        # of ours has the job, within its RETRY here: a second copy queued
+        # in a race, which the QUEUED rule, our copy queued no more, does
+        # not settle. Tell the sender, as DELIVERED would have: it takes
+        # its copy out of the queue (simulator seed 791906: two holders
+        # queued the job at its retry point; one gave its copy away by a
+        # slow YOURJOBS just before the other's QUEUED, which would have
+        # dequeued it, came; the other delivered it, and the node the
+        # YOURJOBS reached 0.5 s later queued it and delivered it again
+        # 1.3 s into a RETRY of 37). Our copy stays as it is.
+        _tell_one_delivered(node, job, sender)
+        node.probe("queued-answered-delivered", job)
+        return
     if job.state == STATE_QUEUED and (
         working or compare_ids_by_job(sender, node.node_id, job.id) > 0
     ):
@@ -857,19 +875,25 @@ def _on_willqueue(node: JobHost, sender: str, msg: bus.WillQueue) -> None:
         # its copy past our delay instead of queueing it now.
         node.effects.send(sender, postpone)
         node.probe("willqueue-answered-postpone", job)
-    elif (
-        job.state == STATE_ACTIVE
-        and job.flags & FLAG_HANDED
-        and not job.flags & FLAG_DELAYED
-        and job.retry
-        and job.qtime > node.now_ms()
-    ):
+    elif _handed_within_retry(node, job):
         # A consumer of ours has it, within its RETRY here, and the sender
         # never heard (holder lists that diverged: a wipe, a partition;
         # simulator seed 721927, delivered again 3 s into a RETRY of 22):
         # tell it, as DELIVERED would have.
         _tell_one_delivered(node, job, sender)
         node.probe("willqueue-answered-delivered", job)
+
+
+def _handed_within_retry(node: JobHost, job: Job) -> bool:
+    """A consumer of ours has the job (handed here, not given back or
+    queued anywhere since, as far as we heard), within its RETRY here."""
+    return bool(
+        job.state == STATE_ACTIVE
+        and job.flags & FLAG_HANDED
+        and not job.flags & FLAG_DELAYED
+        and job.retry
+        and job.qtime > node.now_ms()
+    )
 
 
 def _on_postpone(node: JobHost, sender: str, msg: bus.Postpone) -> None:

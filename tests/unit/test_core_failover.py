@@ -571,6 +571,48 @@ def test_a_willqueue_for_a_job_a_consumer_here_has_is_answered_delivered() -> No
     assert not any(isinstance(m, bus.Delivered) for _, m in sent(a))
 
 
+@pytest.mark.parametrize("receiver_flushed", [False, True])
+def test_a_copy_moved_by_a_late_yourjobs_is_dequeued_for_a_consumer_elsewhere(
+    receiver_flushed: bool,
+) -> None:
+    """A and B both queue the job at its retry point. A gives its copy to C
+    (NEEDJOBS) just before B's QUEUED, which would have dequeued it, comes;
+    B hands the job to a consumer and tells DELIVERED; the YOURJOBS reaches
+    C later, and C queues the job. B answers C's QUEUED with DELIVERED and
+    C takes its copy out of the queue: delivered again there, 1.3 s into a
+    RETRY of 37, in simulator seed 791906 (C, flushed by DEBUG FLUSHALL,
+    knew nothing of the job when the DELIVERED came)."""
+    w, [job_id] = _three_with_jobs(1)
+    a, b, c = w.nodes[A_ID], w.nodes[B_ID], w.nodes[C_ID]
+    if receiver_flushed:
+        c.flush_all()
+    cj.receive(a, C_ID, bus.NeedJobs("q", 1))
+    [yourjobs] = [m for to, m in sent(a) if isinstance(m, bus.YourJobs) and to == C_ID]
+    a.effects.clear()  # held back on its way to C
+    assert a.jobs[job_id].state == JobState.ACTIVE
+    assert b.enqueue(b.jobs[job_id])  # B's own retry point
+    w.pump()
+    [entry] = get(b, "q")
+    assert entry[1] == job_id
+    b.cron()  # DELIVERED to A and C
+    w.pump()
+    cj.receive(c, A_ID, yourjobs)
+    settle(c)
+    assert c.jobs[job_id].state == JobState.QUEUED
+    w.pump()  # C's QUEUED; B answers DELIVERED
+    assert w.queued_on() == {A_ID: [], B_ID: [], C_ID: []}
+    assert get(c, "q") == []
+    copy = c.jobs[job_id]
+    assert copy.queued_on is None and copy.qtime - w.clock.ms > 3_500_000
+    # B's copy is untouched: its consumer's RETRY stands.
+    assert b.jobs[job_id].state == JobState.ACTIVE
+    # A client's NACK on C (a QUEUED that counts) is not answered: the job
+    # is queued there, given back.
+    assert run(c, "NACK", job_id) == 1
+    w.pump()
+    assert w.queued_on()[C_ID] == [job_id]
+
+
 def test_a_copy_loaded_after_a_restart_answers_for_no_consumer() -> None:
     """What a consumer had does not outlive the process: the flag is not
     written to the AOF."""
