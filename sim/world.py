@@ -347,6 +347,10 @@ class FailoverWatch:
     copies: dict[str, int] = attrs.field(factory=dict)
     # job -> (time, the two holders) it was first queued on two holders at once
     doubled: dict[str, tuple[float, int, int]] = attrs.field(factory=dict)
+    # job -> holder -> the node its copy counted the job queued on at the
+    # cut (Job.queued_on), and holder -> its node ID then
+    queued_on: dict[str, dict[int, str | None]] = attrs.field(factory=dict)
+    ids: dict[int, str] = attrs.field(factory=dict)
 
 
 class _SchedulerRandom(random.Random):
@@ -1996,6 +2000,7 @@ class World:
         jobs: dict[str, list[int]] = {}  # job id -> the survivors holding it (active)
         retries: dict[str, float] = {}
         copies: dict[str, int] = {}
+        queued_on: dict[str, dict[int, str | None]] = {}
         for job in core.jobs.values():
             if job.state != JobState.QUEUED or not job.retry:
                 continue
@@ -2024,6 +2029,7 @@ class World:
                     continue
                 if copy.state == JobState.ACTIVE and not copy.flags & FLAG_DELAYED:
                     holders.append(n.index)
+                    queued_on.setdefault(job.id, {})[n.index] = copy.queued_on
                     assert n.clock is not None
                     left = (copy.qtime - n.server.node.now_ms()) / 1000 / n.clock.rate
                     retry_at = min(retry_at, now + left)
@@ -2043,6 +2049,8 @@ class World:
             )
             watch.retry_at = retries
             watch.copies = copies
+            watch.queued_on = queued_on
+            watch.ids = {n.index: n.server.node.node_id for n in survivors}
             self._nursery.start_soon(self._check_failover, watch)
 
     def _victim_cut_after_restart(self, watch: FailoverWatch) -> bool:
@@ -2212,6 +2220,26 @@ class World:
             # put the re-queue off by the job's RETRY, as a paused queue
             # does (seed 711294: the wild queue's PAUSE in on the only
             # undisturbed holder, sent by the explorer after the cut).
+            return
+        told = watch.queued_on.get(job_id, {})
+        knew = {i for i in undisturbed if told.get(i) == watch.victim_id}
+        knew_ids = {watch.ids[i] for i in knew}
+        if (
+            knew
+            and paused.issuperset(knew)
+            and all(told.get(i) in knew_ids for i in undisturbed if i not in knew)
+        ):
+            # The same when only the holders whose copy counted the job
+            # queued on the victim at the cut (Job.queued_on: those take it
+            # over) found their queue paused in, and each other undisturbed
+            # holder counted it queued on one of those: a QUEUED that one
+            # wrote before it gave the job to the victim, come late. A QUEUED
+            # carries no order; the holder cannot know (seed 793466: n3 took
+            # over the RETRY 300 job from n4, which still had it queued,
+            # after n4's isolation, and both gave it to n1 by YOURJOBS; n3's
+            # QUEUED reached n4 0.3 s after n1's, once n3's link to n4 came
+            # back, and n4 counted the job on n3. When n1 crashed, n3 stood
+            # by for n4, which did not act, and met the wild queue paused in).
             return
         able = len(undisturbed) == len(holders) == watch.copies[job_id]
         if watch.restarted is None and len(holders) > 1 and able:
