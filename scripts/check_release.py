@@ -26,7 +26,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -41,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from disque_trio import __version__  # noqa: E402
 from disque_trio._gitref import read_git_head  # noqa: E402
+from tests.helpers import free_port  # noqa: E402  (the node's port, web and bus ports free)
 
 OPERATOR = {
     "config": "disque.conf",
@@ -192,12 +192,6 @@ def check_contents(sdist: Path, wheel: Path, commit: str | None) -> None:
             f"   wheel: {len(names)} files, {len(WHEEL_MUST_HOLD)} required present; METADATA: "
             "License-Expression BSD-3-Clause, License-File LICENSE"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def install(wheel: Path, out: Path) -> Path:
