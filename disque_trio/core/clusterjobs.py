@@ -552,7 +552,12 @@ def postpone_left(job: Job, now: int) -> bus.Postpone | None:
 
 
 def broadcast_pause(node: JobHost, name: str, pause: Pause) -> None:
-    for peer in node.cluster.reachable():
+    """PAUSE ... BCAST: to every member, as the original broadcasts it to
+    every node it knows. A leaving node still serves its queued jobs, so a
+    pause out must reach it too (simulator seed 802408: a node made leaving
+    just before a PAUSE out BCAST kept its queue serving); a failing one
+    gets it if its link comes back in time."""
+    for peer in node.cluster.members():
         node.effects.send(peer.node_id, bus.Pause(name, int(pause)))
 
 

@@ -753,3 +753,16 @@ def test_the_delay_owners_yourjobs_at_its_end_is_queued_by_a_holder_standing_by(
     cj.receive(b2, C_ID, bus.YourJobs((cj.job_data(a2.jobs[job2], w2.clock.ms),)))
     settle(b2)
     assert b2.jobs[job2].state == JobState.ACTIVE
+
+
+def test_a_pause_bcast_reaches_a_leaving_node_and_a_failing_one() -> None:
+    """A leaving node still serves its queued jobs: PAUSE out BCAST must
+    reach it (simulator seed 802408: the node made leaving a moment before
+    kept serving the queue). The original sends it to every node it knows."""
+    w = Wired(A_ID, B_ID, C_ID)
+    a = w.nodes[A_ID]
+    a.cluster.nodes[B_ID].flags |= LEAVING
+    a.cluster.nodes[C_ID].flags |= FAIL
+    assert run(a, "PAUSE", "q", "out", "BCAST") == "out"
+    pauses = {to: m for to, m in sent(a) if isinstance(m, bus.Pause)}
+    assert pauses == {B_ID: bus.Pause("q", 2), C_ID: bus.Pause("q", 2)}
