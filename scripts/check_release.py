@@ -34,19 +34,16 @@ import textwrap
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from disque_trio import __version__  # noqa: E402
 from disque_trio._gitref import read_git_head  # noqa: E402
+from disque_trio.about import OPERATOR_FILES  # noqa: E402
 from tests.helpers import free_port  # noqa: E402  (the node's port, web and bus ports free)
 
-OPERATOR = {
-    "config": "disque.conf",
-    "unit": "disque-trio.service",
-    "alerts": "prometheus-alerts.yml",
-}
 SDIST_MUST_HOLD = [
     "LICENSE",
     "README.md",
@@ -57,7 +54,7 @@ SDIST_MUST_HOLD = [
     "mkdocs.yml",
     "docs/index.md",
     "docs/operations.md",
-    *(f"docs/{name}" for name in OPERATOR.values()),
+    *(f"docs/{name}" for name in OPERATOR_FILES.values()),
     "tests/conftest.py",
     "tests/unit/test_packaging.py",
     "sim/__main__.py",
@@ -69,7 +66,7 @@ WHEEL_MUST_HOLD = [
     "disque_trio/py.typed",
     "disque_trio/static/dashboard.html",
     "disque_trio/_commit.py",
-    *(f"disque_trio/operator/{name}" for name in OPERATOR.values()),
+    *(f"disque_trio/operator/{name}" for name in OPERATOR_FILES.values()),
 ]
 
 
@@ -182,7 +179,7 @@ def check_contents(sdist: Path, wheel: Path, commit: str | None) -> None:
             f"Version: {__version__}",
         ):
             assert line in metadata, f"METADATA lacks {line!r}"
-        for name in OPERATOR.values():
+        for name in OPERATOR_FILES.values():
             assert (
                 zf.read(f"disque_trio/operator/{name}") == (ROOT / "docs" / name).read_bytes()
             ), name
@@ -192,6 +189,16 @@ def check_contents(sdist: Path, wheel: Path, commit: str | None) -> None:
             f"   wheel: {len(names)} files, {len(WHEEL_MUST_HOLD)} required present; METADATA: "
             "License-Expression BSD-3-Clause, License-File LICENSE"
         )
+
+
+def terminate(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, as systemd stops it; SIGKILL after 30 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def install(wheel: Path, out: Path) -> Path:
@@ -236,7 +243,7 @@ def smoke(venv: Path, out: Path, commit: str | None) -> None:
         assert f"commit {commit[:12]}" in version, version
 
     step("disque-trio sample-config, sample-unit, sample-alerts")
-    for kind, name in OPERATOR.items():
+    for kind, name in OPERATOR_FILES.items():
         text = run([str(bin_ / "disque-trio"), f"sample-{kind}"], cwd=work, env=env)
         assert text == (ROOT / "docs" / name).read_text(), name
         print(f"   sample-{kind}: {name}, {len(text.splitlines())} lines")
@@ -331,12 +338,7 @@ def smoke(venv: Path, out: Path, commit: str | None) -> None:
             assert handled == [f"task {i}" for i in range(3, 8)], handled
             print(f"   worker: handled {len(handled)} jobs")
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            terminate(worker)
         assert worker.returncode == 0, (
             worker.communicate()[0] if worker.stdout else worker.returncode
         )
@@ -352,12 +354,7 @@ def smoke(venv: Path, out: Path, commit: str | None) -> None:
         """)
         print("   " + run([str(bin_ / "python"), "-c", settle], cwd=work, env=env).strip())
     finally:
-        node.send_signal(signal.SIGTERM)
-        try:
-            node.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        terminate(node)
         log.close()
     assert node.returncode == 0, (work / "node.log").read_text()[-3000:]
 

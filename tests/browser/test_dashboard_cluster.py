@@ -139,16 +139,22 @@ def load_jobs(nodes: list[WebNode]) -> tuple[list[str], str]:
     return ids, shared
 
 
-def drive(driver: WebDriver, nodes: list[WebNode], ids: list[str], shared: str) -> None:
+def open_with_every_node_live(driver: WebDriver, nodes: list[WebNode], ids: list[str]) -> None:
+    """The first node's dashboard, connected, each node's row showing the
+    figures it sent over the bus."""
     driver.get(nodes[0].url)
     wait_for(driver, "the connected state", lambda d: connection_state(d) == "connected")
-    # Every node, with figures it sent over the bus; the queues summed.
     for node_id in ids:
         wait_for(
             driver,
             f"figures of {node_id[:8]}",
             lambda d, n=node_id: "live" in cluster_row(d, n).text,
         )
+
+
+def drive(driver: WebDriver, nodes: list[WebNode], ids: list[str], shared: str) -> None:
+    # Every node, with figures it sent over the bus; the queues summed.
+    open_with_every_node_live(driver, nodes, ids)
     wait_for(driver, "emails summed", lambda d: cqueue_total(d, "emails") == "6")
     assert cqueue_lengths(driver, "emails") == {ids[0]: "1", ids[1]: "2", ids[2]: "3"}
     assert "this node" in cluster_row(driver, ids[0]).text
@@ -246,14 +252,7 @@ def check_the_truth(
     ids: list[str],
     screenshot: Callable[[WebDriver, str], Path],
 ) -> None:
-    driver.get(nodes[0].url)
-    wait_for(driver, "the connected state", lambda d: connection_state(d) == "connected")
-    for node_id in ids:
-        wait_for(
-            driver,
-            f"figures of {node_id[:8]}",
-            lambda d, n=node_id: "live" in cluster_row(d, n).text,
-        )
+    open_with_every_node_live(driver, nodes, ids)
     # 9 jobs: 4 x 2 copies + 2 x 3 + 3 x 1 = 17 copies (or more: an ADDJOB
     # whose copy is slow to confirm adds a node after 50 ms). The nodes'
     # Jobs cells count copies; the totals count both.
